@@ -1,0 +1,84 @@
+//! What the router knows about a request before choosing a backend.
+
+use crate::tokens::BlockHash;
+
+/// Which OpenAI endpoint a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// `POST /v1/chat/completions`
+    ChatCompletions,
+    /// `POST /v1/completions`
+    Completions,
+    /// `POST /v1/embeddings`
+    Embeddings,
+}
+
+impl Endpoint {
+    /// The request path of this endpoint.
+    pub fn path(self) -> &'static str {
+        match self {
+            Endpoint::ChatCompletions => "/v1/chat/completions",
+            Endpoint::Completions => "/v1/completions",
+            Endpoint::Embeddings => "/v1/embeddings",
+        }
+    }
+
+    /// The endpoint served at `path`, if any.
+    pub fn from_path(path: &str) -> Option<Endpoint> {
+        match path {
+            "/v1/chat/completions" => Some(Endpoint::ChatCompletions),
+            "/v1/completions" => Some(Endpoint::Completions),
+            "/v1/embeddings" => Some(Endpoint::Embeddings),
+            _ => None,
+        }
+    }
+}
+
+/// Everything routing needs to know about one request, parsed once from its body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestFeatures {
+    /// The endpoint the request was sent to.
+    pub endpoint: Endpoint,
+    /// The `model` field.
+    pub model: String,
+    /// The `stream` field (false when absent).
+    pub stream: bool,
+    /// Whether the client itself asked for `stream_options.include_usage`.
+    pub include_usage: bool,
+    /// The canonical prompt: chat messages in order as `role: text\n` (text parts of multi-part
+    /// content concatenated), or the completions / embeddings input (strings joined by `\n`).
+    pub prompt: String,
+    /// Estimated prompt tokens (see [`crate::tokens`]).
+    pub prompt_tokens: u32,
+    /// `max_completion_tokens` or `max_tokens`, if given.
+    pub max_tokens: Option<u32>,
+    /// Session key for affinity: the `x-session-id` header, else the `user` field.
+    pub session_key: Option<String>,
+    /// Chained hashes of every full [`crate::tokens::BLOCK_TOKENS`]-token block of the prompt.
+    pub block_hashes: Vec<BlockHash>,
+}
+
+impl RequestFeatures {
+    /// Byte length of the canonical prompt.
+    pub fn prompt_bytes(&self) -> usize {
+        self.prompt.len()
+    }
+
+    /// A features value for tests and the offline evaluator: a chat request with the given
+    /// prompt, its tokens and blocks computed as the parser would.
+    pub fn synthetic(model: &str, prompt: String, max_tokens: Option<u32>) -> RequestFeatures {
+        let (n, hashes) =
+            crate::tokens::text_block_hashes(prompt.as_bytes(), crate::tokens::BLOCK_TOKENS);
+        RequestFeatures {
+            endpoint: Endpoint::ChatCompletions,
+            model: model.to_string(),
+            stream: true,
+            include_usage: false,
+            prompt,
+            prompt_tokens: n as u32,
+            max_tokens,
+            session_key: None,
+            block_hashes: hashes,
+        }
+    }
+}

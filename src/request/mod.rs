@@ -1,0 +1,5 @@
+//! OpenAI request bodies → [`RequestFeatures`].
+
+mod features;
+
+pub use features::{Endpoint, RequestFeatures};

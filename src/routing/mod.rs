@@ -1,0 +1,207 @@
+//! Choosing a backend: `select(&features, &snapshot, now)`.
+//!
+//! Routing is pure and synchronous. The caller (the proxy, or the offline evaluator) builds a
+//! [`Snapshot`] — one [`BackendView`] per backend of the pool, holding what it currently knows
+//! about that backend — and a [`Policy`] picks one. Policies take no locks, do no I/O and never
+//! await; what state they keep (a round-robin counter, a seeded random stream) is atomic.
+//!
+//! Every policy sees only *eligible* backends ([`BackendView::eligible`]): healthy, not already
+//! tried for this request, and below their `max_inflight`.
+
+mod least_inflight;
+mod round_robin;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+pub use least_inflight::LeastInflight;
+pub use round_robin::RoundRobin;
+
+use crate::request::RequestFeatures;
+
+/// Engine-side load scraped from a backend's `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EngineLoad {
+    /// Requests waiting in the engine's queue.
+    pub waiting: f64,
+    /// Requests in the engine's running batch.
+    pub running: f64,
+    /// KV-cache usage, 0..=1.
+    pub kv_usage: f64,
+    /// Seconds since the scrape that produced these values.
+    pub age_s: f64,
+}
+
+/// What the router knows about one backend at decision time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendView {
+    /// Backend name from config (a bounded label value).
+    pub name: Arc<str>,
+    /// Passed its health checks and not ejected.
+    pub healthy: bool,
+    /// Already tried for this request (a retry must go elsewhere).
+    pub excluded: bool,
+    /// Relative weight from config (>= 1).
+    pub weight: u32,
+    /// Requests sent and not yet finished (router-side, updated at once).
+    pub inflight: u32,
+    /// Cap on `inflight` from config.
+    pub max_inflight: Option<u32>,
+    /// Prompt tokens sent that have not yet produced a first token.
+    pub outstanding_prefill_tokens: u64,
+    /// Requests past their first token and still streaming.
+    pub running_decodes: u32,
+    /// Scraped engine load, when a recent scrape exists.
+    pub engine: Option<EngineLoad>,
+    /// Prompt tokens of *this* request expected to be in the backend's prefix cache.
+    pub cached_tokens: u32,
+}
+
+impl BackendView {
+    /// A healthy, idle backend with default settings.
+    pub fn idle(name: &str) -> BackendView {
+        BackendView {
+            name: Arc::from(name),
+            healthy: true,
+            excluded: false,
+            weight: 1,
+            inflight: 0,
+            max_inflight: None,
+            outstanding_prefill_tokens: 0,
+            running_decodes: 0,
+            engine: None,
+            cached_tokens: 0,
+        }
+    }
+
+    /// Whether a policy may pick this backend.
+    pub fn eligible(&self) -> bool {
+        self.healthy && !self.excluded && self.max_inflight.is_none_or(|m| self.inflight < m)
+    }
+}
+
+/// The pool as the router sees it for one decision.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    /// One view per backend, in pool order; a [`Decision`] names an index into this.
+    pub backends: &'a [BackendView],
+}
+
+impl<'a> Snapshot<'a> {
+    /// Indices of eligible backends.
+    pub fn eligible(&self) -> impl Iterator<Item = (usize, &'a BackendView)> + 'a {
+        self.backends
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.eligible())
+    }
+}
+
+/// Why a backend was chosen (a bounded metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// Next in rotation.
+    RoundRobin,
+    /// Fewest requests in flight.
+    LeastLoaded,
+}
+
+impl Reason {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::RoundRobin => "round_robin",
+            Reason::LeastLoaded => "least_loaded",
+        }
+    }
+}
+
+/// A routing decision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decision {
+    /// Index into [`Snapshot::backends`].
+    pub index: usize,
+    /// Predicted seconds to first token on the chosen backend, when the policy predicts.
+    pub predicted_ttft_s: Option<f64>,
+    /// Why.
+    pub reason: Reason,
+}
+
+/// No backend could be chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("no eligible backend")]
+pub struct NoBackend;
+
+/// A routing policy.
+pub trait Policy: Send + Sync + std::fmt::Debug {
+    /// Policy name as written in config.
+    fn name(&self) -> &'static str;
+
+    /// Pick one eligible backend for `features`. Called once per attempt on the request path:
+    /// it must not block, lock across calls or allocate per backend. Returns [`NoBackend`] when
+    /// no backend is eligible.
+    fn select(
+        &self,
+        features: &RequestFeatures,
+        snapshot: &Snapshot<'_>,
+        now: Instant,
+    ) -> Result<Decision, NoBackend>;
+}
+
+/// Policy names accepted in config.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize, serde::Serialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyKind {
+    /// Rotate through eligible backends, in proportion to weight.
+    RoundRobin,
+    /// Fewest in-flight requests (relative to weight); ties rotate.
+    #[default]
+    LeastInflight,
+}
+
+impl PolicyKind {
+    /// Every policy name, for help texts and error messages.
+    pub const ALL: &'static [&'static str] = &["round_robin", "least_inflight"];
+
+    /// Parse a policy name.
+    pub fn parse(name: &str) -> Option<PolicyKind> {
+        match name {
+            "round_robin" => Some(PolicyKind::RoundRobin),
+            "least_inflight" => Some(PolicyKind::LeastInflight),
+            _ => None,
+        }
+    }
+
+    /// Config name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyKind::RoundRobin => "round_robin",
+            PolicyKind::LeastInflight => "least_inflight",
+        }
+    }
+
+    /// A fresh policy of this kind.
+    pub fn build(self) -> Arc<dyn Policy> {
+        match self {
+            PolicyKind::RoundRobin => Arc::new(RoundRobin::default()),
+            PolicyKind::LeastInflight => Arc::new(LeastInflight::default()),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    pub fn features() -> RequestFeatures {
+        RequestFeatures::synthetic("m", "hello world".into(), Some(8))
+    }
+
+    pub fn views(n: usize) -> Vec<BackendView> {
+        (0..n)
+            .map(|i| BackendView::idle(&format!("b{i}")))
+            .collect()
+    }
+}
