@@ -2,10 +2,19 @@
 //! token soonest.
 //!
 //! Data flows one way: request bytes → [`request::RequestFeatures`] → [`routing`] decision →
-//! proxy → observations fed back into the router's state.
+//! [`proxy`] → observations fed back into the backends' live state ([`backend`]).
 
 #![warn(missing_docs)]
 
+pub mod admin;
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod gateway;
+pub mod proxy;
 pub mod request;
 pub mod routing;
+pub mod server;
+pub mod sse;
+pub mod telemetry;
 pub mod tokens;

@@ -1,1 +1,103 @@
-fn main() {}
+//! The `pronto` command line: thin — parse arguments, load config, hand over to the library.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use pronto::config::Config;
+use pronto::routing::PolicyKind;
+
+#[derive(Parser)]
+#[command(
+    name = "pronto",
+    version,
+    about = "A gateway that routes each LLM prompt to the backend with the soonest first token"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// YAML config file.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Backend base URL (repeatable); runs without a config file.
+    #[arg(long = "backend", value_name = "URL")]
+    backends: Vec<String>,
+    /// Model name served by the --backend pool.
+    #[arg(long, default_value = "default")]
+    model: String,
+    /// Client listener (overrides the file).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Admin listener (overrides the file).
+    #[arg(long)]
+    admin_listen: Option<SocketAddr>,
+    /// Routing policy for the --backend pool.
+    #[arg(long, default_value = "least_inflight")]
+    policy: String,
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,pingora_core=warn,pingora_proxy=warn")
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let mut config = match (&args.config, args.backends.is_empty()) {
+        (Some(path), true) => Config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?,
+        (None, false) => {
+            let policy = PolicyKind::parse(&args.policy).with_context(|| {
+                format!(
+                    "unknown policy `{}`; expected one of {}",
+                    args.policy,
+                    PolicyKind::ALL.join(", ")
+                )
+            })?;
+            Config::from_backend_urls(&args.backends, &args.model, policy)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+        }
+        (Some(_), false) => {
+            anyhow::bail!("give either --config FILE or --backend URL..., not both")
+        }
+        (None, true) => anyhow::bail!("give --config FILE or at least one --backend URL"),
+    };
+    if let Some(l) = args.listen {
+        config.listen = l;
+    }
+    if let Some(a) = args.admin_listen {
+        config.admin_listen = a;
+    }
+    pronto::server::run(config)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    init_tracing();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(a) => serve(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! Active health checks: `GET <url><health.path>` on every backend each `health.interval`.
+//!
+//! A check passes on any 2xx within `health.timeout`. The checker reads the current
+//! [`GatewayState`] on every round, so a reload's backends are picked up without restarting it.
+//! Passive ejection lives on [`super::Backend`]; an ejected backend is re-admitted once its
+//! ejection period is over and its active check passes.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use futures::future::join_all;
+use pingora_core::server::ShutdownWatch;
+use pingora_core::services::background::BackgroundService;
+
+use crate::gateway::GatewayState;
+
+/// The active health checker (a pingora background service).
+#[derive(Debug)]
+pub struct HealthChecker {
+    state: Arc<ArcSwap<GatewayState>>,
+    client: reqwest::Client,
+}
+
+impl HealthChecker {
+    /// A checker over whatever state is current.
+    pub fn new(state: Arc<ArcSwap<GatewayState>>) -> HealthChecker {
+        HealthChecker {
+            state,
+            client: reqwest::Client::builder()
+                .pool_max_idle_per_host(1)
+                .build()
+                .expect("reqwest client"),
+        }
+    }
+
+    /// Run one round of checks over every backend.
+    pub async fn check_all(&self) {
+        let state = self.state.load_full();
+        let health = &state.config.health;
+        let checks = state.backends.iter().map(|b| {
+            let url = format!("{}{}", b.config.url.trim_end_matches('/'), health.path);
+            let req = self.client.get(url).timeout(health.timeout).send();
+            async move {
+                let ok = matches!(req.await, Ok(r) if r.status().is_success());
+                if !ok {
+                    tracing::debug!(backend = %b.name(), "active health check failed");
+                }
+                b.record_active_check(ok, Instant::now());
+            }
+        });
+        join_all(checks).await;
+    }
+}
+
+#[async_trait::async_trait]
+impl BackgroundService for HealthChecker {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        loop {
+            self.check_all().await;
+            let interval = self.state.load().config.health.interval;
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}

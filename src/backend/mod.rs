@@ -1,0 +1,291 @@
+//! Live state of each backend: health, ejection, and router-side load counters.
+//!
+//! A [`Backend`] is shared (`Arc`) between the proxy threads, the health checker and the admin
+//! listener. Everything on it that changes per request is atomic, so building a routing
+//! [`BackendView`] takes no lock. Load is accounted with an RAII [`InflightGuard`] that lives
+//! until the response stream really ends (or the client disconnects): increments and decrements
+//! are never paired by hand.
+
+mod health;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pingora_core::upstreams::peer::HttpPeer;
+
+pub use health::HealthChecker;
+
+use crate::config::BackendConfig;
+use crate::routing::BackendView;
+use crate::telemetry::Metrics;
+
+/// One backend and what the gateway knows about it.
+#[derive(Debug)]
+pub struct Backend {
+    /// Static settings from config.
+    pub config: BackendConfig,
+    /// The pingora peer used to connect (address, TLS, timeouts).
+    pub peer: HttpPeer,
+    /// `host:port` for the upstream `Host` header.
+    pub authority: String,
+    created: Instant,
+    active_ok: AtomicBool,
+    /// Passive ejection: nanoseconds since `created` before which the backend is not routed to
+    /// (0 = not ejected).
+    ejected_until_ns: AtomicU64,
+    consecutive_failures: AtomicU32,
+    inflight: AtomicU32,
+    outstanding_prefill_tokens: AtomicU64,
+    running_decodes: AtomicU32,
+    metrics: Metrics,
+}
+
+impl Backend {
+    /// A backend that starts healthy (active checks may mark it down).
+    pub fn new(config: BackendConfig, connect_timeout: Duration, metrics: Metrics) -> Backend {
+        let addr = format!("{}:{}", config.host, config.port);
+        let mut peer = HttpPeer::new(addr.as_str(), config.tls, config.host.clone());
+        peer.options.connection_timeout = Some(connect_timeout);
+        peer.options.total_connection_timeout = Some(connect_timeout);
+        peer.options.tcp_keepalive = None;
+        let b = Backend {
+            authority: addr,
+            peer,
+            config,
+            created: Instant::now(),
+            active_ok: AtomicBool::new(true),
+            ejected_until_ns: AtomicU64::new(0),
+            consecutive_failures: AtomicU32::new(0),
+            inflight: AtomicU32::new(0),
+            outstanding_prefill_tokens: AtomicU64::new(0),
+            running_decodes: AtomicU32::new(0),
+            metrics,
+        };
+        b.publish_health(Instant::now());
+        b
+    }
+
+    /// Backend name (a bounded metric label).
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn ns_since_created(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.created).as_nanos() as u64
+    }
+
+    /// Whether the backend may be routed to at `now`: its active check passes and it is not
+    /// passively ejected.
+    pub fn is_healthy(&self, now: Instant) -> bool {
+        self.active_ok.load(Ordering::Relaxed) && !self.is_ejected(now)
+    }
+
+    /// Passively ejected at `now`.
+    pub fn is_ejected(&self, now: Instant) -> bool {
+        self.ns_since_created(now) < self.ejected_until_ns.load(Ordering::Relaxed)
+    }
+
+    /// Result of an active health check.
+    pub fn record_active_check(&self, ok: bool, now: Instant) {
+        self.active_ok.store(ok, Ordering::Relaxed);
+        if ok && !self.is_ejected(now) {
+            self.consecutive_failures.store(0, Ordering::Relaxed);
+        }
+        self.publish_health(now);
+    }
+
+    /// A request to this backend failed (connect error, I/O error, 5xx). After `eject_after`
+    /// consecutive failures the backend is ejected for `readmit_after`. Returns true when this
+    /// failure ejected it.
+    pub fn record_failure(&self, now: Instant, eject_after: u32, readmit_after: Duration) -> bool {
+        let n = self.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= eject_after && !self.is_ejected(now) {
+            let until = self.ns_since_created(now) + readmit_after.as_nanos() as u64;
+            self.ejected_until_ns.store(until, Ordering::Relaxed);
+            self.consecutive_failures.store(0, Ordering::Relaxed);
+            self.publish_health(now);
+            tracing::warn!(backend = %self.name(), failures = n, "backend ejected");
+            return true;
+        }
+        false
+    }
+
+    /// A request to this backend succeeded.
+    pub fn record_success(&self) {
+        self.consecutive_failures.store(0, Ordering::Relaxed);
+    }
+
+    /// Refresh the `pronto_backend_healthy` gauge.
+    pub fn publish_health(&self, now: Instant) {
+        self.metrics
+            .backend_healthy
+            .with_label_values(&[self.name()])
+            .set(i64::from(self.is_healthy(now)));
+    }
+
+    /// Requests in flight.
+    pub fn inflight(&self) -> u32 {
+        self.inflight.load(Ordering::Relaxed)
+    }
+
+    /// The routing view of this backend at `now`.
+    pub fn view(&self, now: Instant) -> BackendView {
+        BackendView {
+            name: self.config.name.clone(),
+            healthy: self.is_healthy(now),
+            excluded: false,
+            weight: self.config.weight,
+            inflight: self.inflight(),
+            max_inflight: self.config.max_inflight,
+            outstanding_prefill_tokens: self.outstanding_prefill_tokens.load(Ordering::Relaxed),
+            running_decodes: self.running_decodes.load(Ordering::Relaxed),
+            engine: None,
+            cached_tokens: 0,
+        }
+    }
+
+    /// Account a request being sent: in flight, and `prompt_tokens` of prefill outstanding
+    /// until [`InflightGuard::first_token`].
+    pub fn start_request(self: &Arc<Self>, prompt_tokens: u32) -> InflightGuard {
+        let n = self.inflight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.outstanding_prefill_tokens
+            .fetch_add(u64::from(prompt_tokens), Ordering::Relaxed);
+        self.metrics
+            .backend_inflight
+            .with_label_values(&[self.name()])
+            .set(i64::from(n));
+        InflightGuard {
+            backend: Arc::clone(self),
+            prompt_tokens,
+            first_token_seen: false,
+        }
+    }
+
+    /// JSON state for `GET /admin/backends`.
+    pub fn admin_json(&self, now: Instant) -> serde_json::Value {
+        serde_json::json!({
+            "name": &*self.config.name,
+            "url": self.config.url,
+            "weight": self.config.weight,
+            "max_inflight": self.config.max_inflight,
+            "labels": self.config.labels,
+            "healthy": self.is_healthy(now),
+            "active_check_ok": self.active_ok.load(Ordering::Relaxed),
+            "ejected": self.is_ejected(now),
+            "consecutive_failures": self.consecutive_failures.load(Ordering::Relaxed),
+            "inflight": self.inflight(),
+            "outstanding_prefill_tokens": self.outstanding_prefill_tokens.load(Ordering::Relaxed),
+            "running_decodes": self.running_decodes.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// Holds one request's share of a backend's load until dropped.
+#[derive(Debug)]
+pub struct InflightGuard {
+    backend: Arc<Backend>,
+    prompt_tokens: u32,
+    first_token_seen: bool,
+}
+
+impl InflightGuard {
+    /// The backend this guard accounts on.
+    pub fn backend(&self) -> &Arc<Backend> {
+        &self.backend
+    }
+
+    /// The first token arrived: the prompt's prefill is done and the request now decodes.
+    /// Idempotent.
+    pub fn first_token(&mut self) {
+        if self.first_token_seen {
+            return;
+        }
+        self.first_token_seen = true;
+        let b = &self.backend;
+        b.outstanding_prefill_tokens
+            .fetch_sub(u64::from(self.prompt_tokens), Ordering::Relaxed);
+        b.running_decodes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        let b = &self.backend;
+        if self.first_token_seen {
+            b.running_decodes.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            b.outstanding_prefill_tokens
+                .fetch_sub(u64::from(self.prompt_tokens), Ordering::Relaxed);
+        }
+        let n = b.inflight.fetch_sub(1, Ordering::Relaxed) - 1;
+        b.metrics
+            .backend_inflight
+            .with_label_values(&[b.name()])
+            .set(i64::from(n));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn backend() -> Arc<Backend> {
+        let cfg = BackendConfig {
+            name: Arc::from("b0"),
+            url: "http://127.0.0.1:1".into(),
+            host: "127.0.0.1".into(),
+            port: 1,
+            tls: false,
+            weight: 1,
+            max_inflight: None,
+            labels: BTreeMap::new(),
+        };
+        Arc::new(Backend::new(cfg, Duration::from_secs(1), Metrics::new()))
+    }
+
+    #[test]
+    fn guard_accounts_prefill_then_decode_then_nothing() {
+        let b = backend();
+        let now = Instant::now();
+        let mut g = b.start_request(100);
+        let v = b.view(now);
+        assert_eq!(
+            (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
+            (1, 100, 0)
+        );
+        g.first_token();
+        g.first_token();
+        let v = b.view(now);
+        assert_eq!(
+            (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
+            (1, 0, 1)
+        );
+        drop(g);
+        let v = b.view(now);
+        assert_eq!(
+            (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
+            (0, 0, 0)
+        );
+        let g2 = b.start_request(7);
+        drop(g2);
+        assert_eq!(b.view(now).outstanding_prefill_tokens, 0);
+    }
+
+    #[test]
+    fn ejects_after_consecutive_failures_and_readmits_after_timeout() {
+        let b = backend();
+        let t0 = Instant::now();
+        let readmit = Duration::from_secs(10);
+        assert!(!b.record_failure(t0, 3, readmit));
+        b.record_success();
+        assert!(!b.record_failure(t0, 3, readmit));
+        assert!(!b.record_failure(t0, 3, readmit));
+        assert!(b.record_failure(t0, 3, readmit));
+        assert!(!b.is_healthy(t0 + Duration::from_secs(9)));
+        assert!(b.is_healthy(t0 + Duration::from_secs(11)));
+        b.record_active_check(false, t0 + Duration::from_secs(11));
+        assert!(!b.is_healthy(t0 + Duration::from_secs(12)));
+    }
+}

@@ -1,0 +1,175 @@
+//! The gateway's one error vocabulary, mapped to HTTP exactly once.
+//!
+//! Every failure the client can see is a [`GatewayError`]. [`GatewayError::status`] gives its
+//! HTTP status, [`GatewayError::to_json`] the OpenAI-style body
+//! (`{"error":{"message","type","code"}}`), and [`GatewayError::retry_after`] an optional
+//! `Retry-After`. Nothing else in the crate chooses a status code for an error.
+
+use bytes::Bytes;
+
+/// An error answered to the client.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GatewayError {
+    /// No such route.
+    #[error("Unknown path {path}: Pronto serves /v1/chat/completions, /v1/completions, /v1/embeddings and /v1/models")]
+    NotFound {
+        /// The path requested.
+        path: String,
+    },
+    /// Known path, wrong method.
+    #[error("Method {method} is not allowed on {path}")]
+    MethodNotAllowed {
+        /// The method used.
+        method: String,
+        /// The path requested.
+        path: String,
+    },
+    /// The body could not be understood.
+    #[error("{0}")]
+    BadRequest(String),
+    /// No pool serves this model.
+    #[error(
+        "The model `{model}` does not exist; see GET /v1/models for the models this gateway serves"
+    )]
+    ModelNotFound {
+        /// The model asked for.
+        model: String,
+    },
+    /// The body is larger than `limits.max_body_bytes`.
+    #[error("Request body is larger than the limit of {limit} bytes")]
+    BodyTooLarge {
+        /// The configured limit.
+        limit: u64,
+    },
+    /// No backend of the pool can take the request (all unhealthy, ejected, full or tried).
+    #[error("No backend is available for model `{model}`{detail}")]
+    NoBackend {
+        /// Pool / model name.
+        model: String,
+        /// Extra context (e.g. the last upstream failure), starting with `: `, or empty.
+        detail: String,
+    },
+    /// The backend produced no first byte of its answer in time.
+    #[error("Backend `{backend}` produced no first token within {timeout_ms} ms")]
+    FirstTokenTimeout {
+        /// Backend name.
+        backend: String,
+        /// The configured first-token timeout.
+        timeout_ms: u64,
+    },
+    /// The client was too slow sending its request body.
+    #[error("Timed out reading the request body")]
+    RequestTimeout,
+    /// A bug or an unexpected local failure.
+    #[error("Internal error: {0}")]
+    Internal(String),
+}
+
+impl GatewayError {
+    /// HTTP status code.
+    pub fn status(&self) -> u16 {
+        match self {
+            GatewayError::NotFound { .. } | GatewayError::ModelNotFound { .. } => 404,
+            GatewayError::MethodNotAllowed { .. } => 405,
+            GatewayError::BadRequest(_) => 400,
+            GatewayError::BodyTooLarge { .. } => 413,
+            GatewayError::NoBackend { .. } => 503,
+            GatewayError::FirstTokenTimeout { .. } => 504,
+            GatewayError::RequestTimeout => 408,
+            GatewayError::Internal(_) => 500,
+        }
+    }
+
+    /// OpenAI error `type`.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            GatewayError::NotFound { .. }
+            | GatewayError::MethodNotAllowed { .. }
+            | GatewayError::BadRequest(_)
+            | GatewayError::ModelNotFound { .. }
+            | GatewayError::BodyTooLarge { .. }
+            | GatewayError::RequestTimeout => "invalid_request_error",
+            GatewayError::NoBackend { .. } | GatewayError::FirstTokenTimeout { .. } => {
+                "service_unavailable_error"
+            }
+            GatewayError::Internal(_) => "internal_error",
+        }
+    }
+
+    /// OpenAI error `code` (a stable machine-readable string).
+    pub fn code(&self) -> &'static str {
+        match self {
+            GatewayError::NotFound { .. } => "not_found",
+            GatewayError::MethodNotAllowed { .. } => "method_not_allowed",
+            GatewayError::BadRequest(_) => "invalid_request",
+            GatewayError::ModelNotFound { .. } => "model_not_found",
+            GatewayError::BodyTooLarge { .. } => "request_too_large",
+            GatewayError::NoBackend { .. } => "no_backend_available",
+            GatewayError::FirstTokenTimeout { .. } => "first_token_timeout",
+            GatewayError::RequestTimeout => "request_timeout",
+            GatewayError::Internal(_) => "internal_error",
+        }
+    }
+
+    /// Seconds a client should wait before retrying, when that is meaningful.
+    pub fn retry_after(&self) -> Option<u32> {
+        match self {
+            GatewayError::NoBackend { .. } => Some(1),
+            _ => None,
+        }
+    }
+
+    /// The OpenAI-style JSON body.
+    pub fn to_json(&self) -> Bytes {
+        let body = serde_json::json!({
+            "error": {
+                "message": self.to_string(),
+                "type": self.error_type(),
+                "code": self.code(),
+            }
+        });
+        Bytes::from(body.to_string())
+    }
+
+    /// The same error as one SSE event, for a stream that has already started.
+    pub fn to_sse_event(&self) -> Bytes {
+        let mut out = Vec::with_capacity(128);
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(&self.to_json());
+        out.extend_from_slice(b"\n\n");
+        Bytes::from(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_body_has_openai_shape() {
+        let e = GatewayError::ModelNotFound { model: "x".into() };
+        let v: serde_json::Value = serde_json::from_slice(&e.to_json()).unwrap();
+        assert_eq!(v["error"]["code"], "model_not_found");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert!(v["error"]["message"].as_str().unwrap().contains("`x`"));
+        assert_eq!(e.status(), 404);
+    }
+
+    #[test]
+    fn statuses() {
+        assert_eq!(GatewayError::BodyTooLarge { limit: 1 }.status(), 413);
+        assert_eq!(GatewayError::BadRequest("b".into()).status(), 400);
+        let nb = GatewayError::NoBackend {
+            model: "m".into(),
+            detail: String::new(),
+        };
+        assert_eq!(nb.status(), 503);
+        assert_eq!(nb.retry_after(), Some(1));
+        let t = GatewayError::FirstTokenTimeout {
+            backend: "b".into(),
+            timeout_ms: 5,
+        };
+        assert_eq!(t.status(), 504);
+        assert!(t.to_sse_event().starts_with(b"data: {"));
+    }
+}

@@ -1,0 +1,69 @@
+//! Reading the whole request body before routing (DESIGN §3.1 option (a)).
+//!
+//! The body is read in `request_filter`, so routing sees the entire prompt whatever its size,
+//! and the same bytes are sent to each upstream attempt. The limit is enforced both on a
+//! declared `Content-Length` (rejected before reading a byte) and on the bytes actually read
+//! (chunked bodies), and a client that stalls mid-body is timed out.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use pingora_core::protocols::http::ServerSession;
+
+use crate::error::GatewayError;
+
+/// Read the full request body, at most `limit` bytes, waiting at most `idle` for each chunk.
+pub async fn read_body(
+    session: &mut ServerSession,
+    limit: u64,
+    idle: Duration,
+) -> Result<Bytes, GatewayError> {
+    let declared = session
+        .get_header("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(GatewayError::BodyTooLarge { limit });
+    }
+    let expects_continue = session
+        .get_header("expect")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if expects_continue && !session.is_http2() {
+        session
+            .write_continue_response()
+            .await
+            .map_err(|e| GatewayError::BadRequest(format!("client connection failed: {e}")))?;
+    }
+    // Chunks are kept as they arrive and joined once at the end: a body that arrives in one
+    // chunk is not copied at all.
+    let mut parts: Vec<Bytes> = Vec::new();
+    let mut total: u64 = 0;
+    loop {
+        let chunk = match tokio::time::timeout(idle, session.read_request_body()).await {
+            Err(_) => return Err(GatewayError::RequestTimeout),
+            Ok(Err(e)) => {
+                return Err(GatewayError::BadRequest(format!(
+                    "could not read the request body: {e}"
+                )))
+            }
+            Ok(Ok(None)) => break,
+            Ok(Ok(Some(c))) => c,
+        };
+        total += chunk.len() as u64;
+        if total > limit {
+            return Err(GatewayError::BodyTooLarge { limit });
+        }
+        parts.push(chunk);
+    }
+    Ok(match parts.len() {
+        0 => Bytes::new(),
+        1 => parts.pop().expect("one part"),
+        _ => {
+            let mut b = BytesMut::with_capacity(total as usize);
+            for p in &parts {
+                b.extend_from_slice(p);
+            }
+            b.freeze()
+        }
+    })
+}

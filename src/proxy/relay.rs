@@ -1,0 +1,167 @@
+//! Relaying a committed upstream response to the client, chunk by chunk, unbuffered.
+//!
+//! While relaying, three things race: the next upstream chunk (bounded by the idle timeout),
+//! and the client hanging up (`read_body_or_idle`: a FIN on HTTP/1.1, a reset on h2). A client
+//! hang-up drops the upstream session at once, which closes its connection so the backend
+//! stops generating. An upstream failure after the first byte cannot be retried: a stream ends
+//! with an SSE error event, then a clean end of body; other bodies are cut off (the client sees
+//! a truncated body, never a hang).
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header;
+use pingora_core::protocols::http::client::HttpSession;
+use pingora_core::protocols::http::ServerSession;
+use pingora_http::ResponseHeader;
+
+use super::upstream::is_hop_by_hop;
+use crate::backend::InflightGuard;
+use crate::error::GatewayError;
+use crate::sse::SseScanner;
+
+/// How a relay ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelayEnd {
+    /// The whole body reached the client.
+    Complete,
+    /// The backend failed or went idle mid-body; the client got an error event or a cut.
+    UpstreamFailed,
+    /// The client hung up.
+    ClientGone,
+}
+
+/// Observations from one relay.
+#[derive(Debug, Clone, Copy)]
+pub struct RelayOutcome {
+    /// How it ended.
+    pub end: RelayEnd,
+    /// When the first generated token passed through (streams only).
+    pub first_token_at: Option<Instant>,
+    /// The upstream connection is clean and may be pooled.
+    pub reusable: bool,
+}
+
+/// The response head for the client: the backend's, minus hop-by-hop headers, plus our own.
+pub fn client_response_head(
+    upstream: &ResponseHeader,
+    extra: &[(&'static str, String)],
+) -> pingora_core::Result<ResponseHeader> {
+    let mut h = ResponseHeader::build(upstream.status, Some(upstream.headers.len() + 2))?;
+    for (name, value) in upstream.headers.iter() {
+        if !is_hop_by_hop(name) {
+            h.append_header(name.clone(), value.clone())?;
+        }
+    }
+    if h.headers.get(header::CONTENT_LENGTH).is_none() {
+        // Unknown length (a stream): chunked on HTTP/1.1, so the connection stays reusable.
+        // Pingora drops this header on h2.
+        h.insert_header(header::TRANSFER_ENCODING, "chunked")?;
+    }
+    for (k, v) in extra {
+        h.insert_header(*k, v.as_str())?;
+    }
+    Ok(h)
+}
+
+/// Everything the relay needs besides the two sessions.
+pub struct Relay<'a> {
+    /// Response head to send the client.
+    pub head: ResponseHeader,
+    /// First body chunk already read by the attempt.
+    pub first_chunk: Option<Bytes>,
+    /// The upstream body already ended.
+    pub body_done: bool,
+    /// Whether this is an SSE stream (scan for the first token; end with an error event).
+    pub sse: bool,
+    /// Longest wait for the next upstream chunk.
+    pub idle: Duration,
+    /// The request's load accounting (first token moves it from prefill to decode).
+    pub guard: &'a mut InflightGuard,
+}
+
+impl Relay<'_> {
+    /// Relay the response; returns how it ended.
+    pub async fn run(self, client: &mut ServerSession, up: &mut HttpSession) -> RelayOutcome {
+        let Relay {
+            head,
+            first_chunk,
+            mut body_done,
+            sse,
+            idle,
+            guard,
+        } = self;
+        let mut scanner = SseScanner::new();
+        let mut out = RelayOutcome {
+            end: RelayEnd::Complete,
+            first_token_at: None,
+            reusable: false,
+        };
+        if client.write_response_header(Box::new(head)).await.is_err() {
+            out.end = RelayEnd::ClientGone;
+            return out;
+        }
+        let mut pending = first_chunk;
+        loop {
+            if let Some(chunk) = pending.take() {
+                if sse && scanner.feed(&chunk).first_token {
+                    out.first_token_at = Some(Instant::now());
+                    guard.first_token();
+                }
+                if client.write_response_body(chunk, false).await.is_err() {
+                    out.end = RelayEnd::ClientGone;
+                    return out;
+                }
+            }
+            if body_done {
+                break;
+            }
+            tokio::select! {
+                r = tokio::time::timeout(idle, up.read_response_body()) => match r {
+                    Ok(Ok(Some(chunk))) => pending = Some(chunk),
+                    Ok(Ok(None)) => body_done = true,
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "backend failed mid-response");
+                        out.end = RelayEnd::UpstreamFailed;
+                        break;
+                    }
+                    Err(_) => {
+                        tracing::warn!("backend idle mid-response");
+                        out.end = RelayEnd::UpstreamFailed;
+                        break;
+                    }
+                },
+                r = client.read_body_or_idle(true) => {
+                    // Any outcome here means the client went away (or broke protocol).
+                    tracing::debug!(result = ?r.map(|b| b.map(|b| b.len())), "client gone");
+                    out.end = RelayEnd::ClientGone;
+                    return out;
+                }
+            }
+        }
+        if out.end == RelayEnd::UpstreamFailed {
+            if sse {
+                let e = GatewayError::Internal(
+                    "the backend failed while streaming the response".into(),
+                );
+                let _ = client.write_response_body(e.to_sse_event(), true).await;
+            } else {
+                // A fixed-length or chunked body cannot be ended cleanly without lying about
+                // its completeness: close the connection so the client sees the truncation.
+                client.set_keepalive(None);
+                let _ = client.shutdown().await;
+            }
+            return out;
+        }
+        if client
+            .write_response_body(Bytes::new(), true)
+            .await
+            .is_err()
+        {
+            out.end = RelayEnd::ClientGone;
+            return out;
+        }
+        out.reusable = up.response_done();
+        out
+    }
+}

@@ -1,0 +1,34 @@
+//! Answers the gateway writes itself: errors and small JSON documents.
+
+use bytes::Bytes;
+use pingora_core::protocols::http::ServerSession;
+use pingora_http::ResponseHeader;
+
+use crate::error::GatewayError;
+
+/// Write a complete JSON response. Errors writing to the client are returned (the client is
+/// gone; nothing else to do).
+pub async fn json(
+    session: &mut ServerSession,
+    status: u16,
+    body: Bytes,
+    extra: &[(&'static str, String)],
+) -> pingora_core::Result<()> {
+    let mut h = ResponseHeader::build(status, Some(4 + extra.len()))?;
+    h.insert_header("content-type", "application/json")?;
+    h.insert_header("content-length", body.len().to_string())?;
+    for (k, v) in extra {
+        h.insert_header(*k, v.as_str())?;
+    }
+    session.write_response_header(Box::new(h)).await?;
+    session.write_response_body(body, true).await
+}
+
+/// Write `err` as an OpenAI-style JSON error.
+pub async fn error(session: &mut ServerSession, err: &GatewayError) -> pingora_core::Result<()> {
+    let mut extra = Vec::new();
+    if let Some(s) = err.retry_after() {
+        extra.push(("retry-after", s.to_string()));
+    }
+    json(session, err.status(), err.to_json(), &extra).await
+}

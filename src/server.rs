@@ -1,0 +1,137 @@
+//! The composition root: builds the pingora server with its three services — the proxy
+//! listener, the admin listener, the active health checker — and runs it.
+//!
+//! Shutdown: SIGTERM stops the listeners; in-flight requests keep going until they finish or
+//! `grace_period` passes, whichever comes first, then the process exits. SIGINT exits at once.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use pingora_core::apps::HttpServerOptions;
+use pingora_core::server::configuration::ServerConf;
+use pingora_core::server::{ExecutionPhase, RunArgs, Server};
+use pingora_core::services::background::background_service;
+use pingora_core::services::listening::Service;
+
+use crate::admin::Admin;
+use crate::backend::HealthChecker;
+use crate::config::Config;
+use crate::gateway::GatewayState;
+use crate::proxy::Proxy;
+use crate::telemetry::Metrics;
+
+/// Requests currently being handled, across all proxy threads.
+#[derive(Debug, Default)]
+pub struct ActiveRequests(AtomicUsize);
+
+impl ActiveRequests {
+    /// Count one request until the guard drops.
+    pub fn enter(self: &Arc<Self>) -> ActiveGuard {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        ActiveGuard(Arc::clone(self))
+    }
+
+    /// Requests in progress.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// One request in progress.
+#[derive(Debug)]
+pub struct ActiveGuard(Arc<ActiveRequests>);
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Run the gateway until shut down. Never returns on success (the process exits).
+pub fn run(config: Config) -> anyhow::Result<()> {
+    let grace = config.grace_period;
+    let listen = config.listen;
+    let admin_listen = config.admin_listen;
+    let threads = config.threads;
+
+    let metrics = Metrics::new();
+    let state = Arc::new(ArcSwap::from_pointee(GatewayState::new(
+        Arc::new(config),
+        &metrics,
+    )));
+    let active = Arc::new(ActiveRequests::default());
+
+    let conf = ServerConf {
+        threads,
+        // Pingora sleeps the whole grace period; the drain watcher below exits earlier once
+        // nothing is in flight.
+        grace_period_seconds: Some(grace.as_secs().max(1)),
+        graceful_shutdown_timeout_seconds: Some(1),
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+
+    let mut proxy = pingora_proxy::http_proxy_service_with_name(
+        &server.configuration,
+        Proxy::new(Arc::clone(&state), metrics.clone(), Arc::clone(&active)),
+        "pronto-proxy",
+    );
+    proxy.add_tcp(&listen.to_string());
+    if let Some(app) = proxy.app_logic_mut() {
+        let mut opts = HttpServerOptions::default();
+        opts.h2c = true;
+        app.server_options = Some(opts);
+    }
+
+    let mut admin_app =
+        pingora_core::apps::http_app::HttpServer::new_app(Admin::new(Arc::clone(&state), metrics));
+    let mut opts = HttpServerOptions::default();
+    opts.h2c = true;
+    admin_app.server_options = Some(opts);
+    let mut admin = Service::new("pronto-admin".to_string(), admin_app);
+    admin.add_tcp(&admin_listen.to_string());
+    admin.threads = Some(1);
+
+    let health = background_service("pronto-health", HealthChecker::new(Arc::clone(&state)));
+
+    server.add_service(proxy);
+    server.add_service(admin);
+    server.add_service(health);
+
+    let mut phases = server.watch_execution_phase();
+    std::thread::Builder::new()
+        .name("pronto-drain".into())
+        .spawn(move || drain_watcher(&mut phases, &active, grace))?;
+
+    tracing::info!(%listen, %admin_listen, threads, "pronto gateway starting");
+    server.run(RunArgs::default());
+    Ok(())
+}
+
+/// After SIGTERM, exit as soon as no request is in flight (or when the grace period ends).
+fn drain_watcher(
+    phases: &mut tokio::sync::broadcast::Receiver<ExecutionPhase>,
+    active: &ActiveRequests,
+    grace: Duration,
+) {
+    loop {
+        match phases.blocking_recv() {
+            Ok(ExecutionPhase::GracefulTerminate) => break,
+            Ok(_) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        }
+    }
+    let start = Instant::now();
+    tracing::info!(in_flight = active.get(), ?grace, "draining");
+    // Let listeners close and connections that were mid-accept register their request.
+    std::thread::sleep(Duration::from_millis(100));
+    while active.get() > 0 && start.elapsed() < grace {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tracing::info!(in_flight = active.get(), elapsed = ?start.elapsed(), "drained; exiting");
+    std::process::exit(0);
+}

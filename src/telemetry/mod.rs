@@ -1,0 +1,188 @@
+//! Every Prometheus family the gateway exports, registered once in one [`Metrics`] value that is
+//! passed to the components that record into it.
+//!
+//! Label values are bounded: pool and backend names come from config, never from raw user
+//! input (a request for an unknown model is counted under pool `none`).
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Label value for requests that matched no pool or reached no backend.
+pub const NONE: &str = "none";
+
+/// Buckets for request durations and TTFT, in seconds (5 ms … 60 s).
+const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0,
+    20.0, 30.0, 60.0,
+];
+
+/// Why a request was retried (a bounded label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryReason {
+    /// TCP connect failed or timed out.
+    Connect,
+    /// A reused (pooled) connection turned out to be closed.
+    StaleConnection,
+    /// Writing the request or reading the response head failed.
+    Io,
+    /// The backend answered 5xx before any byte reached the client.
+    Status5xx,
+    /// The backend answered 429 before any byte reached the client.
+    Status429,
+}
+
+impl RetryReason {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryReason::Connect => "connect",
+            RetryReason::StaleConnection => "stale_connection",
+            RetryReason::Io => "io",
+            RetryReason::Status5xx => "status_5xx",
+            RetryReason::Status429 => "status_429",
+        }
+    }
+}
+
+/// The gateway's metric families.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// `pronto_requests_total{pool,backend,code}`
+    pub requests_total: IntCounterVec,
+    /// `pronto_request_duration_seconds{pool}`: request arrival to end of response.
+    pub request_duration_seconds: HistogramVec,
+    /// `pronto_backend_inflight{backend}`
+    pub backend_inflight: IntGaugeVec,
+    /// `pronto_backend_healthy{backend}`: 1 when eligible for routing.
+    pub backend_healthy: IntGaugeVec,
+    /// `pronto_retries_total{pool,reason}`
+    pub retries_total: IntCounterVec,
+    /// `pronto_ttft_seconds{backend}`: upstream send → first generated token.
+    pub ttft_seconds: HistogramVec,
+    /// `pronto_client_ttft_seconds{pool}`: client request arrival → first token forwarded.
+    pub client_ttft_seconds: HistogramVec,
+    /// `pronto_client_disconnects_total{pool}`: clients that hung up before the response ended.
+    pub client_disconnects_total: IntCounterVec,
+    /// `pronto_upstream_errors_total{backend,kind}`: failures talking to a backend.
+    pub upstream_errors_total: IntCounterVec,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter");
+    r.register(Box::new(c.clone())).expect("unique metric");
+    c
+}
+
+fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
+    r.register(Box::new(g.clone())).expect("unique metric");
+    g
+}
+
+fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    let h = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
+        labels,
+    )
+    .expect("valid histogram");
+    r.register(Box::new(h.clone())).expect("unique metric");
+    h
+}
+
+impl Metrics {
+    /// Register every family in a fresh registry.
+    pub fn new() -> Metrics {
+        let r = Registry::new();
+        Metrics {
+            requests_total: counter(
+                &r,
+                "pronto_requests_total",
+                "Requests answered, by pool, backend and HTTP status",
+                &["pool", "backend", "code"],
+            ),
+            request_duration_seconds: histogram(
+                &r,
+                "pronto_request_duration_seconds",
+                "Request arrival to end of response",
+                &["pool"],
+            ),
+            backend_inflight: gauge(
+                &r,
+                "pronto_backend_inflight",
+                "Requests in flight to each backend",
+                &["backend"],
+            ),
+            backend_healthy: gauge(
+                &r,
+                "pronto_backend_healthy",
+                "1 when the backend is eligible for routing",
+                &["backend"],
+            ),
+            retries_total: counter(
+                &r,
+                "pronto_retries_total",
+                "Attempts retried on another backend, by reason",
+                &["pool", "reason"],
+            ),
+            ttft_seconds: histogram(
+                &r,
+                "pronto_ttft_seconds",
+                "Upstream request sent to first generated token, per backend",
+                &["backend"],
+            ),
+            client_ttft_seconds: histogram(
+                &r,
+                "pronto_client_ttft_seconds",
+                "Client request arrival to first generated token forwarded",
+                &["pool"],
+            ),
+            client_disconnects_total: counter(
+                &r,
+                "pronto_client_disconnects_total",
+                "Clients that hung up before their response ended",
+                &["pool"],
+            ),
+            upstream_errors_total: counter(
+                &r,
+                "pronto_upstream_errors_total",
+                "Failures talking to a backend, by kind",
+                &["backend", "kind"],
+            ),
+            registry: r,
+        }
+    }
+
+    /// The Prometheus text exposition of every family.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::with_capacity(16 * 1024);
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("text encoding cannot fail");
+        String::from_utf8(buf).expect("prometheus text is UTF-8")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_registered_families() {
+        let m = Metrics::new();
+        m.requests_total.with_label_values(&["p", "b", "200"]).inc();
+        m.retries_total
+            .with_label_values(&["p", RetryReason::Connect.as_str()])
+            .inc();
+        let text = m.render();
+        assert!(text.contains("pronto_requests_total{backend=\"b\",code=\"200\",pool=\"p\"} 1"));
+        assert!(text.contains("pronto_retries_total{pool=\"p\",reason=\"connect\"} 1"));
+    }
+}
