@@ -1,0 +1,166 @@
+//! Runs the real `pronto` binary as a child process for end-to-end tests.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running gateway process.
+pub struct Gateway {
+    pub child: Child,
+    pub listen: SocketAddr,
+    pub admin: SocketAddr,
+    pub config_path: PathBuf,
+    _dir: TempDir,
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "pronto-test-{tag}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn free_port() -> u16 {
+    // The port is released before the gateway binds it; `start` retries on the rare clash.
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Quick defaults suited to tests: short health interval, short grace, test-sized timeouts.
+pub fn config_yaml(pools: &str, extra: &str) -> String {
+    format!(
+        "threads: 2\ngrace_period: 5s\nhealth:\n  interval: 200ms\n  timeout: 500ms\n  eject_after_failures: 2\n  readmit_after: 1s\n{extra}\npools:\n{pools}"
+    )
+}
+
+/// A pool section with the given backends.
+pub fn pool(model: &str, policy: &str, urls: &[String]) -> String {
+    let mut s = format!("  {model}:\n    policy: {policy}\n    backends:\n");
+    for (i, u) in urls.iter().enumerate() {
+        s.push_str(&format!("      - name: {model}-b{i}\n        url: {u}\n"));
+    }
+    s
+}
+
+impl Gateway {
+    /// Start `pronto serve --config` on a config whose listeners the harness chooses.
+    pub fn start(yaml_without_listeners: &str) -> Gateway {
+        for _ in 0..5 {
+            let dir = TempDir::new("gw");
+            let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+            let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+            let config_path = dir.0.join("pronto.yaml");
+            let mut f = std::fs::File::create(&config_path).unwrap();
+            write!(
+                f,
+                "listen: {listen}\nadmin_listen: {admin}\n{yaml_without_listeners}"
+            )
+            .unwrap();
+            drop(f);
+            let child = Command::new(env!("CARGO_BIN_EXE_pronto"))
+                .arg("serve")
+                .arg("--config")
+                .arg(&config_path)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn pronto");
+            let mut gw = Gateway {
+                child,
+                listen,
+                admin,
+                config_path,
+                _dir: dir,
+            };
+            if gw.wait_ready(Duration::from_secs(20)) {
+                return gw;
+            }
+            let _ = gw.child.kill();
+        }
+        panic!("gateway did not start");
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            let admin = std::net::TcpStream::connect(self.admin).is_ok();
+            let proxy = std::net::TcpStream::connect(self.listen).is_ok();
+            if admin && proxy {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.listen)
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.admin)
+    }
+
+    /// Send SIGTERM.
+    pub fn terminate(&self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+    }
+
+    /// Wait for the process to exit, up to `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of a metric line `name{labels} value` in Prometheus text (labels as written,
+/// sorted by name as the prometheus crate renders them).
+pub fn metric_value(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels) && l[name_and_labels.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}

@@ -1,0 +1,32 @@
+//! Shared test harness: in-process backends and the gateway binary.
+#![allow(dead_code)]
+
+pub mod backend;
+pub mod gateway;
+
+pub use backend::{fnv64, Behavior, TestBackend};
+pub use gateway::{config_yaml, metric_value, pool, Gateway};
+
+/// A chat body whose prompt is about `bytes` long, serialised as the OpenAI SDK does
+/// (messages before model and stream).
+pub fn chat_body(bytes: usize, stream: bool) -> Vec<u8> {
+    let filler = "lorem ipsum dolor sit amet ".repeat(bytes / 27 + 1);
+    let content = &filler[..bytes.min(filler.len())];
+    serde_json::to_vec(&serde_json::json!({
+        "messages": [{"role": "user", "content": content}],
+        "model": "m",
+        "stream": stream,
+        "max_tokens": 4
+    }))
+    .unwrap()
+}
+
+/// An HTTP client; `h2c` uses HTTP/2 with prior knowledge.
+pub fn client(h2c: bool) -> reqwest::Client {
+    let b = reqwest::Client::builder().timeout(std::time::Duration::from_secs(60));
+    if h2c {
+        b.http2_prior_knowledge().build().unwrap()
+    } else {
+        b.http1_only().build().unwrap()
+    }
+}

@@ -1,0 +1,409 @@
+//! End-to-end behaviour of the gateway binary against in-process backends.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::{
+    chat_body, client, config_yaml, metric_value, pool, Behavior, Gateway, TestBackend,
+};
+use futures::StreamExt;
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+async fn post(gw: &Gateway, path: &str, body: Vec<u8>) -> (u16, String) {
+    let r = client(false)
+        .post(gw.url(path))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let s = r.status().as_u16();
+    (s, r.text().await.unwrap())
+}
+
+fn assert_openai_error(text: &str, code: &str) {
+    let v = json(text);
+    assert_eq!(v["error"]["code"], code, "{text}");
+    assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+    assert!(v["error"]["type"].is_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_event_arrives_while_backend_is_still_generating() {
+    let backend = TestBackend::start(
+        "b",
+        Behavior {
+            tokens: 6,
+            token_delay: Duration::from_millis(300),
+            ..Behavior::default()
+        },
+    )
+    .await;
+    let gw = Gateway::start(&config_yaml(&pool("m", "round_robin", &[backend.url()]), ""));
+    for h2c in [false, true] {
+        let resp = client(h2c)
+            .post(gw.url("/v1/chat/completions"))
+            .body(chat_body(100, true))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.bytes_stream();
+        let mut seen = String::new();
+        while !seen.contains("t0 ") {
+            let c = body.next().await.expect("stream ended early").unwrap();
+            seen.push_str(&String::from_utf8_lossy(&c));
+        }
+        // The first token reached us while the backend had not yet produced the rest.
+        let sent = backend.state.seen.tokens_sent.load(Ordering::SeqCst);
+        assert!(sent < 6 * (1 + h2c as usize), "tokens already sent: {sent}");
+        while let Some(c) = body.next().await {
+            seen.push_str(&String::from_utf8_lossy(&c.unwrap()));
+        }
+        assert!(seen.ends_with("data: [DONE]\n\n"), "{seen}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_unknown_paths_and_bad_requests() {
+    let backend = TestBackend::start("b", Behavior::default()).await;
+    let pools = format!(
+        "{}{}",
+        pool("m", "round_robin", &[backend.url()]),
+        pool("z-model", "least_inflight", &[backend.url()])
+    );
+    let gw = Gateway::start(&config_yaml(&pools, "limits:\n  max_body_bytes: 64KiB\n"));
+    let c = client(false);
+
+    let models = c.get(gw.url("/v1/models")).send().await.unwrap();
+    assert_eq!(models.status(), 200);
+    let v = json(&models.text().await.unwrap());
+    let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["m", "z-model"]);
+
+    let r = c.get(gw.url("/v2/nothing")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert_openai_error(&r.text().await.unwrap(), "not_found");
+
+    let r = c.get(gw.url("/v1/chat/completions")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+
+    let (s, t) = post(&gw, "/v1/chat/completions", b"{not json".to_vec()).await;
+    assert_eq!(s, 400);
+    assert_openai_error(&t, "invalid_request");
+
+    let (s, t) = post(&gw, "/v1/chat/completions", br#"{"messages":[]}"#.to_vec()).await;
+    assert_eq!(s, 400, "{t}");
+
+    let body = br#"{"model":"nope","messages":[{"role":"user","content":"hi"}]}"#.to_vec();
+    let (s, t) = post(&gw, "/v1/chat/completions", body).await;
+    assert_eq!(s, 404);
+    assert_openai_error(&t, "model_not_found");
+
+    let (s, t) = post(&gw, "/v1/chat/completions", chat_body(100 << 10, false)).await;
+    assert_eq!(s, 413);
+    assert_openai_error(&t, "request_too_large");
+
+    // Chunked (no Content-Length) and too large: caught while reading.
+    let big = chat_body(100 << 10, false);
+    let parts: Vec<Result<Vec<u8>, std::io::Error>> = big.chunks(4096).map(|c| Ok(c.to_vec())).collect();
+    let r = c
+        .post(gw.url("/v1/chat/completions"))
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(parts)))
+        .send()
+        .await;
+    if let Ok(r) = r {
+        assert_eq!(r.status(), 413);
+    } // else: the gateway closed the connection while the client was still sending: fine.
+
+    let (s, _) = post(&gw, "/v1/embeddings", br#"{"model":"m","input":"hello"}"#.to_vec()).await;
+    assert_eq!(s, 200);
+    assert_eq!(backend.requests(), 1, "only the embeddings request reached a backend");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_5xx_and_connect_failures_on_another_backend() {
+    let bad = TestBackend::start(
+        "bad",
+        Behavior {
+            fail_next: 1000,
+            ..Behavior::default()
+        },
+    )
+    .await;
+    let good = TestBackend::start("good", Behavior::default()).await;
+    let dead = TestBackend::start("dead", Behavior::default()).await;
+    let dead_url = dead.url();
+    dead.kill();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let urls = [bad.url(), dead_url, good.url()];
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &urls),
+        "health:\n  interval: 60s\n  eject_after_failures: 100\n",
+    ));
+    let body = chat_body(2000, true);
+    for _ in 0..6 {
+        let (s, t) = post(&gw, "/v1/chat/completions", body.clone()).await;
+        assert_eq!(s, 200, "{t}");
+        assert!(t.contains("[DONE]"));
+    }
+    assert_eq!(good.requests(), 6);
+    assert!(bad.requests() >= 2);
+    // Every retried attempt sent the full body again.
+    for (len, _) in bad.state.seen.bodies.lock().unwrap().iter() {
+        assert_eq!(*len, body.len());
+    }
+    let m = client(false).get(gw.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metric_value(&m, "pronto_retries_total{pool=\"m\",reason=\"status_5xx\"}").unwrap() >= 2.0, "{m}");
+    assert!(metric_value(&m, "pronto_retries_total{pool=\"m\",reason=\"connect\"}").unwrap() >= 1.0, "{m}");
+    assert_eq!(metric_value(&m, "pronto_requests_total{backend=\"m-b2\",code=\"200\",pool=\"m\"}"), Some(6.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_attempt_passes_the_backend_answer_through_and_no_backend_is_503() {
+    let bad = TestBackend::start(
+        "bad",
+        Behavior {
+            fail_next: 1000,
+            fail_status: 429,
+            ..Behavior::default()
+        },
+    )
+    .await;
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[bad.url()]),
+        "health:\n  interval: 60s\n  eject_after_failures: 100\n",
+    ));
+    let (s, _) = post(&gw, "/v1/chat/completions", chat_body(100, false)).await;
+    assert_eq!(s, 429, "a single backend's 429 reaches the client");
+
+    let dead = TestBackend::start("dead", Behavior::default()).await;
+    let url = dead.url();
+    dead.kill();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[url]),
+        "health:\n  interval: 60s\n  eject_after_failures: 100\n",
+    ));
+    let r = client(false)
+        .post(gw.url("/v1/chat/completions"))
+        .body(chat_body(100, false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().contains_key("retry-after"));
+    assert_openai_error(&r.text().await.unwrap(), "no_backend_available");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_token_timeout_is_504() {
+    let slow = TestBackend::start(
+        "slow",
+        Behavior {
+            first_token_delay: Duration::from_secs(30),
+            ..Behavior::default()
+        },
+    )
+    .await;
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[slow.url()]),
+        "limits:\n  first_token_timeout: 300ms\nhealth:\n  interval: 60s\n",
+    ));
+    let started = Instant::now();
+    let (s, t) = post(&gw, "/v1/chat/completions", chat_body(100, true)).await;
+    assert_eq!(s, 504, "{t}");
+    assert_openai_error(&t, "first_token_timeout");
+    assert!(started.elapsed() < Duration::from_secs(30), "no hang");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_dying_mid_stream_ends_the_client_stream_cleanly() {
+    let crashy = TestBackend::start(
+        "crashy",
+        Behavior {
+            tokens: 10,
+            die_after: Some(3),
+            token_delay: Duration::from_millis(10),
+            ..Behavior::default()
+        },
+    )
+    .await;
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[crashy.url()]),
+        "health:\n  interval: 60s\n",
+    ));
+    for h2c in [false, true] {
+        let r = client(h2c)
+            .post(gw.url("/v1/chat/completions"))
+            .body(chat_body(100, true))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let text = tokio::time::timeout(Duration::from_secs(10), r.text())
+            .await
+            .expect("client stream must not hang")
+            .expect("stream ends cleanly");
+        assert!(text.contains("t2 "), "{text}");
+        assert!(!text.contains("[DONE]"));
+        let last = text.trim_end().lines().last().unwrap();
+        assert!(last.starts_with("data: {\"error\""), "ends with an error event: {text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_hang_up_cancels_the_upstream_request() {
+    let backend = TestBackend::start(
+        "b",
+        Behavior {
+            tokens: 100_000,
+            token_delay: Duration::from_millis(5),
+            ..Behavior::default()
+        },
+    )
+    .await;
+    let gw = Gateway::start(&config_yaml(&pool("m", "round_robin", &[backend.url()]), ""));
+    let mut lags = Vec::new();
+    for (i, h2c) in [false, true, false, true, false].into_iter().enumerate() {
+        let r = client(h2c)
+            .post(gw.url("/v1/chat/completions"))
+            .body(chat_body(100, true))
+            .send()
+            .await
+            .unwrap();
+        let mut s = r.bytes_stream();
+        s.next().await.unwrap().unwrap();
+        s.next().await.unwrap().unwrap();
+        let hung_up = Instant::now();
+        drop(s);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while backend.state.seen.cancelled.load(Ordering::SeqCst) < i + 1 {
+            assert!(Instant::now() < deadline, "backend never saw the cancellation");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let at = backend.state.seen.cancelled_at.lock().unwrap().unwrap();
+        lags.push(at.saturating_duration_since(hung_up));
+    }
+    lags.sort();
+    eprintln!("upstream cancellation lag after client hang-up: {lags:?}");
+    // The median, robust to one slow run on a shared machine.
+    assert!(lags[2] < Duration::from_millis(100), "{lags:?}");
+    let m = client(false).get(gw.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert_eq!(metric_value(&m, "pronto_client_disconnects_total{pool=\"m\"}"), Some(5.0));
+    assert_eq!(metric_value(&m, "pronto_backend_inflight{backend=\"m-b0\"}"), Some(0.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unhealthy_backends_are_ejected_never_picked_and_readmitted() {
+    let a = TestBackend::start("a", Behavior::default()).await;
+    let b = TestBackend::start("b", Behavior::default()).await;
+    let gw = Gateway::start(&config_yaml(&pool("m", "round_robin", &[a.url(), b.url()]), ""));
+    b.set(|x| x.healthy = false);
+    // Active checks run every 200 ms: wait until the admin API shows b down.
+    let c = client(false);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = json(&c.get(gw.admin_url("/admin/backends")).send().await.unwrap().text().await.unwrap());
+        if v["backends"][1]["healthy"] == false {
+            break;
+        }
+        assert!(Instant::now() < deadline, "b never marked unhealthy");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = b.requests();
+    for _ in 0..10 {
+        let (s, _) = post(&gw, "/v1/chat/completions", chat_body(100, false)).await;
+        assert_eq!(s, 200);
+    }
+    assert_eq!(b.requests(), before, "an unhealthy backend was picked");
+    let m = c.get(gw.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert_eq!(metric_value(&m, "pronto_backend_healthy{backend=\"m-b1\"}"), Some(0.0));
+    let r = c.get(gw.admin_url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "one healthy backend is enough to be ready");
+
+    b.set(|x| x.healthy = true);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.requests() == before {
+        assert!(Instant::now() < deadline, "b never re-admitted");
+        let _ = post(&gw, "/v1/chat/completions", chat_body(100, false)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Passive ejection: connection failures eject without waiting for the active check.
+    a.set(|x| x.healthy = false);
+    b.set(|x| x.healthy = false);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = c.get(gw.admin_url("/readyz")).send().await.unwrap();
+        if r.status() == 503 {
+            assert!(r.text().await.unwrap().contains("\"m\""));
+            break;
+        }
+        assert!(Instant::now() < deadline, "never unready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (s, _) = post(&gw, "/v1/chat/completions", chat_body(100, false)).await;
+    assert_eq!(s, 503);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_endpoints_answer() {
+    let a = TestBackend::start("a", Behavior::default()).await;
+    let gw = Gateway::start(&config_yaml(&pool("m", "least_inflight", &[a.url()]), ""));
+    let c = client(false);
+    assert_eq!(c.get(gw.admin_url("/healthz")).send().await.unwrap().status(), 200);
+    assert_eq!(c.get(gw.admin_url("/nope")).send().await.unwrap().status(), 404);
+    let (s, _) = post(&gw, "/v1/chat/completions", chat_body(100, true)).await;
+    assert_eq!(s, 200);
+    let m = c.get(gw.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for family in [
+        "pronto_requests_total",
+        "pronto_request_duration_seconds",
+        "pronto_backend_inflight",
+        "pronto_backend_healthy",
+        "pronto_ttft_seconds",
+    ] {
+        assert!(m.contains(&format!("# TYPE {family} ")), "{family} missing:\n{m}");
+    }
+    assert_eq!(metric_value(&m, "pronto_ttft_seconds_count{backend=\"m-b0\"}"), Some(1.0));
+    let v = json(&c.get(gw.admin_url("/admin/backends")).send().await.unwrap().text().await.unwrap());
+    assert_eq!(v["backends"][0]["name"], "m-b0");
+    assert_eq!(v["backends"][0]["pool"], "m");
+    assert_eq!(v["backends"][0]["inflight"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_in_flight_streams_finish_then_exits() {
+    let backend = TestBackend::start(
+        "b",
+        Behavior {
+            tokens: 20,
+            token_delay: Duration::from_millis(50),
+            ..Behavior::default()
+        },
+    )
+    .await;
+    let mut gw = Gateway::start(&config_yaml(&pool("m", "round_robin", &[backend.url()]), ""));
+    let r = client(false)
+        .post(gw.url("/v1/chat/completions"))
+        .body(chat_body(100, true))
+        .send()
+        .await
+        .unwrap();
+    let mut s = r.bytes_stream();
+    s.next().await.unwrap().unwrap();
+    gw.terminate();
+    let mut text = String::new();
+    while let Some(c) = s.next().await {
+        text.push_str(&String::from_utf8_lossy(&c.unwrap()));
+    }
+    assert!(text.ends_with("data: [DONE]\n\n"), "stream finished: {text}");
+    let status = tokio::task::block_in_place(|| gw.wait_exit(Duration::from_secs(10)));
+    assert!(status.is_some_and(|s| s.success()), "exited cleanly: {status:?}");
+    // Exited well before the 5 s grace period: it drained instead of sleeping it out.
+}
