@@ -268,6 +268,30 @@ mod tests {
         assert!(parse_size("99999999TiB").unwrap_err().contains("too large"));
     }
 
+    proptest::proptest! {
+        /// Whatever humantime writes below a day (`1h 30m 5s 250ms 3us 7ns`), we read back
+        /// exactly. (From a day up it writes `1day`, a spelling we do not accept.)
+        #[test]
+        fn reads_back_humantime_output(nanos in 0u64..(86_400 * 1_000_000_000)) {
+            let d = Duration::from_nanos(nanos);
+            let text = humantime::format_duration(d).to_string();
+            proptest::prop_assert_eq!(parse_duration(&text), Ok(d), "{}", text);
+        }
+
+        /// Any input gives a value or a message; never a panic.
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,24}") {
+            let _ = parse_duration(&text);
+            let _ = parse_size(&text);
+        }
+
+        /// Sizes written with the unit format_size picks read back exactly.
+        #[test]
+        fn sizes_round_trip(bytes in 0u64..(1 << 50)) {
+            proptest::prop_assert_eq!(parse_size(&format_size(bytes)), Ok(bytes));
+        }
+    }
+
     #[test]
     fn format_size_picks_exact_unit() {
         assert_eq!(format_size(32 << 20), "32MiB");

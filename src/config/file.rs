@@ -2,7 +2,7 @@
 //!
 //! Every struct denies unknown fields, so a typo (`wieght:`) is an error with a line and
 //! column rather than a silently ignored setting. Every field is optional here, even ones the
-//! gateway requires: [`super::validate`] reports a missing field together with every other
+//! gateway requires: [`super::validate()`] reports a missing field together with every other
 //! problem, instead of serde stopping at the first. For the same reason, values that need
 //! interpretation stay raw — addresses and URLs as strings, durations and sizes as
 //! [`Quantity`] — and are parsed during validation.

@@ -1,7 +1,7 @@
 //! Gateway configuration: YAML file → validated, typed [`Config`].
 //!
 //! Two layers (STYLE habit 5):
-//! 1. [`file`]: serde structs mirroring the YAML, `deny_unknown_fields`, every field optional,
+//! 1. [`mod@file`]: serde structs mirroring the YAML, `deny_unknown_fields`, every field optional,
 //!    values needing interpretation kept raw. Syntax and type errors stop here, located by
 //!    `serde_yaml_ng`.
 //! 2. [`validate()`]: checks every field, collecting *all* errors and warnings with their

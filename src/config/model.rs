@@ -1,6 +1,6 @@
 //! The validated, typed config the gateway runs on.
 //!
-//! Nothing here can be wrong: every value was checked by [`super::validate`], so consumers use
+//! Nothing here can be wrong: every value was checked by [`super::validate()`], so consumers use
 //! fields directly (a `Duration` is positive, a `weight` is at least 1, backend names are
 //! unique across the file). Defaults live here, as the `DEFAULT_*` constants, and nowhere
 //! else.
