@@ -103,8 +103,48 @@ pub struct BackendFile {
     pub weight: Option<u64>,
     /// Cap on concurrent requests.
     pub max_inflight: Option<u64>,
-    /// Free-form labels.
-    pub labels: Option<BTreeMap<String, String>>,
+    /// Free-form labels; scalar values (`rack: 3`, `spot: true`) are kept as their text.
+    pub labels: Option<BTreeMap<String, LabelValue>>,
+}
+
+/// A label value: any YAML scalar, as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelValue(pub String);
+
+impl<'de> Deserialize<'de> for LabelValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<LabelValue, D::Error> {
+        struct LabelVisitor;
+
+        impl Visitor<'_> for LabelVisitor {
+            type Value = LabelValue;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, number or boolean")
+            }
+
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<LabelValue, E> {
+                Ok(LabelValue(v.to_string()))
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<LabelValue, E> {
+                Ok(LabelValue(v.to_string()))
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<LabelValue, E> {
+                Ok(LabelValue(v.to_string()))
+            }
+
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<LabelValue, E> {
+                Ok(LabelValue(v.to_string()))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<LabelValue, E> {
+                Ok(LabelValue(v.to_string()))
+            }
+        }
+
+        deserializer.deserialize_any(LabelVisitor)
+    }
 }
 
 // === impl Quantity ===
@@ -291,6 +331,28 @@ mod tests {
         assert_eq!(l.connect_timeout, Some(Quantity::from("2s")));
         assert_eq!(l.idle_timeout, Some(Quantity::Float(1.5)));
         assert_eq!(l.first_token_timeout, Some(Quantity::Int(-3)));
+    }
+
+    #[test]
+    fn label_values_accept_any_scalar() {
+        let b: BackendFile =
+            serde_yaml_ng::from_str("labels: {zone: a, rack: 3, spot: true, x: 1.5}").unwrap();
+        let labels = b.labels.unwrap();
+        let text: Vec<(&str, &str)> = labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.0.as_str()))
+            .collect();
+        assert_eq!(
+            text,
+            [("rack", "3"), ("spot", "true"), ("x", "1.5"), ("zone", "a")]
+        );
+        let err = serde_yaml_ng::from_str::<BackendFile>("labels: {zone: [a]}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("expected a string, number or boolean"),
+            "{err}"
+        );
     }
 
     #[test]

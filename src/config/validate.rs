@@ -498,7 +498,7 @@ impl Checker {
         let mut labels = BTreeMap::new();
         for (k, v) in b.labels.iter().flatten() {
             if valid_label_name(k) {
-                labels.insert(k.clone(), v.clone());
+                labels.insert(k.clone(), v.0.clone());
             } else {
                 self.error(
                     key_path(&format!("{path}.labels"), k),
