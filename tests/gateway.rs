@@ -5,9 +5,7 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{
-    chat_body, client, config_yaml, metric_value, pool, Behavior, Gateway, TestBackend,
-};
+use common::{chat_body, client, config_yaml, metric_value, pool, Behavior, Gateway, TestBackend};
 use futures::StreamExt;
 
 fn json(text: &str) -> serde_json::Value {
@@ -28,7 +26,9 @@ async fn post(gw: &Gateway, path: &str, body: Vec<u8>) -> (u16, String) {
 fn assert_openai_error(text: &str, code: &str) {
     let v = json(text);
     assert_eq!(v["error"]["code"], code, "{text}");
-    assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+    assert!(v["error"]["message"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
     assert!(v["error"]["type"].is_string());
 }
 
@@ -43,7 +43,10 @@ async fn first_event_arrives_while_backend_is_still_generating() {
         },
     )
     .await;
-    let gw = Gateway::start(&config_yaml(&pool("m", "round_robin", &[backend.url()]), ""));
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[backend.url()]),
+        "",
+    ));
     for h2c in [false, true] {
         let resp = client(h2c)
             .post(gw.url("/v1/chat/completions"))
@@ -82,7 +85,12 @@ async fn models_unknown_paths_and_bad_requests() {
     let models = c.get(gw.url("/v1/models")).send().await.unwrap();
     assert_eq!(models.status(), 200);
     let v = json(&models.text().await.unwrap());
-    let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["m", "z-model"]);
 
     let r = c.get(gw.url("/v2/nothing")).send().await.unwrap();
@@ -110,7 +118,8 @@ async fn models_unknown_paths_and_bad_requests() {
 
     // Chunked (no Content-Length) and too large: caught while reading.
     let big = chat_body(100 << 10, false);
-    let parts: Vec<Result<Vec<u8>, std::io::Error>> = big.chunks(4096).map(|c| Ok(c.to_vec())).collect();
+    let parts: Vec<Result<Vec<u8>, std::io::Error>> =
+        big.chunks(4096).map(|c| Ok(c.to_vec())).collect();
     let r = c
         .post(gw.url("/v1/chat/completions"))
         .body(reqwest::Body::wrap_stream(futures::stream::iter(parts)))
@@ -120,9 +129,18 @@ async fn models_unknown_paths_and_bad_requests() {
         assert_eq!(r.status(), 413);
     } // else: the gateway closed the connection while the client was still sending: fine.
 
-    let (s, _) = post(&gw, "/v1/embeddings", br#"{"model":"m","input":"hello"}"#.to_vec()).await;
+    let (s, _) = post(
+        &gw,
+        "/v1/embeddings",
+        br#"{"model":"m","input":"hello"}"#.to_vec(),
+    )
+    .await;
     assert_eq!(s, 200);
-    assert_eq!(backend.requests(), 1, "only the embeddings request reached a backend");
+    assert_eq!(
+        backend.requests(),
+        1,
+        "only the embeddings request reached a backend"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,14 +155,18 @@ async fn retries_5xx_and_connect_failures_on_another_backend() {
     .await;
     let good = TestBackend::start("good", Behavior::default()).await;
     let dead = TestBackend::start("dead", Behavior::default()).await;
-    let dead_url = dead.url();
-    dead.kill();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let urls = [bad.url(), dead_url, good.url()];
+    let urls = [bad.url(), dead.url(), good.url()];
     let gw = Gateway::start(&config_yaml(
         &pool("m", "round_robin", &urls),
         "health:\n  interval: 60s\n  eject_after_failures: 100\n",
     ));
+    // Kill it after the gateway's first active check found it healthy: only connect
+    // failures can reveal it now.
+    while dead.state.seen.health_checks.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    dead.kill();
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let body = chat_body(2000, true);
     for _ in 0..6 {
         let (s, t) = post(&gw, "/v1/chat/completions", body.clone()).await;
@@ -157,10 +179,30 @@ async fn retries_5xx_and_connect_failures_on_another_backend() {
     for (len, _) in bad.state.seen.bodies.lock().unwrap().iter() {
         assert_eq!(*len, body.len());
     }
-    let m = client(false).get(gw.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metric_value(&m, "pronto_retries_total{pool=\"m\",reason=\"status_5xx\"}").unwrap() >= 2.0, "{m}");
-    assert!(metric_value(&m, "pronto_retries_total{pool=\"m\",reason=\"connect\"}").unwrap() >= 1.0, "{m}");
-    assert_eq!(metric_value(&m, "pronto_requests_total{backend=\"m-b2\",code=\"200\",pool=\"m\"}"), Some(6.0));
+    let m = client(false)
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metric_value(&m, "pronto_retries_total{pool=\"m\",reason=\"status_5xx\"}").unwrap() >= 2.0,
+        "{m}"
+    );
+    assert!(
+        metric_value(&m, "pronto_retries_total{pool=\"m\",reason=\"connect\"}").unwrap_or(0.0)
+            >= 1.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric_value(
+            &m,
+            "pronto_requests_total{backend=\"m-b2\",code=\"200\",pool=\"m\"}"
+        ),
+        Some(6.0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,7 +294,10 @@ async fn backend_dying_mid_stream_ends_the_client_stream_cleanly() {
         assert!(text.contains("t2 "), "{text}");
         assert!(!text.contains("[DONE]"));
         let last = text.trim_end().lines().last().unwrap();
-        assert!(last.starts_with("data: {\"error\""), "ends with an error event: {text}");
+        assert!(
+            last.starts_with("data: {\"error\""),
+            "ends with an error event: {text}"
+        );
     }
 }
 
@@ -267,7 +312,10 @@ async fn client_hang_up_cancels_the_upstream_request() {
         },
     )
     .await;
-    let gw = Gateway::start(&config_yaml(&pool("m", "round_robin", &[backend.url()]), ""));
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[backend.url()]),
+        "",
+    ));
     let mut lags = Vec::new();
     for (i, h2c) in [false, true, false, true, false].into_iter().enumerate() {
         let r = client(h2c)
@@ -283,7 +331,10 @@ async fn client_hang_up_cancels_the_upstream_request() {
         drop(s);
         let deadline = Instant::now() + Duration::from_secs(10);
         while backend.state.seen.cancelled.load(Ordering::SeqCst) < i + 1 {
-            assert!(Instant::now() < deadline, "backend never saw the cancellation");
+            assert!(
+                Instant::now() < deadline,
+                "backend never saw the cancellation"
+            );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let at = backend.state.seen.cancelled_at.lock().unwrap().unwrap();
@@ -293,22 +344,46 @@ async fn client_hang_up_cancels_the_upstream_request() {
     eprintln!("upstream cancellation lag after client hang-up: {lags:?}");
     // The median, robust to one slow run on a shared machine.
     assert!(lags[2] < Duration::from_millis(100), "{lags:?}");
-    let m = client(false).get(gw.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert_eq!(metric_value(&m, "pronto_client_disconnects_total{pool=\"m\"}"), Some(5.0));
-    assert_eq!(metric_value(&m, "pronto_backend_inflight{backend=\"m-b0\"}"), Some(0.0));
+    let m = client(false)
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric_value(&m, "pronto_client_disconnects_total{pool=\"m\"}"),
+        Some(5.0)
+    );
+    assert_eq!(
+        metric_value(&m, "pronto_backend_inflight{backend=\"m-b0\"}"),
+        Some(0.0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unhealthy_backends_are_ejected_never_picked_and_readmitted() {
     let a = TestBackend::start("a", Behavior::default()).await;
     let b = TestBackend::start("b", Behavior::default()).await;
-    let gw = Gateway::start(&config_yaml(&pool("m", "round_robin", &[a.url(), b.url()]), ""));
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[a.url(), b.url()]),
+        "",
+    ));
     b.set(|x| x.healthy = false);
     // Active checks run every 200 ms: wait until the admin API shows b down.
     let c = client(false);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let v = json(&c.get(gw.admin_url("/admin/backends")).send().await.unwrap().text().await.unwrap());
+        let v = json(
+            &c.get(gw.admin_url("/admin/backends"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap(),
+        );
         if v["backends"][1]["healthy"] == false {
             break;
         }
@@ -321,8 +396,18 @@ async fn unhealthy_backends_are_ejected_never_picked_and_readmitted() {
         assert_eq!(s, 200);
     }
     assert_eq!(b.requests(), before, "an unhealthy backend was picked");
-    let m = c.get(gw.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert_eq!(metric_value(&m, "pronto_backend_healthy{backend=\"m-b1\"}"), Some(0.0));
+    let m = c
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric_value(&m, "pronto_backend_healthy{backend=\"m-b1\"}"),
+        Some(0.0)
+    );
     let r = c.get(gw.admin_url("/readyz")).send().await.unwrap();
     assert_eq!(r.status(), 200, "one healthy backend is enough to be ready");
 
@@ -356,11 +441,28 @@ async fn admin_endpoints_answer() {
     let a = TestBackend::start("a", Behavior::default()).await;
     let gw = Gateway::start(&config_yaml(&pool("m", "least_inflight", &[a.url()]), ""));
     let c = client(false);
-    assert_eq!(c.get(gw.admin_url("/healthz")).send().await.unwrap().status(), 200);
-    assert_eq!(c.get(gw.admin_url("/nope")).send().await.unwrap().status(), 404);
+    assert_eq!(
+        c.get(gw.admin_url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        c.get(gw.admin_url("/nope")).send().await.unwrap().status(),
+        404
+    );
     let (s, _) = post(&gw, "/v1/chat/completions", chat_body(100, true)).await;
     assert_eq!(s, 200);
-    let m = c.get(gw.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let m = c
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     for family in [
         "pronto_requests_total",
         "pronto_request_duration_seconds",
@@ -368,10 +470,24 @@ async fn admin_endpoints_answer() {
         "pronto_backend_healthy",
         "pronto_ttft_seconds",
     ] {
-        assert!(m.contains(&format!("# TYPE {family} ")), "{family} missing:\n{m}");
+        assert!(
+            m.contains(&format!("# TYPE {family} ")),
+            "{family} missing:\n{m}"
+        );
     }
-    assert_eq!(metric_value(&m, "pronto_ttft_seconds_count{backend=\"m-b0\"}"), Some(1.0));
-    let v = json(&c.get(gw.admin_url("/admin/backends")).send().await.unwrap().text().await.unwrap());
+    assert_eq!(
+        metric_value(&m, "pronto_ttft_seconds_count{backend=\"m-b0\"}"),
+        Some(1.0)
+    );
+    let v = json(
+        &c.get(gw.admin_url("/admin/backends"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
     assert_eq!(v["backends"][0]["name"], "m-b0");
     assert_eq!(v["backends"][0]["pool"], "m");
     assert_eq!(v["backends"][0]["inflight"], 0);
@@ -388,7 +504,10 @@ async fn sigterm_lets_in_flight_streams_finish_then_exits() {
         },
     )
     .await;
-    let mut gw = Gateway::start(&config_yaml(&pool("m", "round_robin", &[backend.url()]), ""));
+    let mut gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[backend.url()]),
+        "",
+    ));
     let r = client(false)
         .post(gw.url("/v1/chat/completions"))
         .body(chat_body(100, true))
@@ -402,8 +521,14 @@ async fn sigterm_lets_in_flight_streams_finish_then_exits() {
     while let Some(c) = s.next().await {
         text.push_str(&String::from_utf8_lossy(&c.unwrap()));
     }
-    assert!(text.ends_with("data: [DONE]\n\n"), "stream finished: {text}");
+    assert!(
+        text.ends_with("data: [DONE]\n\n"),
+        "stream finished: {text}"
+    );
     let status = tokio::task::block_in_place(|| gw.wait_exit(Duration::from_secs(10)));
-    assert!(status.is_some_and(|s| s.success()), "exited cleanly: {status:?}");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exited cleanly: {status:?}"
+    );
     // Exited well before the 5 s grace period: it drained instead of sleeping it out.
 }

@@ -25,13 +25,20 @@ async fn roundtrip(gw: &Gateway, backend: &TestBackend, size: usize, stream: boo
     }
     assert_eq!(backend.requests(), before + 1);
     let last = *backend.state.seen.bodies.lock().unwrap().last().unwrap();
-    assert_eq!(last, (body.len(), fnv64(&body)), "body changed in transit (size {size})");
+    assert_eq!(
+        last,
+        (body.len(), fnv64(&body)),
+        "body changed in transit (size {size})"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_of_every_size_arrive_intact() {
     let backend = TestBackend::start("b", Behavior::default()).await;
-    let gw = Gateway::start(&config_yaml(&pool("m", "round_robin", &[backend.url()]), ""));
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[backend.url()]),
+        "",
+    ));
     for size in [1 << 10, 100 << 10, 5 << 20, 30 << 20] {
         for stream in [false, true] {
             for h2c in [false, true] {
@@ -44,7 +51,10 @@ async fn bodies_of_every_size_arrive_intact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunked_upload_arrives_intact() {
     let backend = TestBackend::start("b", Behavior::default()).await;
-    let gw = Gateway::start(&config_yaml(&pool("m", "round_robin", &[backend.url()]), ""));
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[backend.url()]),
+        "",
+    ));
     let body = chat_body(300 << 10, true);
     // A streamed request body has no Content-Length: HTTP/1.1 sends it chunked.
     let parts: Vec<Result<Vec<u8>, std::io::Error>> =

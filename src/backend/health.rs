@@ -39,7 +39,7 @@ impl HealthChecker {
         let state = self.state.load_full();
         let health = &state.config.health;
         let checks = state.backends.iter().map(|b| {
-            let url = format!("{}{}", b.config.url.trim_end_matches('/'), health.path);
+            let url = format!("{}{}", b.config.base_url(), health.path);
             let req = self.client.get(url).timeout(health.timeout).send();
             async move {
                 let ok = matches!(req.await, Ok(r) if r.status().is_success());

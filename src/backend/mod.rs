@@ -16,7 +16,7 @@ use pingora_core::upstreams::peer::HttpPeer;
 
 pub use health::HealthChecker;
 
-use crate::config::BackendConfig;
+use crate::config::Backend as BackendConfig;
 use crate::routing::BackendView;
 use crate::telemetry::Metrics;
 
@@ -166,7 +166,7 @@ impl Backend {
     pub fn admin_json(&self, now: Instant) -> serde_json::Value {
         serde_json::json!({
             "name": &*self.config.name,
-            "url": self.config.url,
+            "url": self.config.base_url(),
             "weight": self.config.weight,
             "max_inflight": self.config.max_inflight,
             "labels": self.config.labels,
@@ -234,7 +234,6 @@ mod tests {
     fn backend() -> Arc<Backend> {
         let cfg = BackendConfig {
             name: Arc::from("b0"),
-            url: "http://127.0.0.1:1".into(),
             host: "127.0.0.1".into(),
             port: 1,
             tls: false,

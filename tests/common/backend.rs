@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -97,6 +97,7 @@ impl TestBackend {
             .route("/v1/completions", post(completion))
             .route("/v1/embeddings", post(embeddings))
             .route("/health", get(health))
+            .layer(axum::extract::DefaultBodyLimit::disable())
             .with_state(Arc::clone(&state));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -157,7 +158,11 @@ async fn health(State(s): State<Arc<BackendState>>) -> StatusCode {
 
 async fn embeddings(State(s): State<Arc<BackendState>>, body: Bytes) -> Response {
     s.seen.requests.fetch_add(1, Ordering::SeqCst);
-    s.seen.bodies.lock().unwrap().push((body.len(), fnv64(&body)));
+    s.seen
+        .bodies
+        .lock()
+        .unwrap()
+        .push((body.len(), fnv64(&body)));
     let v = serde_json::json!({"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1,0.2]}],
         "model":"m","usage":{"prompt_tokens":3,"total_tokens":3}});
     ([("content-type", "application/json")], v.to_string()).into_response()
@@ -187,7 +192,11 @@ async fn completion(
     body: Bytes,
 ) -> Response {
     s.seen.requests.fetch_add(1, Ordering::SeqCst);
-    s.seen.bodies.lock().unwrap().push((body.len(), fnv64(&body)));
+    s.seen
+        .bodies
+        .lock()
+        .unwrap()
+        .push((body.len(), fnv64(&body)));
     s.seen.headers.lock().unwrap().push(headers);
     let b = {
         let mut b = s.behavior.lock().unwrap();
@@ -246,15 +255,14 @@ fn async_stream(
         for i in 0..b.tokens {
             if b.die_after == Some(i) {
                 probe.finished = true;
-                let _ = tx
-                    .send(Err(std::io::Error::other("backend crashed")))
-                    .await;
+                let _ = tx.send(Err(std::io::Error::other("backend crashed"))).await;
                 return;
             }
             if i > 0 {
                 tokio::time::sleep(b.token_delay).await;
             }
-            let c = serde_json::json!({"choices":[{"index":0,"delta":{"content":format!("t{i} ")}}]});
+            let c =
+                serde_json::json!({"choices":[{"index":0,"delta":{"content":format!("t{i} ")}}]});
             if tx.send(Ok(chunk(c))).await.is_err() {
                 return;
             }
@@ -265,7 +273,11 @@ fn async_stream(
         if tx.send(Ok(chunk(fin))).await.is_err() {
             return;
         }
-        if tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await.is_err() {
+        if tx
+            .send(Ok(Bytes::from_static(b"data: [DONE]\n\n")))
+            .await
+            .is_err()
+        {
             return;
         }
         // Wait until the body has been taken by hyper (channel closed by the receiver drop)

@@ -49,11 +49,15 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Quick defaults suited to tests: short health interval, short grace, test-sized timeouts.
+/// Quick defaults suited to tests: short health interval (unless `extra` has its own `health:`
+/// section), short grace period.
 pub fn config_yaml(pools: &str, extra: &str) -> String {
-    format!(
-        "threads: 2\ngrace_period: 5s\nhealth:\n  interval: 200ms\n  timeout: 500ms\n  eject_after_failures: 2\n  readmit_after: 1s\n{extra}\npools:\n{pools}"
-    )
+    let health = if extra.contains("health:") {
+        ""
+    } else {
+        "health:\n  interval: 200ms\n  timeout: 500ms\n  eject_after_failures: 2\n  readmit_after: 1s\n"
+    };
+    format!("threads: 2\ngrace_period: 5s\n{health}{extra}\npools:\n{pools}")
 }
 
 /// A pool section with the given backends.

@@ -1,5 +1,5 @@
 //! Shared test harness: in-process backends and the gateway binary.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod backend;
 pub mod gateway;

@@ -1,0 +1,380 @@
+//! The config file as written: serde structs mirroring the YAML, with no interpretation.
+//!
+//! Every struct denies unknown fields, so a typo (`wieght:`) is an error with a line and
+//! column rather than a silently ignored setting. Every field is optional here, even ones the
+//! gateway requires: [`super::validate()`] reports a missing field together with every other
+//! problem, instead of serde stopping at the first. For the same reason, values that need
+//! interpretation stay raw — addresses and URLs as strings, durations and sizes as
+//! [`Quantity`] — and are parsed during validation.
+//!
+//! Two shapes need hand-written deserializers:
+//! - [`PolicySpec`] accepts a bare name (`policy: round_robin`) or a map
+//!   (`policy: {name: round_robin}`), the map leaving room for per-policy parameters;
+//! - [`Pools`] keeps pools in file order and keeps duplicate keys, so validation can report
+//!   them by name instead of YAML's generic "duplicate entry".
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+
+/// The whole gateway config file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// Client listener, `IP:port`.
+    pub listen: Option<String>,
+    /// Admin listener (metrics, config), `IP:port`.
+    pub admin_listen: Option<String>,
+    /// Worker threads for the proxy service.
+    pub threads: Option<u64>,
+    /// How long in-flight streams may run after SIGTERM.
+    pub grace_period: Option<Quantity>,
+    /// Request limits and timeouts.
+    pub limits: Option<LimitsFile>,
+    /// Retry policy.
+    pub retry: Option<RetryFile>,
+    /// Active and passive health checking.
+    pub health: Option<HealthFile>,
+    /// Add `x-pronto-*` explanation headers to responses.
+    pub explain_headers: Option<bool>,
+    /// Backend pools keyed by model name.
+    pub pools: Option<Pools>,
+}
+
+/// `limits:` section.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsFile {
+    /// Largest accepted request body (integer bytes or a size such as `32MiB`).
+    pub max_body_bytes: Option<Quantity>,
+    /// TCP connect timeout to a backend.
+    pub connect_timeout: Option<Quantity>,
+    /// Deadline for the first byte of the answer.
+    pub first_token_timeout: Option<Quantity>,
+    /// Longest silence from the backend mid-stream.
+    pub idle_timeout: Option<Quantity>,
+}
+
+/// `retry:` section.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryFile {
+    /// Retries on another backend before any byte reaches the client.
+    pub max_retries: Option<u64>,
+}
+
+/// `health:` section.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthFile {
+    /// HTTP path probed on each backend.
+    pub path: Option<String>,
+    /// Time between probes.
+    pub interval: Option<Quantity>,
+    /// Probe timeout.
+    pub timeout: Option<Quantity>,
+    /// Consecutive passive failures that eject a backend.
+    pub eject_after_failures: Option<u64>,
+    /// Delay before an ejected backend is probed again.
+    pub readmit_after: Option<Quantity>,
+}
+
+/// One pool: the backends serving one model name.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolFile {
+    /// Routing policy; `least_inflight` when absent.
+    pub policy: Option<PolicySpec>,
+    /// The pool's backends.
+    pub backends: Option<Vec<BackendFile>>,
+}
+
+/// One backend entry.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendFile {
+    /// Unique name, used as a metric label.
+    pub name: Option<String>,
+    /// Base URL, `http://host:port`.
+    pub url: Option<String>,
+    /// Relative weight.
+    pub weight: Option<u64>,
+    /// Cap on concurrent requests.
+    pub max_inflight: Option<u64>,
+    /// Free-form labels; scalar values (`rack: 3`, `spot: true`) are kept as their text.
+    pub labels: Option<BTreeMap<String, LabelValue>>,
+}
+
+/// A label value: any YAML scalar, as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelValue(pub String);
+
+impl<'de> Deserialize<'de> for LabelValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<LabelValue, D::Error> {
+        struct LabelVisitor;
+
+        impl Visitor<'_> for LabelVisitor {
+            type Value = LabelValue;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, number or boolean")
+            }
+
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<LabelValue, E> {
+                Ok(LabelValue(v.to_string()))
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<LabelValue, E> {
+                Ok(LabelValue(v.to_string()))
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<LabelValue, E> {
+                Ok(LabelValue(v.to_string()))
+            }
+
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<LabelValue, E> {
+                Ok(LabelValue(v.to_string()))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<LabelValue, E> {
+                Ok(LabelValue(v.to_string()))
+            }
+        }
+
+        deserializer.deserialize_any(LabelVisitor)
+    }
+}
+
+// === impl Quantity ===
+
+/// A duration or size as written: a bare number or a string with a unit.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Quantity {
+    /// A bare integer (`30`, `-1`).
+    Int(i128),
+    /// A bare non-integer (`1.5`).
+    Float(f64),
+    /// A string (`30s`, `32MiB`).
+    Text(String),
+}
+
+impl fmt::Display for Quantity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Quantity::Int(n) => write!(f, "{n}"),
+            Quantity::Float(x) => write!(f, "{x}"),
+            Quantity::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<&str> for Quantity {
+    fn from(s: &str) -> Quantity {
+        Quantity::Text(s.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Quantity {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Quantity, D::Error> {
+        struct QuantityVisitor;
+
+        impl Visitor<'_> for QuantityVisitor {
+            type Value = Quantity;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number or a string with a unit, like `2s` or `32MiB`")
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Quantity, E> {
+                Ok(Quantity::Int(i128::from(v)))
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Quantity, E> {
+                Ok(Quantity::Int(i128::from(v)))
+            }
+
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Quantity, E> {
+                Ok(Quantity::Float(v))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Quantity, E> {
+                Ok(Quantity::Text(v.to_string()))
+            }
+        }
+
+        deserializer.deserialize_any(QuantityVisitor)
+    }
+}
+
+// === impl PolicySpec ===
+
+/// A pool's policy: `policy: least_inflight` or `policy: {name: least_inflight}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicySpec {
+    /// Policy name as written; validated against [`crate::routing::PolicyKind::ALL`].
+    pub name: String,
+}
+
+/// The map form of [`PolicySpec`]; per-policy parameters will join `name` here.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyTable {
+    name: String,
+}
+
+impl<'de> Deserialize<'de> for PolicySpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<PolicySpec, D::Error> {
+        struct PolicyVisitor;
+
+        impl<'de> Visitor<'de> for PolicyVisitor {
+            type Value = PolicySpec;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a policy name or a map with a `name` field")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<PolicySpec, E> {
+                Ok(PolicySpec {
+                    name: v.to_string(),
+                })
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<PolicySpec, A::Error> {
+                let table = PolicyTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(PolicySpec { name: table.name })
+            }
+        }
+
+        deserializer.deserialize_any(PolicyVisitor)
+    }
+}
+
+// === impl Pools ===
+
+/// The `pools:` map in file order, duplicates kept.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pools(pub Vec<(String, PoolFile)>);
+
+impl<'de> Deserialize<'de> for Pools {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Pools, D::Error> {
+        struct PoolsVisitor;
+
+        impl<'de> Visitor<'de> for PoolsVisitor {
+            type Value = Pools;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map from model name to pool")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Pools, A::Error> {
+                let mut pools = Vec::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    pools.push((name, map.next_value::<PoolFile>()?));
+                }
+                Ok(Pools(pools))
+            }
+        }
+
+        deserializer.deserialize_map(PoolsVisitor)
+    }
+}
+
+/// Parse YAML text into [`ConfigFile`]. An empty document is an empty config.
+pub fn parse(text: &str) -> Result<ConfigFile, serde_yaml_ng::Error> {
+    if text.trim().is_empty() || is_only_comments(text) {
+        return Ok(ConfigFile::default());
+    }
+    serde_yaml_ng::from_str(text)
+}
+
+fn is_only_comments(text: &str) -> bool {
+    text.lines().all(|l| {
+        let l = l.trim();
+        l.is_empty() || l.starts_with('#') || l == "---"
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_accepts_name_and_map() {
+        let a: PoolFile = serde_yaml_ng::from_str("policy: round_robin").unwrap();
+        let b: PoolFile = serde_yaml_ng::from_str("policy: {name: round_robin}").unwrap();
+        let c: PoolFile = serde_yaml_ng::from_str("policy:\n  name: round_robin\n").unwrap();
+        let expected = Some(PolicySpec {
+            name: "round_robin".into(),
+        });
+        assert_eq!(a.policy, expected);
+        assert_eq!(b.policy, expected);
+        assert_eq!(c.policy, expected);
+    }
+
+    #[test]
+    fn policy_map_rejects_unknown_fields() {
+        let err = serde_yaml_ng::from_str::<PoolFile>("policy: {name: round_robin, alpha: 1}")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `alpha`"), "{err}");
+    }
+
+    #[test]
+    fn quantities_keep_their_form() {
+        let l: LimitsFile = serde_yaml_ng::from_str(
+            "max_body_bytes: 1024\nconnect_timeout: 2s\nidle_timeout: 1.5\nfirst_token_timeout: -3",
+        )
+        .unwrap();
+        assert_eq!(l.max_body_bytes, Some(Quantity::Int(1024)));
+        assert_eq!(l.connect_timeout, Some(Quantity::from("2s")));
+        assert_eq!(l.idle_timeout, Some(Quantity::Float(1.5)));
+        assert_eq!(l.first_token_timeout, Some(Quantity::Int(-3)));
+    }
+
+    #[test]
+    fn label_values_accept_any_scalar() {
+        let b: BackendFile =
+            serde_yaml_ng::from_str("labels: {zone: a, rack: 3, spot: true, x: 1.5}").unwrap();
+        let labels = b.labels.unwrap();
+        let text: Vec<(&str, &str)> = labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.0.as_str()))
+            .collect();
+        assert_eq!(
+            text,
+            [("rack", "3"), ("spot", "true"), ("x", "1.5"), ("zone", "a")]
+        );
+        let err = serde_yaml_ng::from_str::<BackendFile>("labels: {zone: [a]}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("expected a string, number or boolean"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn pools_keep_order_and_duplicates() {
+        let f = parse("pools:\n  zeta: {}\n  alpha: {}\n  zeta: {}\n").unwrap();
+        let pools = f.pools.unwrap();
+        let names: Vec<&str> = pools.0.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["zeta", "alpha", "zeta"]);
+    }
+
+    #[test]
+    fn unknown_fields_are_errors_with_location() {
+        let err =
+            parse("pools:\n  m:\n    backends:\n      - name: a\n        wieght: 2\n").unwrap_err();
+        let loc = err.location().expect("location");
+        assert_eq!((loc.line(), loc.column()), (5, 9));
+        assert!(err.to_string().contains("unknown field `wieght`"), "{err}");
+    }
+
+    #[test]
+    fn empty_and_comment_only_documents_are_empty_configs() {
+        assert_eq!(parse("").unwrap(), ConfigFile::default());
+        assert_eq!(parse("# nothing\n\n").unwrap(), ConfigFile::default());
+    }
+}

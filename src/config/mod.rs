@@ -1,0 +1,256 @@
+//! Gateway configuration: YAML file → validated, typed [`Config`].
+//!
+//! Two layers (STYLE habit 5):
+//! 1. [`mod@file`]: serde structs mirroring the YAML, `deny_unknown_fields`, every field optional,
+//!    values needing interpretation kept raw. Syntax and type errors stop here, located by
+//!    `serde_yaml_ng`.
+//! 2. [`validate()`]: checks every field, collecting *all* errors and warnings with their
+//!    field paths, and builds the typed [`model`] ([`Config`]).
+//!
+//! [`Config::from_yaml_str`] runs both and locates each problem's path in the text
+//! ([`locate`]), so a [`LoadError`] reads like a compiler's:
+//!
+//! ```text
+//! pronto.yaml:14:14: pools.llama-3-8b.backends[1].url: unsupported scheme `ftp`; use http or https
+//! pronto.yaml:15:17: pools.llama-3-8b.backends[1].weight: must be at least 1, got 0
+//! ```
+//!
+//! [`Config::from_backend_urls`] builds the same model for `pronto serve --backend URL ...`,
+//! through the same validation. [`check_config`] is the `pronto check-config FILE` command.
+
+mod check;
+pub mod duration;
+pub mod file;
+pub mod locate;
+pub mod model;
+pub mod validate;
+
+use std::fmt;
+use std::path::Path;
+
+pub use check::{check_config, run_check_config, CheckConfigArgs};
+pub use model::{Backend, Config, Health, Limits, Pool, Retry};
+pub use validate::{validate, ConfigError, ConfigWarning};
+
+use crate::routing::PolicyKind;
+
+/// A 1-based line and column in a config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    /// Line, from 1.
+    pub line: usize,
+    /// Column, from 1.
+    pub column: usize,
+}
+
+/// One error or warning, with its position when known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// Where in the file, when known.
+    pub location: Option<Location>,
+    /// Field path (`pools.m.backends[0].url`); empty for document-level problems.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl Diagnostic {
+    /// `origin:line:col: path: message`, or `origin: path: message` without a location.
+    pub fn display<'a>(&'a self, origin: &'a str) -> impl fmt::Display + 'a {
+        DiagnosticDisplay {
+            origin,
+            diagnostic: self,
+        }
+    }
+}
+
+struct DiagnosticDisplay<'a> {
+    origin: &'a str,
+    diagnostic: &'a Diagnostic,
+}
+
+impl fmt::Display for DiagnosticDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = self.diagnostic;
+        f.write_str(self.origin)?;
+        if let Some(loc) = d.location {
+            write!(f, ":{}:{}", loc.line, loc.column)?;
+        }
+        if !d.path.is_empty() {
+            write!(f, ": {}", d.path)?;
+        }
+        write!(f, ": {}", d.message)
+    }
+}
+
+/// A config that could not be loaded: every problem, one per line when displayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadError {
+    /// File path or other origin the problems refer to.
+    pub origin: String,
+    /// At least one error.
+    pub errors: Vec<Diagnostic>,
+    /// Warnings found along the way (shown by `check-config`, not by `Display`).
+    pub warnings: Vec<Diagnostic>,
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{}", e.display(&self.origin))?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+impl LoadError {
+    fn single(origin: &str, location: Option<Location>, message: String) -> LoadError {
+        LoadError {
+            origin: origin.to_string(),
+            errors: vec![Diagnostic {
+                location,
+                path: String::new(),
+                message,
+            }],
+            warnings: Vec::new(),
+        }
+    }
+}
+
+// === impl Config ===
+
+impl Config {
+    /// Read and validate the YAML file at `path`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Config, LoadError> {
+        let path = path.as_ref();
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| LoadError::single(&origin, None, format!("cannot read: {e}")))?;
+        Config::from_yaml_str(&text, &origin)
+    }
+
+    /// Parse and validate YAML `text`; `origin` (usually the file path) prefixes messages.
+    pub fn from_yaml_str(text: &str, origin: &str) -> Result<Config, LoadError> {
+        let file = file::parse(text).map_err(|e| yaml_error(origin, &e))?;
+        let located = |path: String, message: String| Diagnostic {
+            location: locate::locate(text, &path),
+            path,
+            message,
+        };
+        match validate(&file) {
+            Ok((mut config, warnings)) => {
+                config.origin = origin.to_string();
+                config.warnings = warnings
+                    .into_iter()
+                    .map(|w| located(w.path, w.message))
+                    .collect();
+                config.source_hash = model::fnv1a(text.as_bytes());
+                Ok(config)
+            }
+            Err(invalid) => Err(LoadError {
+                origin: origin.to_string(),
+                errors: invalid
+                    .errors
+                    .into_iter()
+                    .map(|e| located(e.path, e.message))
+                    .collect(),
+                warnings: invalid
+                    .warnings
+                    .into_iter()
+                    .map(|w| located(w.path, w.message))
+                    .collect(),
+            }),
+        }
+    }
+
+    /// The quick-start config for `pronto serve --backend URL ...`: one pool named `model`
+    /// with backends `backend-0`, `backend-1`, … in argument order, every other setting at
+    /// its default. URLs are validated as in a file; errors name the pool path and the
+    /// origin `--backend`.
+    pub fn from_backend_urls(
+        urls: &[String],
+        model: &str,
+        policy: PolicyKind,
+    ) -> Result<Config, LoadError> {
+        let origin = "--backend";
+        let backends = urls
+            .iter()
+            .enumerate()
+            .map(|(i, url)| file::BackendFile {
+                name: Some(format!("backend-{i}")),
+                url: Some(url.clone()),
+                ..Default::default()
+            })
+            .collect();
+        let pool = file::PoolFile {
+            policy: Some(file::PolicySpec {
+                name: policy.as_str().to_string(),
+            }),
+            backends: Some(backends),
+        };
+        let f = file::ConfigFile {
+            pools: Some(file::Pools(vec![(model.to_string(), pool)])),
+            ..Default::default()
+        };
+        let unlocated = |path: String, message: String| Diagnostic {
+            location: None,
+            path,
+            message,
+        };
+        match validate(&f) {
+            Ok((mut config, warnings)) => {
+                config.origin = origin.to_string();
+                config.warnings = warnings
+                    .into_iter()
+                    .map(|w| unlocated(w.path, w.message))
+                    .collect();
+                let mut source = format!("{model}\n{}\n", policy.as_str());
+                for url in urls {
+                    source.push_str(url);
+                    source.push('\n');
+                }
+                config.source_hash = model::fnv1a(source.as_bytes());
+                Ok(config)
+            }
+            Err(invalid) => Err(LoadError {
+                origin: origin.to_string(),
+                errors: invalid
+                    .errors
+                    .into_iter()
+                    .map(|e| unlocated(e.path, e.message))
+                    .collect(),
+                warnings: invalid
+                    .warnings
+                    .into_iter()
+                    .map(|w| unlocated(w.path, w.message))
+                    .collect(),
+            }),
+        }
+    }
+}
+
+/// A syntax or type error from `serde_yaml_ng`, with its position split out of the message.
+fn yaml_error(origin: &str, e: &serde_yaml_ng::Error) -> LoadError {
+    let location = e.location().map(|l| Location {
+        line: l.line(),
+        column: l.column(),
+    });
+    let mut message = e.to_string();
+    if let Some(l) = &location {
+        // serde_yaml_ng appends " at line L column C" (and for parser errors may continue
+        // with ", while parsing ..."); the position is already in the prefix.
+        let suffix = format!(" at line {} column {}", l.line, l.column);
+        if let Some(at) = message.find(&suffix) {
+            message.replace_range(at..at + suffix.len(), "");
+        }
+    }
+    LoadError::single(origin, location, message)
+}
+
+#[cfg(test)]
+mod tests;

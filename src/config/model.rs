@@ -1,0 +1,249 @@
+//! The validated, typed config the gateway runs on.
+//!
+//! Nothing here can be wrong: every value was checked by [`super::validate()`], so consumers use
+//! fields directly (a `Duration` is positive, a `weight` is at least 1, backend names are
+//! unique across the file). Defaults live here, as the `DEFAULT_*` constants, and nowhere
+//! else.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::routing::PolicyKind;
+
+use super::Diagnostic;
+
+/// Default client listener.
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 8080));
+/// Default admin listener (loopback: metrics and config are not for the world).
+pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9400));
+/// Default proxy worker threads.
+pub const DEFAULT_THREADS: usize = 2;
+/// Default SIGTERM grace period.
+pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(30);
+/// Default largest request body: 32 MiB (a 100k-token prompt is ~400 KB).
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 32 << 20;
+/// Default backend connect timeout.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default deadline for the first byte of the answer.
+pub const DEFAULT_FIRST_TOKEN_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default longest mid-stream silence.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default retries on another backend.
+pub const DEFAULT_MAX_RETRIES: u32 = 2;
+/// Default health probe path.
+pub const DEFAULT_HEALTH_PATH: &str = "/health";
+/// Default time between health probes.
+pub const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+/// Default health probe timeout.
+pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default consecutive passive failures before ejection.
+pub const DEFAULT_EJECT_AFTER_FAILURES: u32 = 3;
+/// Default delay before an ejected backend is probed again.
+pub const DEFAULT_READMIT_AFTER: Duration = Duration::from_secs(10);
+/// Default backend weight.
+pub const DEFAULT_WEIGHT: u32 = 1;
+
+/// The gateway's validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Client listener.
+    pub listen: SocketAddr,
+    /// Admin listener (metrics, `/admin/config`).
+    pub admin_listen: SocketAddr,
+    /// Worker threads for the proxy service, 1..=256.
+    pub threads: usize,
+    /// How long in-flight streams may continue after SIGTERM.
+    pub grace_period: Duration,
+    /// Request limits and timeouts.
+    pub limits: Limits,
+    /// Retry policy.
+    pub retry: Retry,
+    /// Health checking.
+    pub health: Health,
+    /// Add `x-pronto-backend` / `x-pronto-predicted-ttft-ms` to responses.
+    pub explain_headers: bool,
+    /// Pools in file order; each model name appears once.
+    pub pools: Vec<Pool>,
+    /// Where the config came from (a file path, or `--backend` for the quick start).
+    pub origin: String,
+    /// Suspicious-but-valid settings, located where possible. Log them at load.
+    pub warnings: Vec<Diagnostic>,
+    /// Stable hash of the source text (see [`Config::hash`]).
+    pub(super) source_hash: u64,
+}
+
+/// Request limits and timeouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest accepted request body, 1 KiB..=1 GiB.
+    pub max_body_bytes: u64,
+    /// TCP connect timeout to a backend.
+    pub connect_timeout: Duration,
+    /// No first byte of the answer within this → 504 (or failover, while nothing was sent).
+    pub first_token_timeout: Duration,
+    /// No byte from the backend for this long mid-stream → end the stream.
+    pub idle_timeout: Duration,
+}
+
+/// Retry policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Retries on another backend, only while no byte has reached the client.
+    pub max_retries: u32,
+}
+
+/// Health checking.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// HTTP path probed on each backend; starts with `/`.
+    pub path: String,
+    /// Time between probes.
+    pub interval: Duration,
+    /// Probe timeout.
+    pub timeout: Duration,
+    /// Consecutive passive failures that eject a backend (>= 1).
+    pub eject_after_failures: u32,
+    /// Delay before an ejected backend is probed again.
+    pub readmit_after: Duration,
+}
+
+/// The backends serving one model name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pool {
+    /// The model name clients send (the pool's key in the file).
+    pub model: Arc<str>,
+    /// Routing policy.
+    pub policy: PolicyKind,
+    /// At least one backend, in file order.
+    pub backends: Vec<Backend>,
+}
+
+/// One backend server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    /// Unique across the file; `[A-Za-z0-9_.-]+`; a metric label value.
+    pub name: Arc<str>,
+    /// Host as written in the URL: a DNS name, an IPv4 address, or a bracketed IPv6 address
+    /// (`[::1]`), so `format!("{host}:{port}")` is always a valid authority.
+    pub host: String,
+    /// Port, explicit or the scheme's default (80 / 443).
+    pub port: u16,
+    /// `https` backend.
+    pub tls: bool,
+    /// Relative weight, >= 1.
+    pub weight: u32,
+    /// Cap on concurrent requests, >= 1 when set.
+    pub max_inflight: Option<u32>,
+    /// Free-form labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Backend {
+    /// `host:port`, for connecting and for the `Host` header.
+    pub fn authority(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+
+    /// Base URL without a trailing slash, e.g. `http://127.0.0.1:8001`.
+    pub fn base_url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.authority())
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            first_token_timeout: DEFAULT_FIRST_TOKEN_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+}
+
+impl Default for Retry {
+    fn default() -> Retry {
+        Retry {
+            max_retries: DEFAULT_MAX_RETRIES,
+        }
+    }
+}
+
+impl Default for Health {
+    fn default() -> Health {
+        Health {
+            path: DEFAULT_HEALTH_PATH.to_string(),
+            interval: DEFAULT_HEALTH_INTERVAL,
+            timeout: DEFAULT_HEALTH_TIMEOUT,
+            eject_after_failures: DEFAULT_EJECT_AFTER_FAILURES,
+            readmit_after: DEFAULT_READMIT_AFTER,
+        }
+    }
+}
+
+// === impl Config ===
+
+impl Config {
+    /// Stable hash of the config's source, as 16 lowercase hex digits.
+    ///
+    /// For a file this hashes its exact text (FNV-1a, 64 bit: stable across builds and
+    /// platforms, not cryptographic), so `/admin/config` can show which file version is live
+    /// and a reload of an unchanged file can be recognised. For [`Config::from_backend_urls`]
+    /// it hashes the arguments.
+    pub fn hash(&self) -> String {
+        format!("{:016x}", self.source_hash)
+    }
+
+    /// The pool serving `model`, if any.
+    pub fn pool(&self, model: &str) -> Option<&Pool> {
+        self.pools.iter().find(|p| &*p.model == model)
+    }
+
+    /// Total number of backends across pools.
+    pub fn backend_count(&self) -> usize {
+        self.pools.iter().map(|p| p.backends.len()).sum()
+    }
+}
+
+/// FNV-1a, 64 bit.
+pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a_known_vectors() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn backend_authority_and_base_url() {
+        let b = Backend {
+            name: Arc::from("b"),
+            host: "[::1]".into(),
+            port: 8001,
+            tls: false,
+            weight: 1,
+            max_inflight: None,
+            labels: BTreeMap::new(),
+        };
+        assert_eq!(b.authority(), "[::1]:8001");
+        assert_eq!(b.base_url(), "http://[::1]:8001");
+        let tls = Backend { tls: true, ..b };
+        assert_eq!(tls.base_url(), "https://[::1]:8001");
+    }
+}

@@ -1,0 +1,189 @@
+//! Loader tests: located messages, syntax and type errors, quick start, hash, check-config.
+
+use super::*;
+
+const BROKEN: &str = "\
+listen: 127.0.0.1:8080
+pools:
+  llama-3-8b:
+    policy: fastest
+    backends:
+      - name: gpu-0
+        url: http://127.0.0.1:8001
+      - name: gpu-1
+        url: ftp://127.0.0.1:8002
+        weight: 0
+";
+
+#[test]
+fn validation_errors_display_with_file_line_column_and_path() {
+    let err = Config::from_yaml_str(BROKEN, "pronto.yaml").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "pronto.yaml:4:13: pools.llama-3-8b.policy: unknown policy `fastest`; valid policies: round_robin, least_inflight\n\
+         pronto.yaml:9:14: pools.llama-3-8b.backends[1].url: unsupported scheme `ftp`; use http or https\n\
+         pronto.yaml:10:17: pools.llama-3-8b.backends[1].weight: must be at least 1, got 0"
+    );
+}
+
+#[test]
+fn errors_without_a_location_omit_it() {
+    let err = Config::from_yaml_str("threads: 4\n", "f.yaml").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "f.yaml: pools: at least one pool is required (a map from model name to backends)"
+    );
+    // A missing field points at its parent entry.
+    let err = Config::from_yaml_str("pools:\n  m:\n    backends:\n      - name: a\n", "f.yaml")
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "f.yaml:4:9: pools.m.backends[0].url: missing; e.g. `http://10.0.0.1:8000`"
+    );
+}
+
+#[test]
+fn syntax_and_type_errors_are_located_once() {
+    let err = Config::from_yaml_str("pools:\n  m: [\n", "f.yaml").unwrap_err();
+    assert_eq!(err.errors.len(), 1);
+    let d = &err.errors[0];
+    assert!(d.location.is_some(), "{err}");
+    assert!(!d.message.contains(" at line "), "{}", d.message);
+
+    let yaml = "pools:\n  m:\n    backends:\n      - name: a\n        wieght: 2\n";
+    let err = Config::from_yaml_str(yaml, "f.yaml").unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with(
+            "f.yaml:5:9: pools.m.backends[0]: unknown field `wieght`, expected one of"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains(" at line "), "{text}");
+
+    let err = Config::from_yaml_str("threads: many\n", "f.yaml").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "f.yaml:1:10: threads: invalid type: string \"many\", expected u64"
+    );
+}
+
+#[test]
+fn warnings_are_located_on_success() {
+    let yaml =
+        "admin_listen: 0.0.0.0:9400\npools:\n  m:\n    backends: [{name: a, url: 'http://h:1'}]\n";
+    let c = Config::from_yaml_str(yaml, "w.yaml").unwrap();
+    let lines: Vec<String> = c
+        .warnings
+        .iter()
+        .map(|w| w.display(&c.origin).to_string())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "w.yaml:1:15: admin_listen: 0.0.0.0:9400 is not a loopback address: metrics and config will be reachable from the network",
+            "w.yaml:4:15: pools.m.backends: only one backend, so retry.max_retries = 2 has no other backend to try",
+        ]
+    );
+}
+
+#[test]
+fn hash_is_stable_and_tracks_the_text() {
+    let yaml =
+        "pools:\n  m: {backends: [{name: a, url: 'http://h:1'}, {name: b, url: 'http://h:2'}]}\n";
+    let a = Config::from_yaml_str(yaml, "a").unwrap();
+    let b = Config::from_yaml_str(yaml, "b").unwrap();
+    assert_eq!(a.hash(), b.hash());
+    assert_eq!(a.hash().len(), 16);
+    assert_eq!(a.hash(), format!("{:016x}", model::fnv1a(yaml.as_bytes())));
+    let c = Config::from_yaml_str(&format!("# edited\n{yaml}"), "a").unwrap();
+    assert_ne!(a.hash(), c.hash());
+}
+
+#[test]
+fn from_backend_urls_names_backends_in_order() {
+    let urls = vec![
+        "http://127.0.0.1:8001".to_string(),
+        "http://127.0.0.1:8002/".to_string(),
+    ];
+    let c = Config::from_backend_urls(&urls, "llama", PolicyKind::RoundRobin).unwrap();
+    assert_eq!(c.origin, "--backend");
+    assert_eq!(c.pools.len(), 1);
+    let p = c.pool("llama").unwrap();
+    assert_eq!(p.policy, PolicyKind::RoundRobin);
+    let names: Vec<&str> = p.backends.iter().map(|b| &*b.name).collect();
+    assert_eq!(names, ["backend-0", "backend-1"]);
+    assert_eq!(p.backends[1].port, 8002);
+    assert_eq!(c.limits, Limits::default());
+    assert!(c.warnings.is_empty());
+    let again = Config::from_backend_urls(&urls, "llama", PolicyKind::RoundRobin).unwrap();
+    assert_eq!(c.hash(), again.hash());
+    let other = Config::from_backend_urls(&urls, "llama", PolicyKind::LeastInflight).unwrap();
+    assert_ne!(c.hash(), other.hash());
+}
+
+#[test]
+fn from_backend_urls_reports_every_bad_url() {
+    let urls = vec!["localhost:1".to_string(), "http://h:1/v1".to_string()];
+    let err = Config::from_backend_urls(&urls, "m", PolicyKind::LeastInflight).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "--backend: pools.m.backends[0].url: `localhost:1` is not a URL; write it with a scheme, e.g. `http://localhost:1`\n\
+         --backend: pools.m.backends[1].url: must not have a path (`/v1`): Pronto forwards the client's request path as is"
+    );
+    let err = Config::from_backend_urls(&[], "m", PolicyKind::LeastInflight).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "--backend: pools.m.backends: pool has no backends; at least one is required"
+    );
+}
+
+#[test]
+fn load_reports_unreadable_files() {
+    let err = Config::load("/nonexistent/pronto.yaml").unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("/nonexistent/pronto.yaml: cannot read: "),
+        "{text}"
+    );
+}
+
+fn check(yaml: &str, name: &str) -> (u8, String, String) {
+    let dir = std::env::temp_dir().join(format!("pronto-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, yaml).unwrap();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = check_config(&path, &mut out, &mut err);
+    std::fs::remove_file(&path).unwrap();
+    let strip = |b: Vec<u8>| {
+        String::from_utf8(b)
+            .unwrap()
+            .replace(&format!("{}/", dir.display()), "")
+    };
+    (code, strip(out), strip(err))
+}
+
+#[test]
+fn check_config_ok_with_counts_and_warnings() {
+    let yaml = "pools:\n  a: {backends: [{name: x, url: 'http://h:1'}]}\n  b: {backends: [{name: y, url: 'http://h:2'}, {name: z, url: 'http://h:3'}]}\n";
+    let (code, out, err) = check(yaml, "ok.yaml");
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "OK: 2 pools, 3 backends\n\
+         warning: ok.yaml:2:17: pools.a.backends: only one backend, so retry.max_retries = 2 has no other backend to try\n"
+    );
+    assert_eq!(err, "");
+}
+
+#[test]
+fn check_config_prints_every_error_and_fails() {
+    let (code, out, err) = check(BROKEN, "broken.yaml");
+    assert_eq!(code, 1);
+    assert_eq!(out, "");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 4, "{err}");
+    assert!(lines[0].starts_with("error: broken.yaml:4:13: pools.llama-3-8b.policy: "));
+    assert_eq!(lines[3], "3 errors in broken.yaml");
+}

@@ -1,0 +1,587 @@
+//! File structs → typed [`Config`], collecting every problem in one pass.
+//!
+//! Validation never stops at the first error: an operator fixing a file wants the whole list.
+//! Each problem names the field it is about as a path from the document root —
+//! `pools.llama-3-8b.backends[2].url` — which [`super::locate`] later turns into a line and
+//! column. Map keys that are not plain identifiers (`[A-Za-z0-9_-]+`, e.g. a model name with a
+//! `/` or `.`) are written as JSON strings: `pools."meta-llama/Llama-3.1-8B".policy`.
+//!
+//! Errors make the config unusable. Warnings flag settings that are valid but probably not
+//! what was meant (an admin listener open to the network, a first-token timeout shorter than
+//! the connect timeout, retries in a one-backend pool); the config still loads.
+//!
+//! What is checked: addresses are `IP:port` and the two listeners cannot collide; `threads`
+//! 1..=256; every duration parses and is positive; `max_body_bytes` 1 KiB..=1 GiB; the health
+//! path starts with `/`; `eject_after_failures` >= 1; at least one pool, each with at least
+//! one backend and a known policy; backend names present, well-formed and unique across the
+//! file; URLs `http`/`https` with a host and nothing after it (no path beyond `/`, query,
+//! fragment or credentials); `weight` >= 1; `max_inflight` >= 1; label names are
+//! Prometheus-style identifiers.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::duration::{format_size, parse_duration, parse_size};
+use super::file::{BackendFile, ConfigFile, PoolFile, Quantity};
+use super::model::*;
+use crate::routing::PolicyKind;
+
+/// Smallest accepted `limits.max_body_bytes`.
+pub const MIN_BODY_BYTES: u64 = 1 << 10;
+/// Largest accepted `limits.max_body_bytes`.
+pub const MAX_BODY_BYTES: u64 = 1 << 30;
+/// Largest accepted `threads`.
+pub const MAX_THREADS: u64 = 256;
+
+/// A problem that makes the config unusable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Field path from the document root, e.g. `pools.llama-3-8b.backends[2].url`.
+    pub path: String,
+    /// What is wrong, and where useful how to fix it.
+    pub message: String,
+}
+
+/// A valid but suspicious setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigWarning {
+    /// Field path from the document root.
+    pub path: String,
+    /// Why it looks wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Every problem found in a config that failed validation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Invalid {
+    /// At least one.
+    pub errors: Vec<ConfigError>,
+    /// Warnings found along the way.
+    pub warnings: Vec<ConfigWarning>,
+}
+
+/// Validate `file` and build the typed model.
+///
+/// On success the returned [`Config`] has an empty `origin`, no `warnings` and a zero source
+/// hash: the loader ([`Config::from_yaml_str`]) fills those in, locating each warning.
+pub fn validate(file: &ConfigFile) -> Result<(Config, Vec<ConfigWarning>), Invalid> {
+    let mut c = Checker::default();
+    let config = c.config(file);
+    if c.errors.is_empty() {
+        Ok((config, c.warnings))
+    } else {
+        Err(Invalid {
+            errors: c.errors,
+            warnings: c.warnings,
+        })
+    }
+}
+
+/// `parent.key`, quoting `key` as a JSON string unless it is `[A-Za-z0-9_-]+`.
+pub fn key_path(parent: &str, key: &str) -> String {
+    let plain = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let key = if plain {
+        key.to_string()
+    } else {
+        serde_json::Value::String(key.to_string()).to_string()
+    };
+    if parent.is_empty() {
+        key
+    } else {
+        format!("{parent}.{key}")
+    }
+}
+
+/// Collects problems while building the model; on error, substitutes a default and goes on.
+#[derive(Default)]
+struct Checker {
+    errors: Vec<ConfigError>,
+    warnings: Vec<ConfigWarning>,
+}
+
+impl Checker {
+    fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(ConfigError {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    fn warn(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.warnings.push(ConfigWarning {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    fn config(&mut self, f: &ConfigFile) -> Config {
+        let listen = self.addr(f.listen.as_deref(), "listen", DEFAULT_LISTEN);
+        let admin_listen = self.addr(
+            f.admin_listen.as_deref(),
+            "admin_listen",
+            DEFAULT_ADMIN_LISTEN,
+        );
+        if collide(listen, admin_listen) {
+            self.error(
+                "admin_listen",
+                format!("must differ from listen ({listen}): both would bind the same port"),
+            );
+        }
+        if !admin_listen.ip().is_loopback() {
+            self.warn(
+                "admin_listen",
+                format!(
+                    "{admin_listen} is not a loopback address: metrics and config will be \
+                     reachable from the network"
+                ),
+            );
+        }
+        let threads = match f.threads {
+            None => DEFAULT_THREADS,
+            Some(n) if (1..=MAX_THREADS).contains(&n) => n as usize,
+            Some(n) => {
+                self.error(
+                    "threads",
+                    format!("must be between 1 and {MAX_THREADS}, got {n}"),
+                );
+                DEFAULT_THREADS
+            }
+        };
+        let grace_period = self.duration(
+            f.grace_period.as_ref(),
+            "grace_period",
+            DEFAULT_GRACE_PERIOD,
+        );
+        let limits = self.limits(f);
+        let retry = Retry {
+            max_retries: self.count(
+                f.retry.as_ref().and_then(|r| r.max_retries),
+                "retry.max_retries",
+                0,
+                DEFAULT_MAX_RETRIES,
+            ),
+        };
+        let health = self.health(f);
+        let pools = self.pools(f, retry);
+        Config {
+            listen,
+            admin_listen,
+            threads,
+            grace_period,
+            limits,
+            retry,
+            health,
+            explain_headers: f.explain_headers.unwrap_or(false),
+            pools,
+            origin: String::new(),
+            warnings: Vec::new(),
+            source_hash: 0,
+        }
+    }
+
+    fn addr(&mut self, text: Option<&str>, path: &str, default: SocketAddr) -> SocketAddr {
+        let Some(text) = text else { return default };
+        match text.trim().parse::<SocketAddr>() {
+            Ok(addr) => addr,
+            Err(_) => {
+                self.error(
+                    path,
+                    format!("`{text}` is not an IP:port address (e.g. 127.0.0.1:8080)"),
+                );
+                default
+            }
+        }
+    }
+
+    /// A positive duration; `default` when absent or invalid.
+    fn duration(&mut self, q: Option<&Quantity>, path: &str, default: Duration) -> Duration {
+        let parsed = match q {
+            None => return default,
+            Some(Quantity::Text(s)) => parse_duration(s),
+            Some(Quantity::Int(n)) => Err(format!("`{n}` has no unit; write e.g. `{n}s`")),
+            Some(Quantity::Float(x)) => Err(format!("`{x}` has no unit; write e.g. `{x}s`")),
+        };
+        match parsed {
+            Ok(d) if d.is_zero() => {
+                self.error(path, "must be greater than zero");
+                default
+            }
+            Ok(d) => d,
+            Err(message) => {
+                self.error(path, message);
+                default
+            }
+        }
+    }
+
+    /// An integer in `min..=u32::MAX`; `default` when absent or invalid.
+    fn count(&mut self, value: Option<u64>, path: &str, min: u64, default: u32) -> u32 {
+        match value {
+            None => default,
+            Some(n) if n < min => {
+                self.error(path, format!("must be at least {min}, got {n}"));
+                default
+            }
+            Some(n) => u32::try_from(n).unwrap_or_else(|_| {
+                self.error(path, format!("{n} is too large (at most {})", u32::MAX));
+                default
+            }),
+        }
+    }
+
+    fn limits(&mut self, f: &ConfigFile) -> Limits {
+        let l = f.limits.clone().unwrap_or_default();
+        let max_body_bytes = match &l.max_body_bytes {
+            None => DEFAULT_MAX_BODY_BYTES,
+            Some(q) => {
+                let path = "limits.max_body_bytes";
+                let parsed = match q {
+                    Quantity::Int(n) => {
+                        u64::try_from(*n).map_err(|_| format!("`{n}` is not a size (e.g. `32MiB`)"))
+                    }
+                    Quantity::Float(x) => Err(format!("`{x}` is not a size (e.g. `32MiB`)")),
+                    Quantity::Text(s) => parse_size(s),
+                };
+                match parsed {
+                    Ok(n) if (MIN_BODY_BYTES..=MAX_BODY_BYTES).contains(&n) => n,
+                    Ok(n) => {
+                        self.error(
+                            path,
+                            format!("must be between 1KiB and 1GiB, got {}", format_size(n)),
+                        );
+                        DEFAULT_MAX_BODY_BYTES
+                    }
+                    Err(message) => {
+                        self.error(path, message);
+                        DEFAULT_MAX_BODY_BYTES
+                    }
+                }
+            }
+        };
+        let limits = Limits {
+            max_body_bytes,
+            connect_timeout: self.duration(
+                l.connect_timeout.as_ref(),
+                "limits.connect_timeout",
+                DEFAULT_CONNECT_TIMEOUT,
+            ),
+            first_token_timeout: self.duration(
+                l.first_token_timeout.as_ref(),
+                "limits.first_token_timeout",
+                DEFAULT_FIRST_TOKEN_TIMEOUT,
+            ),
+            idle_timeout: self.duration(
+                l.idle_timeout.as_ref(),
+                "limits.idle_timeout",
+                DEFAULT_IDLE_TIMEOUT,
+            ),
+        };
+        if limits.first_token_timeout < limits.connect_timeout {
+            self.warn(
+                "limits.first_token_timeout",
+                format!(
+                    "{:?} is shorter than limits.connect_timeout ({:?}): a slow connect alone \
+                     can exhaust it",
+                    limits.first_token_timeout, limits.connect_timeout
+                ),
+            );
+        }
+        limits
+    }
+
+    fn health(&mut self, f: &ConfigFile) -> Health {
+        let h = f.health.clone().unwrap_or_default();
+        let path = match h.path {
+            None => DEFAULT_HEALTH_PATH.to_string(),
+            Some(p) if p.starts_with('/') && !p.contains(char::is_whitespace) => p,
+            Some(p) => {
+                self.error(
+                    "health.path",
+                    format!("`{p}` is not an absolute HTTP path (e.g. `/health`)"),
+                );
+                DEFAULT_HEALTH_PATH.to_string()
+            }
+        };
+        let health = Health {
+            path,
+            interval: self.duration(
+                h.interval.as_ref(),
+                "health.interval",
+                DEFAULT_HEALTH_INTERVAL,
+            ),
+            timeout: self.duration(h.timeout.as_ref(), "health.timeout", DEFAULT_HEALTH_TIMEOUT),
+            eject_after_failures: self.count(
+                h.eject_after_failures,
+                "health.eject_after_failures",
+                1,
+                DEFAULT_EJECT_AFTER_FAILURES,
+            ),
+            readmit_after: self.duration(
+                h.readmit_after.as_ref(),
+                "health.readmit_after",
+                DEFAULT_READMIT_AFTER,
+            ),
+        };
+        if health.timeout >= health.interval {
+            self.warn(
+                "health.timeout",
+                format!(
+                    "{:?} is not shorter than health.interval ({:?}): probes can overlap",
+                    health.timeout, health.interval
+                ),
+            );
+        }
+        health
+    }
+
+    fn pools(&mut self, f: &ConfigFile, retry: Retry) -> Vec<Pool> {
+        let entries = f.pools.as_ref().map(|p| p.0.as_slice()).unwrap_or(&[]);
+        if entries.is_empty() {
+            self.error(
+                "pools",
+                "at least one pool is required (a map from model name to backends)",
+            );
+        }
+        let mut pools = Vec::with_capacity(entries.len());
+        let mut pool_names: HashSet<&str> = HashSet::new();
+        // Backend name → path of its first use, for duplicate messages.
+        let mut backend_names: HashMap<String, String> = HashMap::new();
+        for (model, pool) in entries {
+            let path = key_path("pools", model);
+            if model.trim().is_empty() {
+                self.error(&path, "model name must not be empty");
+            }
+            if !pool_names.insert(model) {
+                self.error(&path, format!("pool `{model}` is defined more than once"));
+            }
+            pools.push(self.pool(&path, model, pool, retry, &mut backend_names));
+        }
+        pools
+    }
+
+    fn pool(
+        &mut self,
+        path: &str,
+        model: &str,
+        pool: &PoolFile,
+        retry: Retry,
+        backend_names: &mut HashMap<String, String>,
+    ) -> Pool {
+        let policy = match &pool.policy {
+            None => PolicyKind::default(),
+            Some(spec) => PolicyKind::parse(&spec.name).unwrap_or_else(|| {
+                self.error(
+                    format!("{path}.policy"),
+                    format!(
+                        "unknown policy `{}`; valid policies: {}",
+                        spec.name,
+                        PolicyKind::ALL.join(", ")
+                    ),
+                );
+                PolicyKind::default()
+            }),
+        };
+        let entries = pool.backends.as_deref().unwrap_or(&[]);
+        let backends_path = format!("{path}.backends");
+        if entries.is_empty() {
+            self.error(
+                &backends_path,
+                "pool has no backends; at least one is required",
+            );
+        }
+        if entries.len() == 1 && retry.max_retries > 0 {
+            self.warn(
+                &backends_path,
+                format!(
+                    "only one backend, so retry.max_retries = {} has no other backend to try",
+                    retry.max_retries
+                ),
+            );
+        }
+        let mut urls: HashMap<String, usize> = HashMap::new();
+        let mut backends = Vec::with_capacity(entries.len());
+        for (i, b) in entries.iter().enumerate() {
+            let bpath = format!("{backends_path}[{i}]");
+            if let Some(backend) = self.backend(&bpath, b, backend_names) {
+                if let Some(first) = urls.insert(backend.base_url(), i) {
+                    self.warn(
+                        format!("{bpath}.url"),
+                        format!(
+                            "same server as {backends_path}[{first}]: it will get a double share"
+                        ),
+                    );
+                }
+                backends.push(backend);
+            }
+        }
+        Pool {
+            model: Arc::from(model),
+            policy,
+            backends,
+        }
+    }
+
+    /// One backend; `None` when a required part is missing or invalid (errors recorded).
+    fn backend(
+        &mut self,
+        path: &str,
+        b: &BackendFile,
+        names: &mut HashMap<String, String>,
+    ) -> Option<Backend> {
+        let name = match &b.name {
+            None => {
+                self.error(
+                    format!("{path}.name"),
+                    "missing; every backend needs a unique name (it is a metric label)",
+                );
+                None
+            }
+            Some(n) if !valid_name(n) => {
+                self.error(
+                    format!("{path}.name"),
+                    format!("`{n}` is not a valid name: use letters, digits, `_`, `.` and `-`"),
+                );
+                None
+            }
+            Some(n) => match names.get(n) {
+                Some(first) => {
+                    self.error(
+                        format!("{path}.name"),
+                        format!("duplicate backend name `{n}` (first used at {first})"),
+                    );
+                    None
+                }
+                None => {
+                    names.insert(n.clone(), path.to_string());
+                    Some(Arc::<str>::from(n.as_str()))
+                }
+            },
+        };
+        let endpoint = match &b.url {
+            None => {
+                self.error(
+                    format!("{path}.url"),
+                    "missing; e.g. `http://10.0.0.1:8000`",
+                );
+                None
+            }
+            Some(u) => match parse_backend_url(u) {
+                Ok(e) => Some(e),
+                Err(message) => {
+                    self.error(format!("{path}.url"), message);
+                    None
+                }
+            },
+        };
+        let weight = self.count(b.weight, &format!("{path}.weight"), 1, DEFAULT_WEIGHT);
+        let max_inflight = b
+            .max_inflight
+            .map(|n| self.count(Some(n), &format!("{path}.max_inflight"), 1, 1));
+        let mut labels = BTreeMap::new();
+        for (k, v) in b.labels.iter().flatten() {
+            if valid_label_name(k) {
+                labels.insert(k.clone(), v.0.clone());
+            } else {
+                self.error(
+                    key_path(&format!("{path}.labels"), k),
+                    format!(
+                        "`{k}` is not a valid label name: start with a letter or `_`, then \
+                         letters, digits or `_`"
+                    ),
+                );
+            }
+        }
+        let (host, port, tls) = endpoint?;
+        Some(Backend {
+            name: name?,
+            host,
+            port,
+            tls,
+            weight,
+            max_inflight,
+            labels,
+        })
+    }
+}
+
+/// Whether two listeners would bind the same socket. Port 0 never collides.
+fn collide(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port()
+        && a.port() != 0
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// `[A-Za-z0-9_.-]+`.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`, Prometheus' label-name rule.
+fn valid_label_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// `(host, port, tls)` from a backend base URL, or why it is not acceptable.
+pub(super) fn parse_backend_url(text: &str) -> Result<(String, u16, bool), String> {
+    let text = text.trim();
+    if !text.contains("://") {
+        return Err(format!(
+            "`{text}` is not a URL; write it with a scheme, e.g. `http://{text}`"
+        ));
+    }
+    let url = url::Url::parse(text).map_err(|e| format!("`{text}` is not a valid URL: {e}"))?;
+    let tls = match url.scheme() {
+        "http" => false,
+        "https" => true,
+        other => return Err(format!("unsupported scheme `{other}`; use http or https")),
+    };
+    let host = match url.host() {
+        Some(h) => h.to_string(),
+        None => return Err(format!("`{text}` has no host")),
+    };
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("credentials in backend URLs are not supported".to_string());
+    }
+    if url.path() != "/" && !url.path().is_empty() {
+        return Err(format!(
+            "must not have a path (`{}`): Pronto forwards the client's request path as is",
+            url.path()
+        ));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("must not have a query or fragment".to_string());
+    }
+    let port = url
+        .port_or_known_default()
+        .ok_or_else(|| format!("`{text}` has no port"))?;
+    Ok((host, port, tls))
+}
+
+#[cfg(test)]
+#[path = "validate_tests.rs"]
+mod tests;
