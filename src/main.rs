@@ -24,6 +24,8 @@ struct Cli {
 enum Command {
     /// Run the gateway.
     Serve(ServeArgs),
+    /// Validate a config file: print every error with its location and field path.
+    CheckConfig(pronto::config::CheckConfigArgs),
 }
 
 #[derive(Args)]
@@ -92,6 +94,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(a) => serve(a),
+        Command::CheckConfig(a) => return pronto::config::run_check_config(&a),
     };
     match result {
         Ok(code) => code,
