@@ -1,0 +1,21 @@
+# Multi-stage build: compile in the Rust image, run in a slim non-root image.
+FROM rust:1-bookworm AS build
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends cmake && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+COPY benches ./benches
+COPY config ./config
+RUN cargo build --release --locked --bin pronto && strip target/release/pronto
+
+FROM debian:bookworm-slim
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin pronto
+COPY --from=build /src/target/release/pronto /usr/local/bin/pronto
+COPY config/pronto.yaml /etc/pronto/pronto.yaml
+USER 10001
+EXPOSE 8080 9400
+ENTRYPOINT ["/usr/local/bin/pronto"]
+# The file binds loopback; inside a container the client listener must face the network.
+CMD ["serve", "--config", "/etc/pronto/pronto.yaml", "--listen", "0.0.0.0:8080"]
