@@ -1,6 +1,10 @@
 //! OpenAI request bodies → [`RequestFeatures`].
+//!
+//! [`parse_request`] reads a chat, completions or embeddings body once, borrowing from it, and
+//! builds the canonical prompt, its token estimate and its prefix block hashes.
 
 mod features;
+mod json_str;
 mod parse;
 
 pub use features::{Endpoint, RequestFeatures};
