@@ -8,4 +8,5 @@
 
 pub mod request;
 pub mod routing;
+pub mod sim;
 pub mod tokens;
