@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+pub mod replay;
 pub mod request;
 pub mod routing;
 pub mod sim;
