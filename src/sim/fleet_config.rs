@@ -8,15 +8,105 @@
 //! `profile` is a built-in profile name or a path to a profile YAML file; `num_kv_blocks`
 //! overrides the profile's capacity; `faults` holds the live fleet's fault knobs.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use super::engine::EngineConfig;
 use super::profile::{Profile, ProfileError};
 
-/// Fault-injection knobs of one live backend (owned by the live fleet).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FaultConfig {}
+/// Fault-injection knobs of one live backend (owned by the live fleet; see
+/// [`super::fleet_faults`] for what each does). Durations are human strings (`250ms`, `2s`)
+/// or numbers of seconds.
+///
+/// ```yaml
+/// faults: { error_rate: 0.1, stall_first_token: 2s, slowdown: 1.5,
+///           crash_after: 30s, crash_every: 60s, restart_after: 5s, seed: 7 }
+/// ```
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FaultConfig {
+    /// Probability (0–1) that a generation request is answered 500 before any byte.
+    pub error_rate: f64,
+    /// Hold each request's first token back this long (wall time).
+    #[serde(deserialize_with = "de_opt_duration")]
+    pub stall_first_token: Option<Duration>,
+    /// Factor multiplying every engine step's duration (> 0; 1 = nominal speed).
+    pub slowdown: f64,
+    /// How long a crashed backend answers 503 before serving again (wall time).
+    #[serde(deserialize_with = "de_duration")]
+    pub restart_after: Duration,
+    /// Crash this long after the fleet starts.
+    #[serde(deserialize_with = "de_opt_duration")]
+    pub crash_after: Option<Duration>,
+    /// Crash again this often after the first crash (needs `crash_after`).
+    #[serde(deserialize_with = "de_opt_duration")]
+    pub crash_every: Option<Duration>,
+    /// Seed of the `error_rate` draws (mixed with the backend's index).
+    pub seed: u64,
+}
+
+impl Default for FaultConfig {
+    fn default() -> FaultConfig {
+        FaultConfig {
+            error_rate: 0.0,
+            stall_first_token: None,
+            slowdown: 1.0,
+            restart_after: Duration::from_secs(5),
+            crash_after: None,
+            crash_every: None,
+            seed: 0,
+        }
+    }
+}
+
+impl FaultConfig {
+    /// Check ranges; the error is `(field, reason)` relative to `faults`.
+    pub fn validate(&self) -> Result<(), (&'static str, &'static str)> {
+        if !(0.0..=1.0).contains(&self.error_rate) {
+            return Err(("error_rate", "must be between 0 and 1"));
+        }
+        if !(self.slowdown.is_finite() && self.slowdown > 0.0) {
+            return Err(("slowdown", "must be a positive number"));
+        }
+        if self.crash_every.is_some() && self.crash_after.is_none() {
+            return Err(("crash_every", "needs crash_after"));
+        }
+        if self.crash_every.is_some_and(|d| d.is_zero()) {
+            return Err(("crash_every", "must be positive"));
+        }
+        Ok(())
+    }
+}
+
+/// A duration as a human string (`250ms`, `2s`, `1m`) or a number of seconds.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum HumanDuration {
+    Text(String),
+    Seconds(f64),
+}
+
+impl HumanDuration {
+    fn into_duration<E: serde::de::Error>(self) -> Result<Duration, E> {
+        match self {
+            HumanDuration::Text(s) => humantime::parse_duration(s.trim())
+                .map_err(|e| E::custom(format!("invalid duration {s:?}: {e}"))),
+            HumanDuration::Seconds(x) => Duration::try_from_secs_f64(x)
+                .map_err(|_| E::custom(format!("invalid duration {x}: must be >= 0 seconds"))),
+        }
+    }
+}
+
+fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    HumanDuration::deserialize(d)?.into_duration()
+}
+
+fn de_opt_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    Option::<HumanDuration>::deserialize(d)?
+        .map(HumanDuration::into_duration)
+        .transpose()
+}
 
 /// One simulated backend.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -127,6 +217,9 @@ impl FleetConfig {
                 if cfg.backends[..i].iter().any(|o| o.port == Some(p)) {
                     return Err(invalid(format!("backends[{i}].port"), "duplicate port"));
                 }
+            }
+            if let Err((field, reason)) = b.faults.validate() {
+                return Err(invalid(format!("backends[{i}].faults.{field}"), reason));
             }
             if b.num_kv_blocks == Some(0) {
                 return Err(invalid(

@@ -19,7 +19,6 @@
 //! `max_model_len` is the KV pool's capacity (`num_kv_blocks × block_size`): a longer request
 //! could never be scheduled. While the backend is down after a crash, every route answers 503.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -102,7 +101,10 @@ pub(crate) fn router(shared: Shared) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/v1/chat/completions/render", post(render_chat))
         .route("/v1/completions/render", post(render_completions))
-        .layer(middleware::from_fn_with_state(shared.clone(), refuse_when_down))
+        .layer(middleware::from_fn_with_state(
+            shared.clone(),
+            refuse_when_down,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(shared)
 }
@@ -282,7 +284,9 @@ async fn full_response(mut f: Flight) -> Response {
                 ))
             }
             Err(Cut::Rejected) => {
-                return error(ApiError::bad_request("request does not fit in the KV cache"))
+                return error(ApiError::bad_request(
+                    "request does not fit in the KV cache",
+                ))
             }
         }
     }
@@ -292,16 +296,12 @@ async fn full_response(mut f: Flight) -> Response {
 struct SseState {
     flight: Flight,
     include_usage: bool,
-    pending: VecDeque<Bytes>,
     done: bool,
 }
 
 impl SseState {
     /// The next body frame: everything one engine step produced for this request.
     async fn next_frame(&mut self) -> Option<Result<Bytes, std::io::Error>> {
-        if let Some(b) = self.pending.pop_front() {
-            return Some(Ok(b));
-        }
         if self.done {
             return None;
         }
@@ -347,7 +347,6 @@ fn stream_response(flight: Flight, include_usage: bool) -> Response {
     let state = SseState {
         flight,
         include_usage,
-        pending: VecDeque::new(),
         done: false,
     };
     let body = futures::stream::unfold(state, |mut st| async move {
@@ -376,7 +375,10 @@ async fn health() -> StatusCode {
 
 async fn metrics(State(s): State<Shared>) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         s.metrics.render(),
     )
         .into_response()

@@ -185,7 +185,11 @@ impl BackendMetrics {
             stats.generation_tokens_total,
             b.generation_tokens_total,
         );
-        delta(&self.preemptions, stats.preemptions_total, b.preemptions_total);
+        delta(
+            &self.preemptions,
+            stats.preemptions_total,
+            b.preemptions_total,
+        );
         last.0 = *stats;
     }
 
