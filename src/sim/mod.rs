@@ -3,6 +3,8 @@
 //!
 //! - [`engine`]: one inference server's scheduler, paged KV cache ([`kv`]) and step timing.
 //! - [`profile`]: step-time coefficients and KV capacity per GPU + model (`config/sim/*.yaml`).
+//! - [`evaluate`]: the offline evaluator (`pronto evaluate`), with [`eval_router`] (what the
+//!   router knows) and [`eval_report`] (results).
 //! - [`fleet_config`]: the fleet file (`config/sim/fleet*.yaml`): which backends, which profile.
 //! - [`fleet`]: the live fleet — each backend an OpenAI-compatible HTTP server driving an engine
 //!   in (scaled) real time, with vLLM's `/metrics` and fault injection.
@@ -11,6 +13,11 @@
 //! it in real time; the offline evaluator in virtual time.
 
 pub mod engine;
+pub mod eval_report;
+pub mod eval_router;
+#[cfg(test)]
+mod eval_tests;
+pub mod evaluate;
 pub mod fleet;
 pub mod fleet_config;
 mod fleet_driver;

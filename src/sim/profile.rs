@@ -255,7 +255,7 @@ mod tests {
             })
         };
         assert!(t(1024) < t(2048));
-        // Per-token cost grows with length (attention).
-        assert!(t(8192) / 8192.0 > t(1024) / 1024.0);
+        // The marginal cost per token grows with length (attention).
+        assert!((t(8192) - t(4096)) / 4096.0 > (t(2048) - t(1024)) / 1024.0);
     }
 }
