@@ -290,3 +290,39 @@ fn decode_step_cost_grows_with_batch_and_context() {
     let many = big.step().unwrap().duration_s;
     assert!(many > one, "{many} <= {one}");
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Whatever the workload and however small the cache, every request gets one first
+        /// token and finishes with exactly `max_tokens`, and every block is returned.
+        #[test]
+        fn every_request_finishes_and_blocks_are_returned(
+            blocks in 20usize..200,
+            budget in 16usize..2048,
+            seqs in 1usize..16,
+            reqs in proptest::collection::vec((0u32..4, 1usize..300, 1u32..40), 1..24),
+        ) {
+            let mut e = engine(blocks, budget, seqs);
+            for (i, &(prefix, len, max_tokens)) in reqs.iter().enumerate() {
+                let mut p = prompt(prefix, 64);
+                p.extend(prompt(100 + i as u32, len));
+                e.add_request(req(i as u64, p, max_tokens));
+            }
+            let ev = run(&mut e);
+            for (i, &(_, len, max_tokens)) in reqs.iter().enumerate() {
+                let id = i as u64;
+                let firsts = ev.iter().filter(|(_, x)| matches!(x, EngineEvent::FirstToken { id: j, .. } if *j == id)).count();
+                let fits = (64 + len + max_tokens as usize).div_ceil(16) <= blocks;
+                prop_assert_eq!(finished(&ev, id), if fits { max_tokens } else { 0 });
+                prop_assert_eq!(firsts, usize::from(fits));
+            }
+            prop_assert_eq!(e.stats().kv_usage, 0.0);
+            prop_assert_eq!(e.num_requests(), 0);
+        }
+    }
+}
