@@ -1,0 +1,3 @@
+//! Replaying workloads: trace readers and a seeded synthetic workload generator.
+
+pub mod trace;

@@ -1,0 +1,471 @@
+//! Offline evaluator: replay a trace through a simulated fleet on a virtual clock and compare
+//! routing policies.
+//!
+//! ## Discrete-event simulation
+//! Each backend is an [`Engine`] stepped independently: idle until a request arrives, then
+//! busy for one step's duration, then the step's events are delivered and the next step
+//! starts at once if there is work. Requests arrive at their trace times. At the same instant,
+//! step ends are processed before arrivals (the router sees the freshest state). Each arrival
+//! is routed by **the gateway's own** `Policy::select()` (built by
+//! [`PolicyKind::parse`]`(name).build()`) over a snapshot from [`RouterSideState`], which sees
+//! only what the gateway would (dispatches, first tokens, stream ends). `now` is a fixed
+//! [`Instant`] plus the virtual offset. TTFT = first-token step end − arrival; E2E = finish −
+//! arrival. Nothing is random: a run is a pure function of trace, fleet and policy.
+//!
+//! ## The `oracle` policy (evaluator only)
+//! Reads true engine state: for each backend it clones the engine, adds the request and steps
+//! the clone until the request's first token (from the end of the step in flight, if any).
+//! It picks the smallest true TTFT (ties: lowest index), pruning a clone as soon as its time
+//! exceeds the best so far. It is the best any router could do *for this request* given the
+//! current queues — a greedy bound, not a global optimum.
+//!
+//! ## `--load X`
+//! Capacity is the fleet's sustainable request rate for this trace's request mix:
+//! for each distinct engine configuration, a closed-loop calibration run feeds up to
+//! [`CALIBRATION_SAMPLE`] requests taken evenly across the trace to one fresh engine all at
+//! once (the queue never empties, so the engine batches as fully as its KV cache allows) and
+//! measures requests / virtual seconds to drain. The fleet's capacity is the sum over
+//! backends. Arrival times are then scaled so that the offered rate (requests / trace span)
+//! is `X ×` capacity. Without `--load` the trace's own timing is kept.
+//!
+//! Mooncake's conversation trace is quantised to 3 s; ties are spread over each bucket
+//! ([`spread_ties`]) before anything else.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use super::engine::{Engine, EngineConfig, EngineEvent, SimRequest};
+use super::eval_report::{percentile, RunReport};
+use super::eval_router::RouterSideState;
+use super::fleet_config::FleetConfig;
+use crate::replay::trace::{self, spread_ties, SyntheticWorkload, TraceFormat, TraceRequest};
+use crate::request::RequestFeatures;
+use crate::routing::{Policy, PolicyKind};
+use crate::tokens::{block_hashes, BLOCK_TOKENS};
+
+/// Requests in a `--load` calibration run.
+pub const CALIBRATION_SAMPLE: usize = 400;
+
+/// Name of the evaluator-only policy that reads true engine state.
+pub const ORACLE: &str = "oracle";
+
+/// Policies evaluated when none is given.
+pub const DEFAULT_POLICIES: &[&str] = &["round_robin", "least_inflight", ORACLE];
+
+/// `pronto evaluate`: replay a trace through the simulated fleet under each policy.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EvaluateArgs {
+    /// Trace file; without it a seeded synthetic multi-turn chat workload is used.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Trace format.
+    #[arg(long, value_enum, default_value_t = TraceFormat::Mooncake)]
+    pub format: TraceFormat,
+    /// Fleet file.
+    #[arg(long, default_value = "config/sim/fleet.yaml")]
+    pub fleet: PathBuf,
+    /// Policy to evaluate (repeatable): round_robin, least_inflight, oracle, ...
+    #[arg(long = "policy")]
+    pub policies: Vec<String>,
+    /// Offered load as a fraction of fleet capacity (default: the trace's own timing).
+    #[arg(long)]
+    pub load: Option<f64>,
+    /// Replay only the first N requests.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Seed of the synthetic workload.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One simulated backend: a name and its engine configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimBackend {
+    /// Backend name.
+    pub name: String,
+    /// Its engine.
+    pub config: EngineConfig,
+}
+
+/// Load a fleet file into evaluator backends.
+pub fn load_fleet(path: &Path) -> anyhow::Result<Vec<SimBackend>> {
+    let fleet = FleetConfig::load(path)?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let configs = fleet.engine_configs(base)?;
+    Ok(fleet
+        .backends
+        .iter()
+        .zip(configs)
+        .map(|(b, config)| SimBackend {
+            name: b.name.clone(),
+            config,
+        })
+        .collect())
+}
+
+/// Sustainable requests/s of one engine on `sample` (closed loop, all queued at once).
+pub fn engine_capacity_rps(config: &EngineConfig, sample: &[(u64, &TraceRequest)]) -> f64 {
+    let mut e = Engine::new(config.clone());
+    let mut ids = Vec::new();
+    for &(index, r) in sample {
+        ids.clear();
+        r.prompt_ids(index, &mut ids);
+        e.add_request(SimRequest {
+            id: index,
+            prompt: std::mem::take(&mut ids),
+            max_tokens: r.output_tokens,
+        });
+    }
+    let mut t = 0.0;
+    while let Some(s) = e.step() {
+        t += s.duration_s;
+    }
+    if t > 0.0 {
+        sample.len() as f64 / t
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// Fleet capacity (requests/s) for this trace's mix; see the module docs.
+pub fn fleet_capacity_rps(fleet: &[SimBackend], reqs: &[TraceRequest]) -> f64 {
+    let stride = reqs.len().div_ceil(CALIBRATION_SAMPLE).max(1);
+    let sample: Vec<(u64, &TraceRequest)> = reqs
+        .iter()
+        .enumerate()
+        .step_by(stride)
+        .map(|(i, r)| (i as u64, r))
+        .collect();
+    let mut per_config: Vec<(&EngineConfig, f64)> = Vec::new();
+    let mut total = 0.0;
+    for b in fleet {
+        let rate = match per_config.iter().find(|(c, _)| *c == &b.config) {
+            Some(&(_, r)) => r,
+            None => {
+                let r = engine_capacity_rps(&b.config, &sample);
+                per_config.push((&b.config, r));
+                r
+            }
+        };
+        total += rate;
+    }
+    total
+}
+
+/// Rescale arrivals so the offered rate is `load ×` the fleet's capacity; returns capacity.
+pub fn apply_load(fleet: &[SimBackend], reqs: &mut [TraceRequest], load: f64) -> f64 {
+    let capacity = fleet_capacity_rps(fleet, reqs);
+    let span = reqs.last().map_or(0.0, |r| r.arrival_s);
+    if reqs.len() > 1 && span > 0.0 && load > 0.0 && capacity.is_finite() {
+        let native = reqs.len() as f64 / span;
+        trace::scale_arrivals(reqs, native / (load * capacity));
+    }
+    capacity
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Track {
+    arrival_s: f64,
+    backend: usize,
+    prompt_tokens: u32,
+    first_token_s: Option<f64>,
+}
+
+struct Backend {
+    engine: Engine,
+    busy_until: Option<f64>,
+    pending: Vec<EngineEvent>,
+}
+
+/// Router choice for one arrival: a gateway policy or the oracle.
+enum Chooser {
+    Policy(std::sync::Arc<dyn Policy>),
+    Oracle,
+}
+
+/// Replay `reqs` through a fresh fleet under `policy`; deterministic.
+pub fn evaluate(
+    fleet: &[SimBackend],
+    model: &str,
+    reqs: &[TraceRequest],
+    policy: &str,
+) -> anyhow::Result<RunReport> {
+    anyhow::ensure!(!fleet.is_empty(), "the fleet has no backends");
+    let chooser = if policy == ORACLE {
+        Chooser::Oracle
+    } else {
+        let kind = PolicyKind::parse(policy).with_context(|| {
+            format!(
+                "unknown policy {policy:?} (known: {}, {ORACLE})",
+                PolicyKind::ALL.join(", ")
+            )
+        })?;
+        Chooser::Policy(kind.build())
+    };
+    let names: Vec<&str> = fleet.iter().map(|b| b.name.as_str()).collect();
+    let mut router = RouterSideState::new(&names);
+    let mut backends: Vec<Backend> = fleet
+        .iter()
+        .map(|b| Backend {
+            engine: Engine::new(b.config.clone()),
+            busy_until: None,
+            pending: Vec::new(),
+        })
+        .collect();
+    let mut tracks: Vec<Track> = Vec::with_capacity(reqs.len());
+    let mut ttft = Vec::with_capacity(reqs.len());
+    let mut e2e = Vec::with_capacity(reqs.len());
+    let mut per_backend = vec![0u64; fleet.len()];
+    let (mut shed, mut rejected) = (0u64, 0u64);
+    let (mut hit_tokens, mut prompt_tokens) = (0u64, 0u64);
+    let mut last_finish = 0.0f64;
+    let base = Instant::now();
+    let mut next = 0usize;
+    let mut ids = Vec::new();
+    loop {
+        let step_end = backends
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| b.busy_until.map(|t| (t, i)))
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let arrival = reqs.get(next).map(|r| r.arrival_s);
+        match (step_end, arrival) {
+            (None, None) => break,
+            (Some((t, b)), a) if a.is_none_or(|a| t <= a) => {
+                let events = std::mem::take(&mut backends[b].pending);
+                for ev in events {
+                    match ev {
+                        EngineEvent::FirstToken {
+                            id, cached_tokens, ..
+                        } => {
+                            let tr = &mut tracks[id as usize];
+                            tr.first_token_s = Some(t);
+                            ttft.push(t - tr.arrival_s);
+                            hit_tokens += u64::from(cached_tokens);
+                            prompt_tokens += u64::from(tr.prompt_tokens);
+                            router.on_first_token(b, tr.prompt_tokens);
+                        }
+                        EngineEvent::Token { .. } => {}
+                        EngineEvent::Finished { id, output_tokens } => {
+                            let tr = tracks[id as usize];
+                            router.on_finish(b, tr.prompt_tokens, tr.first_token_s.is_some());
+                            if output_tokens == 0 {
+                                rejected += 1;
+                            } else {
+                                e2e.push(t - tr.arrival_s);
+                                last_finish = last_finish.max(t);
+                            }
+                        }
+                    }
+                }
+                start_step(&mut backends[b], t);
+            }
+            (_, Some(t)) => {
+                let r = &reqs[next];
+                let id = next as u64;
+                next += 1;
+                ids.clear();
+                r.prompt_ids(id, &mut ids);
+                tracks.push(Track {
+                    arrival_s: t,
+                    backend: usize::MAX,
+                    prompt_tokens: r.input_tokens,
+                    first_token_s: None,
+                });
+                let chosen = match &chooser {
+                    Chooser::Oracle => Some(oracle_pick(&backends, &ids, id, r, t)),
+                    Chooser::Policy(p) => {
+                        let features = features_of(model, &ids, r);
+                        let now = base + Duration::from_secs_f64(t);
+                        let views = router.views(&features, now);
+                        let snapshot = crate::routing::Snapshot { backends: views };
+                        p.select(&features, &snapshot, now).ok().map(|d| d.index)
+                    }
+                };
+                let Some(b) = chosen else {
+                    shed += 1;
+                    continue;
+                };
+                tracks[id as usize].backend = b;
+                per_backend[b] += 1;
+                router.on_dispatch(b, r.input_tokens);
+                backends[b].engine.add_request(SimRequest {
+                    id,
+                    prompt: std::mem::take(&mut ids),
+                    max_tokens: r.output_tokens,
+                });
+                if backends[b].busy_until.is_none() {
+                    start_step(&mut backends[b], t);
+                }
+            }
+            (Some(_), None) => unreachable!("handled by the step-end arm"),
+        }
+    }
+    let preemptions = backends
+        .iter()
+        .map(|b| b.engine.stats().preemptions_total)
+        .sum();
+    let first_arrival = reqs.first().map_or(0.0, |r| r.arrival_s);
+    let span = last_finish - first_arrival;
+    let ms = |v: f64| v * 1e3;
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    let ttft_mean = mean(&ttft);
+    let e2e_mean = mean(&e2e);
+    ttft.sort_by(f64::total_cmp);
+    e2e.sort_by(f64::total_cmp);
+    Ok(RunReport {
+        policy: policy.to_string(),
+        requests: reqs.len() as u64,
+        completed: e2e.len() as u64,
+        ttft_mean_ms: ms(ttft_mean),
+        ttft_p50_ms: ms(percentile(&ttft, 0.50)),
+        ttft_p90_ms: ms(percentile(&ttft, 0.90)),
+        ttft_p99_ms: ms(percentile(&ttft, 0.99)),
+        e2e_mean_ms: ms(e2e_mean),
+        e2e_p99_ms: ms(percentile(&e2e, 0.99)),
+        throughput_rps: if span > 0.0 {
+            e2e.len() as f64 / span
+        } else {
+            0.0
+        },
+        prefix_hit_rate: if prompt_tokens > 0 {
+            hit_tokens as f64 / prompt_tokens as f64
+        } else {
+            0.0
+        },
+        per_backend: router
+            .names()
+            .zip(per_backend)
+            .map(|(n, c)| (n.to_string(), c))
+            .collect(),
+        shed,
+        rejected,
+        preemptions,
+    })
+}
+
+fn start_step(b: &mut Backend, now: f64) {
+    match b.engine.step() {
+        Some(s) => {
+            b.busy_until = Some(now + s.duration_s);
+            b.pending = s.events;
+        }
+        None => b.busy_until = None,
+    }
+}
+
+/// What the gateway would parse from this request (prompt text omitted: it is never read by
+/// routing; the token count and block hashes are exactly what the parser would produce for the
+/// synthetic text of these ids).
+fn features_of(model: &str, ids: &[u32], r: &TraceRequest) -> RequestFeatures {
+    let mut f = RequestFeatures::synthetic(model, String::new(), Some(r.output_tokens));
+    f.prompt_tokens = r.input_tokens;
+    f.block_hashes = block_hashes(ids, BLOCK_TOKENS);
+    f.session_key = r.session.map(|s| s.to_string());
+    f
+}
+
+/// The backend with the smallest true TTFT for this request (see the module docs).
+fn oracle_pick(backends: &[Backend], ids: &[u32], id: u64, r: &TraceRequest, now: f64) -> usize {
+    let mut best = (f64::INFINITY, 0usize);
+    for (i, b) in backends.iter().enumerate() {
+        let mut t = b.busy_until.map_or(0.0, |end| end - now);
+        if t >= best.0 {
+            continue;
+        }
+        let mut e = b.engine.clone();
+        e.add_request(SimRequest {
+            id,
+            prompt: ids.to_vec(),
+            max_tokens: r.output_tokens,
+        });
+        'steps: while let Some(s) = e.step() {
+            t += s.duration_s;
+            if t >= best.0 {
+                break;
+            }
+            for ev in s.events {
+                match ev {
+                    EngineEvent::FirstToken { id: x, .. } if x == id => {
+                        best = (t, i);
+                        break 'steps;
+                    }
+                    EngineEvent::Finished { id: x, .. } if x == id => break 'steps,
+                    _ => {}
+                }
+            }
+        }
+    }
+    best.1
+}
+
+/// Load the trace (or generate the synthetic workload), apply `--limit`, spread ties and
+/// `--load`. Returns the requests and, with `--load`, the measured fleet capacity.
+pub fn prepare_trace(
+    args: &EvaluateArgs,
+    fleet: &[SimBackend],
+) -> anyhow::Result<(Vec<TraceRequest>, Option<f64>)> {
+    let mut reqs = match &args.trace {
+        Some(path) => trace::read(path, args.format)?,
+        None => SyntheticWorkload {
+            seed: args.seed,
+            ..SyntheticWorkload::default()
+        }
+        .generate(),
+    };
+    if let Some(n) = args.limit {
+        reqs.truncate(n);
+    }
+    spread_ties(&mut reqs);
+    let capacity = args.load.map(|x| apply_load(fleet, &mut reqs, x));
+    Ok((reqs, capacity))
+}
+
+/// `pronto evaluate`: run every requested policy and print a table or JSON.
+pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
+    let fleet = load_fleet(&args.fleet)?;
+    let model = FleetConfig::load(&args.fleet)?.model;
+    let (reqs, capacity) = prepare_trace(&args, &fleet)?;
+    let policies: Vec<String> = if args.policies.is_empty() {
+        DEFAULT_POLICIES.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.policies.clone()
+    };
+    let mut runs = Vec::new();
+    for p in &policies {
+        let started = Instant::now();
+        let report = evaluate(&fleet, &model, &reqs, p)?;
+        let wall = started.elapsed().as_secs_f64();
+        if !args.json {
+            eprintln!(
+                "{p}: replayed {} requests in {wall:.2} s ({:.0} requests/s)",
+                reqs.len(),
+                reqs.len() as f64 / wall.max(1e-9)
+            );
+        }
+        runs.push(report);
+    }
+    if args.json {
+        println!("{}", super::eval_report::to_json(&runs, capacity));
+    } else {
+        if let Some(c) = capacity {
+            println!(
+                "fleet capacity {c:.2} req/s; offered {:.2} req/s",
+                c * args.load.unwrap_or(0.0)
+            );
+        }
+        print!("{}", super::eval_report::table(&runs));
+    }
+    Ok(())
+}

@@ -1,0 +1,462 @@
+//! The OpenAI wire format of a simulated backend: request parsing and response bodies.
+//!
+//! ## Requests
+//! A request body is parsed with `serde_json` into what the engine needs: the canonical prompt
+//! (chat: every message in order as `role: text\n`, the text parts of multi-part content
+//! concatenated, `null` content as empty text; completions: the `prompt` string, or an array of
+//! strings joined by `\n`), `stream`, `stream_options.include_usage`, and the output length
+//! (`max_completion_tokens`, else `max_tokens`, else [`DEFAULT_MAX_TOKENS`]). The prompt's token
+//! ids come from [`crate::tokens::token_ids`], exactly as the gateway's parser computes them, so
+//! the two agree on prefix blocks.
+//!
+//! ## Responses
+//! Chunks follow vLLM's shapes. Chat: a role chunk (`delta: {"role":"assistant","content":""}`)
+//! sent together with the first token (vLLM emits it when the first output arrives), one chunk
+//! per token whose `delta.content` is a short deterministic word, the last token's chunk carrying
+//! `finish_reason: "length"`, an optional usage chunk (`choices: []`), then `data: [DONE]`.
+//! Completions: one chunk per token with `choices[0].text`. Errors use the OpenAI envelope
+//! `{"error":{"message","type","param","code"}}`.
+
+use axum::http::StatusCode;
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use crate::tokens::mix64;
+
+/// Output length when the request names none (OpenAI's documented default for completions).
+pub const DEFAULT_MAX_TOKENS: u32 = 16;
+
+/// Which generation endpoint a request came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ApiKind {
+    /// `POST /v1/chat/completions`
+    Chat,
+    /// `POST /v1/completions`
+    Completion,
+}
+
+/// An OpenAI-style error answer.
+#[derive(Debug, Clone)]
+pub(crate) struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    /// A 400 with `message`.
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+
+    /// An error with any status.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// The OpenAI error envelope for this error.
+    pub fn body(&self) -> Value {
+        let kind = match self.status {
+            StatusCode::BAD_REQUEST => "BadRequestError",
+            StatusCode::NOT_FOUND => "NotFoundError",
+            StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailableError",
+            _ => "InternalServerError",
+        };
+        json!({"error": {
+            "message": self.message,
+            "type": kind,
+            "param": null,
+            "code": self.status.as_u16(),
+        }})
+    }
+}
+
+/// What a generation request asks for, in the engine's terms.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct GenRequest {
+    /// The `model` field, when present.
+    pub model: Option<String>,
+    /// The `stream` field.
+    pub stream: bool,
+    /// `stream_options.include_usage`.
+    pub include_usage: bool,
+    /// Output tokens to generate.
+    pub max_tokens: u32,
+    /// The canonical prompt.
+    pub prompt: String,
+}
+
+fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request("request body must be a JSON object"));
+    }
+    Ok(v)
+}
+
+/// Text of one chat message's `content`: a string, `null`, or an array of parts whose `text`
+/// parts are concatenated.
+fn content_text(content: Option<&Value>, out: &mut String) -> Result<(), ApiError> {
+    match content {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(s)) => {
+            out.push_str(s);
+            Ok(())
+        }
+        Some(Value::Array(parts)) => {
+            for part in parts {
+                if let Some(t) = part.get("text").and_then(Value::as_str) {
+                    out.push_str(t);
+                }
+            }
+            Ok(())
+        }
+        Some(_) => Err(ApiError::bad_request(
+            "message content must be a string, null or an array of parts",
+        )),
+    }
+}
+
+/// The canonical prompt of a chat `messages` array: `role: text\n` per message, in order.
+fn chat_prompt(messages: &Value) -> Result<String, ApiError> {
+    let list = messages
+        .as_array()
+        .ok_or_else(|| ApiError::bad_request("`messages` must be an array"))?;
+    if list.is_empty() {
+        return Err(ApiError::bad_request("`messages` must not be empty"));
+    }
+    let mut out = String::new();
+    for m in list {
+        let role = m
+            .get("role")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ApiError::bad_request("every message needs a string `role`"))?;
+        out.push_str(role);
+        out.push_str(": ");
+        content_text(m.get("content"), &mut out)?;
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// The canonical prompt of a completions `prompt`: a string, or strings joined by `\n`.
+fn completion_prompt(prompt: &Value) -> Result<String, ApiError> {
+    match prompt {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(items) => {
+            let mut parts = Vec::with_capacity(items.len());
+            for it in items {
+                parts.push(it.as_str().ok_or_else(|| {
+                    ApiError::bad_request("`prompt` must be a string or an array of strings")
+                })?);
+            }
+            Ok(parts.join("\n"))
+        }
+        _ => Err(ApiError::bad_request(
+            "`prompt` must be a string or an array of strings",
+        )),
+    }
+}
+
+/// Canonical prompt of a body that has either `messages` or `prompt` (for `/tokenize`).
+fn any_prompt(v: &Value) -> Result<String, ApiError> {
+    if let Some(m) = v.get("messages") {
+        chat_prompt(m)
+    } else if let Some(p) = v.get("prompt") {
+        completion_prompt(p)
+    } else {
+        Err(ApiError::bad_request("body needs `messages` or `prompt`"))
+    }
+}
+
+/// Parse a generation request body.
+pub(crate) fn parse_generation(kind: ApiKind, body: &[u8]) -> Result<GenRequest, ApiError> {
+    let v = parse_json(body)?;
+    let prompt = match kind {
+        ApiKind::Chat => chat_prompt(
+            v.get("messages")
+                .ok_or_else(|| ApiError::bad_request("missing `messages`"))?,
+        )?,
+        ApiKind::Completion => completion_prompt(
+            v.get("prompt")
+                .ok_or_else(|| ApiError::bad_request("missing `prompt`"))?,
+        )?,
+    };
+    let model = match v.get("model") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(ApiError::bad_request("`model` must be a string")),
+    };
+    let stream = match v.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(ApiError::bad_request("`stream` must be a boolean")),
+    };
+    let include_usage = v
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let max = v
+        .get("max_completion_tokens")
+        .filter(|x| !x.is_null())
+        .or_else(|| v.get("max_tokens").filter(|x| !x.is_null()));
+    let max_tokens = match max {
+        None => DEFAULT_MAX_TOKENS,
+        Some(x) => match x.as_u64() {
+            Some(n) if n >= 1 => u32::try_from(n).unwrap_or(u32::MAX),
+            _ => return Err(ApiError::bad_request("max_tokens must be an integer >= 1")),
+        },
+    };
+    Ok(GenRequest {
+        model,
+        stream,
+        include_usage,
+        max_tokens,
+        prompt,
+    })
+}
+
+/// Parse a `/tokenize` body (`prompt` or `messages`) into its canonical prompt.
+pub(crate) fn parse_tokenize(body: &[u8]) -> Result<String, ApiError> {
+    any_prompt(&parse_json(body)?)
+}
+
+/// Parse a `/render` body into its canonical prompt and (for chat) the messages as sent.
+pub(crate) fn parse_render(kind: ApiKind, body: &[u8]) -> Result<(String, Value), ApiError> {
+    let v = parse_json(body)?;
+    match kind {
+        ApiKind::Chat => {
+            let m = v
+                .get("messages")
+                .ok_or_else(|| ApiError::bad_request("missing `messages`"))?;
+            Ok((chat_prompt(m)?, m.clone()))
+        }
+        ApiKind::Completion => {
+            let p = v
+                .get("prompt")
+                .ok_or_else(|| ApiError::bad_request("missing `prompt`"))?;
+            Ok((completion_prompt(p)?, Value::Null))
+        }
+    }
+}
+
+const WORDS: [&str; 32] = [
+    "lorem", "ipsum", "dolor", "sit", "amet", "elit", "sed", "do", "tempor", "ut", "labore", "et",
+    "magna", "aliqua", "enim", "ad", "minim", "quis", "nostrud", "ex", "ea", "duis", "aute",
+    "irure", "in", "velit", "esse", "cillum", "fugiat", "nulla", "sunt", "culpa",
+];
+
+/// The deterministic word emitted as output token `index` of request `id` (with a leading
+/// space, like a BPE token).
+pub(crate) fn word(id: u64, index: u32) -> String {
+    let w = WORDS[(mix64(id ^ (u64::from(index) << 40)) % WORDS.len() as u64) as usize];
+    format!(" {w}")
+}
+
+/// Token usage of one finished (or in-progress) request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub cached_tokens: u32,
+}
+
+impl Usage {
+    fn json(self) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        })
+    }
+}
+
+/// Builds the response bodies of one request.
+#[derive(Debug, Clone)]
+pub(crate) struct Responder {
+    pub kind: ApiKind,
+    pub id: u64,
+    pub model: String,
+    pub created: u64,
+}
+
+impl Responder {
+    fn id_str(&self) -> String {
+        match self.kind {
+            ApiKind::Chat => format!("chatcmpl-sim-{}", self.id),
+            ApiKind::Completion => format!("cmpl-sim-{}", self.id),
+        }
+    }
+
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.kind, chunk) {
+            (ApiKind::Chat, true) => "chat.completion.chunk",
+            (ApiKind::Chat, false) => "chat.completion",
+            (ApiKind::Completion, _) => "text_completion",
+        }
+    }
+
+    fn sse(v: &Value) -> Bytes {
+        Bytes::from(format!("data: {v}\n\n"))
+    }
+
+    /// The chat role chunk (`None` for completions, which have none).
+    pub fn role_chunk(&self) -> Option<Bytes> {
+        (self.kind == ApiKind::Chat).then(|| {
+            Self::sse(&json!({
+                "id": self.id_str(), "object": self.object(true), "created": self.created,
+                "model": self.model,
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                             "logprobs": null, "finish_reason": null}],
+            }))
+        })
+    }
+
+    /// The chunk of output token `index`; `last` puts `finish_reason: "length"` on it.
+    pub fn token_chunk(&self, index: u32, last: bool) -> Bytes {
+        let text = word(self.id, index);
+        let finish = if last { json!("length") } else { Value::Null };
+        let choice = match self.kind {
+            ApiKind::Chat => json!({"index": 0, "delta": {"content": text},
+                                    "logprobs": null, "finish_reason": finish}),
+            ApiKind::Completion => json!({"index": 0, "text": text, "logprobs": null,
+                                          "finish_reason": finish, "stop_reason": null}),
+        };
+        Self::sse(&json!({
+            "id": self.id_str(), "object": self.object(true), "created": self.created,
+            "model": self.model, "choices": [choice],
+        }))
+    }
+
+    /// The final usage chunk (`choices: []`).
+    pub fn usage_chunk(&self, usage: Usage) -> Bytes {
+        Self::sse(&json!({
+            "id": self.id_str(), "object": self.object(true), "created": self.created,
+            "model": self.model, "choices": [], "usage": usage.json(),
+        }))
+    }
+
+    /// The SSE terminator.
+    pub fn done() -> Bytes {
+        Bytes::from_static(b"data: [DONE]\n\n")
+    }
+
+    /// The whole non-streaming answer.
+    pub fn full(&self, usage: Usage) -> Value {
+        let text: String = (0..usage.completion_tokens)
+            .map(|i| word(self.id, i))
+            .collect();
+        let choice = match self.kind {
+            ApiKind::Chat => json!({"index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": null, "finish_reason": "length"}),
+            ApiKind::Completion => json!({"index": 0, "text": text, "logprobs": null,
+                "finish_reason": "length", "stop_reason": null}),
+        };
+        json!({
+            "id": self.id_str(), "object": self.object(false), "created": self.created,
+            "model": self.model, "choices": [choice], "usage": usage.json(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_prompt_is_canonical() {
+        let body = br#"{"model":"m","messages":[
+            {"role":"system","content":"be brief"},
+            {"role":"user","content":[{"type":"text","text":"hi "},{"type":"image_url"},
+                                      {"type":"text","text":"there"}]},
+            {"role":"assistant","content":null}],
+            "max_tokens":3,"stream":true,"stream_options":{"include_usage":true}}"#;
+        let r = parse_generation(ApiKind::Chat, body).unwrap();
+        assert_eq!(r.prompt, "system: be brief\nuser: hi there\nassistant: \n");
+        assert_eq!(r.max_tokens, 3);
+        assert!(r.stream && r.include_usage);
+        assert_eq!(r.model.as_deref(), Some("m"));
+    }
+
+    #[test]
+    fn completion_prompt_joins_strings_and_prefers_max_completion_tokens() {
+        let body = br#"{"prompt":["a","b"],"max_tokens":9,"max_completion_tokens":2}"#;
+        let r = parse_generation(ApiKind::Completion, body).unwrap();
+        assert_eq!(r.prompt, "a\nb");
+        assert_eq!(r.max_tokens, 2);
+        assert!(!r.stream);
+        assert_eq!(r.model, None);
+        let r = parse_generation(ApiKind::Completion, br#"{"prompt":"x"}"#).unwrap();
+        assert_eq!(r.max_tokens, DEFAULT_MAX_TOKENS);
+    }
+
+    #[test]
+    fn bad_bodies_are_400() {
+        for body in [
+            &b"not json"[..],
+            b"[1,2]",
+            br#"{"messages":[]}"#,
+            br#"{"messages":[{"content":"x"}]}"#,
+            br#"{"messages":[{"role":"user","content":"x"}],"max_tokens":0}"#,
+            br#"{"messages":[{"role":"user","content":"x"}],"stream":"yes"}"#,
+            b"\xff\xfe",
+        ] {
+            let e = parse_generation(ApiKind::Chat, body).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+            assert!(e.body()["error"]["message"].is_string());
+        }
+        assert!(parse_generation(ApiKind::Completion, br#"{"prompt":[1,2]}"#).is_err());
+    }
+
+    #[test]
+    fn tokenize_accepts_prompt_or_messages() {
+        assert_eq!(parse_tokenize(br#"{"prompt":"abc"}"#).unwrap(), "abc");
+        assert_eq!(
+            parse_tokenize(br#"{"messages":[{"role":"user","content":"q"}]}"#).unwrap(),
+            "user: q\n"
+        );
+        assert!(parse_tokenize(br#"{"x":1}"#).is_err());
+    }
+
+    #[test]
+    fn chunks_have_vllm_shape() {
+        let r = Responder {
+            kind: ApiKind::Chat,
+            id: 7,
+            model: "m".into(),
+            created: 1,
+        };
+        let role = r.role_chunk().unwrap();
+        let v: Value = serde_json::from_slice(&role[6..role.len() - 2]).unwrap();
+        assert_eq!(v["choices"][0]["delta"]["role"], "assistant");
+        let last = r.token_chunk(2, true);
+        let v: Value = serde_json::from_slice(&last[6..last.len() - 2]).unwrap();
+        assert_eq!(v["choices"][0]["finish_reason"], "length");
+        assert_eq!(v["choices"][0]["delta"]["content"], word(7, 2).as_str());
+        let full = r.full(Usage {
+            prompt_tokens: 5,
+            completion_tokens: 3,
+            cached_tokens: 2,
+        });
+        assert_eq!(full["usage"]["total_tokens"], 8);
+        assert_eq!(full["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+        let text = full["choices"][0]["message"]["content"].as_str().unwrap();
+        assert_eq!(text.split(' ').filter(|w| !w.is_empty()).count(), 3);
+        let c = Responder {
+            kind: ApiKind::Completion,
+            ..r
+        };
+        assert!(c.role_chunk().is_none());
+        let v: Value = serde_json::from_slice(&c.token_chunk(0, false)[6..]).unwrap();
+        assert!(v["choices"][0]["text"].is_string());
+    }
+}
