@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod backend;
 pub mod config;
+pub mod demo;
 pub mod error;
 pub mod gateway;
 pub mod proxy;

@@ -26,6 +26,12 @@ enum Command {
     Serve(ServeArgs),
     /// Validate a config file: print every error with its location and field path.
     CheckConfig(pronto::config::CheckConfigArgs),
+    /// The gateway in front of a built-in simulated fleet, with a short chat workload.
+    Demo(pronto::demo::DemoArgs),
+    /// Serve a simulated fleet of OpenAI-compatible GPU backends on loopback.
+    SimFleet(pronto::sim::fleet::SimFleetArgs),
+    /// Replay a trace through the engine model on a virtual clock, once per policy.
+    Evaluate(pronto::sim::evaluate::EvaluateArgs),
 }
 
 #[derive(Args)]
@@ -95,6 +101,12 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(a) => serve(a),
         Command::CheckConfig(a) => return pronto::config::run_check_config(&a),
+        Command::Demo(a) => pronto::demo::run_demo(a).map(|()| ExitCode::SUCCESS),
+        Command::SimFleet(a) => tokio::runtime::Runtime::new()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(pronto::sim::fleet::run_sim_fleet(a)))
+            .map(|()| ExitCode::SUCCESS),
+        Command::Evaluate(a) => pronto::sim::evaluate::run_evaluate(a).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
