@@ -12,6 +12,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod gateway;
+pub mod predict;
 pub mod proxy;
 pub mod replay;
 pub mod request;

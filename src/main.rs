@@ -52,7 +52,7 @@ struct ServeArgs {
     #[arg(long)]
     admin_listen: Option<SocketAddr>,
     /// Routing policy for the --backend pool.
-    #[arg(long, default_value = "least_inflight")]
+    #[arg(long, default_value = "predicted_ttft")]
     policy: String,
 }
 

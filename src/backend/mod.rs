@@ -142,6 +142,7 @@ impl Backend {
             running_decodes: self.running_decodes.load(Ordering::Relaxed),
             engine: None,
             cached_tokens: 0,
+            ttft_model: None,
         }
     }
 

@@ -20,8 +20,7 @@ fn validation_errors_display_with_file_line_column_and_path() {
     let err = Config::from_yaml_str(BROKEN, "pronto.yaml").unwrap_err();
     assert_eq!(
         err.to_string(),
-        "pronto.yaml:4:13: pools.llama-3-8b.policy: unknown policy `fastest`; valid policies: round_robin, least_inflight\n\
-         pronto.yaml:9:14: pools.llama-3-8b.backends[1].url: unsupported scheme `ftp`; use http or https\n\
+        format!("pronto.yaml:4:13: pools.llama-3-8b.policy: unknown policy `fastest`; valid policies: {}\n", crate::routing::PolicyKind::ALL.join(", ")) + "pronto.yaml:9:14: pools.llama-3-8b.backends[1].url: unsupported scheme `ftp`; use http or https\n\
          pronto.yaml:10:17: pools.llama-3-8b.backends[1].weight: must be at least 1, got 0"
     );
 }

@@ -61,7 +61,7 @@ fn defaults_fill_every_optional_field() {
     assert_eq!(c.pools.len(), 1);
     let p = &c.pools[0];
     assert_eq!(&*p.model, "m");
-    assert_eq!(p.policy, PolicyKind::LeastInflight);
+    assert_eq!(p.policy, PolicyKind::PredictedTtft);
     let b = &p.backends[0];
     assert_eq!(
         (&*b.name, b.host.as_str(), b.port, b.tls),
@@ -140,7 +140,10 @@ fn both_policy_forms_and_unknown_policy_lists_valid_ones() {
         one_error(&yaml),
         pair(
             "pools.m.policy",
-            "unknown policy `fastest`; valid policies: round_robin, least_inflight"
+            &format!(
+                "unknown policy `fastest`; valid policies: {}",
+                PolicyKind::ALL.join(", ")
+            )
         )
     );
 }

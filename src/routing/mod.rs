@@ -9,14 +9,17 @@
 //! tried for this request, and below their `max_inflight`.
 
 mod least_inflight;
+mod predicted_ttft;
 mod round_robin;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 pub use least_inflight::LeastInflight;
+pub use predicted_ttft::PredictedTtft;
 pub use round_robin::RoundRobin;
 
+use crate::predict::{Coefficients, Quality, TtftInputs};
 use crate::request::RequestFeatures;
 
 /// Engine-side load scraped from a backend's `/metrics`.
@@ -55,6 +58,37 @@ pub struct BackendView {
     pub engine: Option<EngineLoad>,
     /// Prompt tokens of *this* request expected to be in the backend's prefix cache.
     pub cached_tokens: u32,
+    /// The backend's learned TTFT model, when the caller keeps one.
+    pub ttft_model: Option<TtftModelView>,
+}
+
+/// A backend's TTFT model as a policy sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TtftModelView {
+    /// Learned coefficients.
+    pub coefficients: Coefficients,
+    /// How good its recent predictions were.
+    pub quality: Quality,
+    /// Seconds since it last learned from an observation (infinite if never).
+    pub since_last_observation_s: f64,
+}
+
+impl BackendView {
+    /// Inputs of a TTFT prediction for `features` on this backend.
+    pub fn ttft_inputs(&self, features: &RequestFeatures) -> TtftInputs {
+        TtftInputs {
+            queued_prefill_tokens: self.outstanding_prefill_tokens as f64,
+            uncached_tokens: f64::from(features.prompt_tokens.saturating_sub(self.cached_tokens)),
+            running_decodes: f64::from(self.running_decodes),
+            engine_waiting: self.engine.map_or(0.0, |e| e.waiting),
+        }
+    }
+
+    /// Predicted seconds to first token for `features`, if the backend has a model.
+    pub fn predicted_ttft(&self, features: &RequestFeatures) -> Option<f64> {
+        self.ttft_model
+            .map(|m| m.coefficients.predict(&self.ttft_inputs(features)))
+    }
 }
 
 impl BackendView {
@@ -71,6 +105,7 @@ impl BackendView {
             running_decodes: 0,
             engine: None,
             cached_tokens: 0,
+            ttft_model: None,
         }
     }
 
@@ -104,6 +139,12 @@ pub enum Reason {
     RoundRobin,
     /// Fewest requests in flight.
     LeastLoaded,
+    /// Lowest predicted TTFT.
+    PredictedBest,
+    /// A cold or long-unobserved backend probed so its model gets calibrated.
+    Explore,
+    /// Predictions are missing or poor: least in flight instead.
+    Fallback,
 }
 
 impl Reason {
@@ -112,6 +153,9 @@ impl Reason {
         match self {
             Reason::RoundRobin => "round_robin",
             Reason::LeastLoaded => "least_loaded",
+            Reason::PredictedBest => "predicted_best",
+            Reason::Explore => "explore",
+            Reason::Fallback => "fallback",
         }
     }
 }
@@ -157,19 +201,22 @@ pub enum PolicyKind {
     /// Rotate through eligible backends, in proportion to weight.
     RoundRobin,
     /// Fewest in-flight requests (relative to weight); ties rotate.
-    #[default]
     LeastInflight,
+    /// Lowest predicted time to first token, with bounded exploration and fallback.
+    #[default]
+    PredictedTtft,
 }
 
 impl PolicyKind {
     /// Every policy name, for help texts and error messages.
-    pub const ALL: &'static [&'static str] = &["round_robin", "least_inflight"];
+    pub const ALL: &'static [&'static str] = &["round_robin", "least_inflight", "predicted_ttft"];
 
     /// Parse a policy name.
     pub fn parse(name: &str) -> Option<PolicyKind> {
         match name {
             "round_robin" => Some(PolicyKind::RoundRobin),
             "least_inflight" => Some(PolicyKind::LeastInflight),
+            "predicted_ttft" => Some(PolicyKind::PredictedTtft),
             _ => None,
         }
     }
@@ -179,6 +226,7 @@ impl PolicyKind {
         match self {
             PolicyKind::RoundRobin => "round_robin",
             PolicyKind::LeastInflight => "least_inflight",
+            PolicyKind::PredictedTtft => "predicted_ttft",
         }
     }
 
@@ -187,6 +235,7 @@ impl PolicyKind {
         match self {
             PolicyKind::RoundRobin => Arc::new(RoundRobin::default()),
             PolicyKind::LeastInflight => Arc::new(LeastInflight::default()),
+            PolicyKind::PredictedTtft => Arc::new(PredictedTtft::default()),
         }
     }
 }

@@ -1,0 +1,248 @@
+//! `predicted_ttft`: send each request where its first token is predicted to come soonest.
+//!
+//! For every eligible backend the policy evaluates the backend's learned model
+//! ([`crate::predict`]) on this request: its queued prefill, this prompt's *uncached* tokens
+//! (prompt tokens minus the prefix-cache hit expected on that backend), its running decodes and
+//! the engine's scraped queue. One cost unit throughout — predicted seconds — so prefix affinity
+//! is not a magic weight: a cache hit is worth exactly the prefill time it saves on that
+//! backend, and a hot cache-affine backend loses to an idle one when its queue costs more.
+//!
+//! Safeguards, in order:
+//! 1. **Fallback.** If any eligible backend has no model, or a calibrated model whose recent
+//!    relative error exceeds `poor_error`, predictions cannot be compared fairly: decide with
+//!    `least_inflight` instead (reason `fallback`).
+//! 2. **Bounded exploration.** A backend that is *cold* (fewer than `min_samples`
+//!    observations) or *stale* (none for `explore_after_s`) is probed — given this request —
+//!    when it has no probe outstanding (no prefill in flight) and its prediction is within
+//!    `explore_margin` × the best. So a new or recovered backend gets calibrated with at most one
+//!    request at a time, and never at a cost beyond the margin (reason `explore`).
+//! 3. Otherwise the argmin (reason `predicted_best`); ties go to fewer in-flight requests.
+
+use std::time::Instant;
+
+use super::{Decision, LeastInflight, NoBackend, Policy, Reason, Snapshot};
+use crate::request::RequestFeatures;
+
+/// The predicted-TTFT policy and its knobs.
+#[derive(Debug)]
+pub struct PredictedTtft {
+    /// Relative error above which a calibrated model is distrusted.
+    pub poor_error: f64,
+    /// Observations before a model counts as calibrated.
+    pub min_samples: u32,
+    /// Seconds without an observation after which a backend is re-probed.
+    pub explore_after_s: f64,
+    /// A probe is allowed when its prediction ≤ this × the best prediction.
+    pub explore_margin: f64,
+    fallback: LeastInflight,
+}
+
+impl Default for PredictedTtft {
+    fn default() -> Self {
+        PredictedTtft {
+            poor_error: 1.0,
+            min_samples: 3,
+            explore_after_s: 30.0,
+            explore_margin: 2.0,
+            fallback: LeastInflight::default(),
+        }
+    }
+}
+
+impl Policy for PredictedTtft {
+    fn name(&self) -> &'static str {
+        "predicted_ttft"
+    }
+
+    fn select(
+        &self,
+        features: &RequestFeatures,
+        snapshot: &Snapshot<'_>,
+        now: Instant,
+    ) -> Result<Decision, NoBackend> {
+        let mut best: Option<(usize, f64)> = None;
+        let mut probe: Option<(usize, f64)> = None;
+        for (i, b) in snapshot.eligible() {
+            let Some(model) = b.ttft_model else {
+                return self.fallback(features, snapshot, now);
+            };
+            let calibrated = model.quality.samples >= self.min_samples;
+            if calibrated && model.quality.rel_error > self.poor_error {
+                return self.fallback(features, snapshot, now);
+            }
+            let p = model.coefficients.predict(&b.ttft_inputs(features));
+            let better = |cur: Option<(usize, f64)>| {
+                cur.is_none_or(|(j, q)| {
+                    p < q || (p == q && b.inflight < snapshot.backends[j].inflight)
+                })
+            };
+            if better(best) {
+                best = Some((i, p));
+            }
+            let cold = !calibrated || model.since_last_observation_s > self.explore_after_s;
+            if cold && b.outstanding_prefill_tokens == 0 && better(probe) {
+                probe = Some((i, p));
+            }
+        }
+        let (index, p) = best.ok_or(NoBackend)?;
+        if let Some((j, q)) = probe {
+            if j != index && q <= self.explore_margin * p.max(1e-3) {
+                return Ok(Decision {
+                    index: j,
+                    predicted_ttft_s: Some(q),
+                    reason: Reason::Explore,
+                });
+            }
+        }
+        Ok(Decision {
+            index,
+            predicted_ttft_s: Some(p),
+            reason: Reason::PredictedBest,
+        })
+    }
+}
+
+impl PredictedTtft {
+    fn fallback(
+        &self,
+        features: &RequestFeatures,
+        snapshot: &Snapshot<'_>,
+        now: Instant,
+    ) -> Result<Decision, NoBackend> {
+        let d = self.fallback.select(features, snapshot, now)?;
+        Ok(Decision {
+            predicted_ttft_s: snapshot.backends[d.index].predicted_ttft(features),
+            reason: Reason::Fallback,
+            ..d
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::predict::{Coefficients, Quality};
+    use crate::routing::test_support::views;
+    use crate::routing::{BackendView, TtftModelView};
+
+    fn model(s_per_token: f64, samples: u32, rel_error: f64) -> Option<TtftModelView> {
+        Some(TtftModelView {
+            coefficients: Coefficients {
+                base_s: 0.02,
+                s_per_token,
+                s_per_decode: 0.001,
+                s_per_waiting: 0.0,
+            },
+            quality: Quality { samples, rel_error },
+            since_last_observation_s: 1.0,
+        })
+    }
+
+    fn prompt(tokens: u32) -> RequestFeatures {
+        let mut f = RequestFeatures::synthetic("m", "x".into(), None);
+        f.prompt_tokens = tokens;
+        f
+    }
+
+    fn pick(p: &PredictedTtft, v: &[BackendView], f: &RequestFeatures) -> Decision {
+        p.select(f, &Snapshot { backends: v }, Instant::now())
+            .unwrap()
+    }
+
+    #[test]
+    fn faster_backend_wins_and_prediction_is_reported() {
+        let p = PredictedTtft::default();
+        let mut v = views(2);
+        v[0].ttft_model = model(1e-4, 50, 0.1);
+        v[1].ttft_model = model(2e-5, 50, 0.1);
+        let d = pick(&p, &v, &prompt(4000));
+        assert_eq!((d.index, d.reason), (1, Reason::PredictedBest));
+        let expected = 0.02 + 4000.0 * 2e-5;
+        assert!((d.predicted_ttft_s.unwrap() - expected).abs() < 1e-9);
+    }
+
+    #[test]
+    fn cache_hit_is_worth_the_prefill_it_saves_but_not_a_long_queue() {
+        let p = PredictedTtft::default();
+        let mut v = views(2);
+        v[0].ttft_model = model(5e-5, 50, 0.1);
+        v[1].ttft_model = model(5e-5, 50, 0.1);
+        v[0].cached_tokens = 7000;
+        let f = prompt(8000);
+        assert_eq!(pick(&p, &v, &f).index, 0, "the cache-affine backend wins");
+        // Its queue now costs more than the prefill the hit saves (7000 tokens).
+        v[0].outstanding_prefill_tokens = 20_000;
+        assert_eq!(
+            pick(&p, &v, &f).index,
+            1,
+            "an idle backend beats a hot affine one"
+        );
+    }
+
+    #[test]
+    fn cost_is_monotonic_in_queue_depth() {
+        let p = PredictedTtft::default();
+        let mut v = views(2);
+        v[0].ttft_model = model(5e-5, 50, 0.1);
+        v[1].ttft_model = model(5e-5, 50, 0.1);
+        v[1].outstanding_prefill_tokens = 10;
+        let f = prompt(100);
+        for q in [0u64, 5, 9] {
+            v[0].outstanding_prefill_tokens = q;
+            assert_eq!(pick(&p, &v, &f).index, 0);
+        }
+        v[0].outstanding_prefill_tokens = 11;
+        assert_eq!(pick(&p, &v, &f).index, 1);
+    }
+
+    #[test]
+    fn falls_back_when_a_model_is_missing_or_poor() {
+        let p = PredictedTtft::default();
+        let mut v = views(2);
+        v[0].ttft_model = model(5e-5, 50, 0.1);
+        v[0].inflight = 3;
+        let d = pick(&p, &v, &prompt(100));
+        assert_eq!((d.index, d.reason), (1, Reason::Fallback));
+        v[1].ttft_model = model(1e-6, 50, 3.0);
+        let d = pick(&p, &v, &prompt(100));
+        assert_eq!(
+            (d.index, d.reason),
+            (1, Reason::Fallback),
+            "least inflight, not the poor model's pick"
+        );
+    }
+
+    #[test]
+    fn explores_cold_backends_one_probe_at_a_time_within_the_margin() {
+        let p = PredictedTtft::default();
+        let mut v = views(2);
+        v[0].ttft_model = model(5e-5, 50, 0.1);
+        v[1].ttft_model = model(6e-5, 0, 0.0);
+        let f = prompt(1000);
+        let d = pick(&p, &v, &f);
+        assert_eq!((d.index, d.reason), (1, Reason::Explore));
+        // While the probe is in prefill, no second probe.
+        v[1].outstanding_prefill_tokens = 1000;
+        let d = pick(&p, &v, &f);
+        assert_eq!((d.index, d.reason), (0, Reason::PredictedBest));
+        // Far beyond the margin: never probed.
+        v[1].outstanding_prefill_tokens = 0;
+        v[1].ttft_model = model(1e-3, 0, 0.0);
+        assert_eq!(pick(&p, &v, &f).index, 0);
+    }
+
+    #[test]
+    fn only_eligible_backends_and_none_is_an_error() {
+        let p = PredictedTtft::default();
+        let mut v = views(3);
+        for b in &mut v {
+            b.ttft_model = model(5e-5, 50, 0.1);
+        }
+        v[0].healthy = false;
+        v[1].excluded = true;
+        assert_eq!(pick(&p, &v, &prompt(10)).index, 2);
+        v[2].max_inflight = Some(0);
+        let r = p.select(&prompt(10), &Snapshot { backends: &v }, Instant::now());
+        assert_eq!(r, Err(NoBackend));
+    }
+}
