@@ -14,12 +14,14 @@
 //! line of the usual event stays borrowed; an event still open at the end of a chunk, or one with
 //! several data lines, is collected in a small reused buffer bounded like the carry-over.
 //!
-//! Each dispatched data event is classified by a fast byte search, without JSON decoding:
+//! Each dispatched data event is classified in one pass that lexes its JSON strings (honouring
+//! escapes) and looks at the value after every string followed by `:` — an object key — without
+//! decoding the JSON:
 //! - **output** — it has a key `"content"`, `"reasoning_content"`, `"reasoning"` or `"text"`
 //!   whose value is a non-empty string, a `"tool_calls"` array that is not empty, or a
 //!   `"function_call"` object. A role-only first chunk (`"content":""`), `"content":null`, a
-//!   comment or `data: [DONE]` are not output. In valid JSON an unescaped `"` cannot occur
-//!   inside a string, so generated text that *mentions* `"content":` (escaped) never matches;
+//!   comment or `data: [DONE]` are not output. Generated text that *mentions* `"content":`
+//!   is inside a string, so it never looks like a key;
 //! - **done** — the data is `[DONE]`;
 //! - **usage** — a `"usage"` key with an object value: only then is the event decoded with
 //!   `serde_json` to read `usage` ([`Usage`]);
@@ -320,58 +322,48 @@ fn strip_cr(line: &[u8]) -> &[u8] {
     line.strip_suffix(b"\r").unwrap_or(line)
 }
 
-/// Position of `needle` in `hay` at or after `from`.
-fn find(hay: &[u8], needle: &[u8], mut from: usize) -> Option<usize> {
-    let first = *needle.first()?;
-    while from + needle.len() <= hay.len() {
-        from += hay[from..=hay.len() - needle.len()]
-            .iter()
-            .position(|&b| b == first)?;
-        if hay[from..].starts_with(needle) {
-            return Some(from);
-        }
-        from += 1;
-    }
-    None
-}
-
 fn skip_ws(s: &[u8]) -> &[u8] {
     let n = s.iter().take_while(|b| b.is_ascii_whitespace()).count();
     &s[n..]
 }
 
-/// Whether some value of the key `quoted_key` (with its quotes) satisfies `pred`.
-fn any_value(data: &[u8], quoted_key: &[u8], pred: impl Fn(&[u8]) -> bool) -> bool {
-    let mut from = 0;
-    while let Some(i) = find(data, quoted_key, from) {
-        from = i + quoted_key.len();
-        if let Some(value) = skip_ws(&data[from..]).strip_prefix(b":") {
-            if pred(skip_ws(value)) {
-                return true;
-            }
+/// Index of the quote closing the JSON string whose text starts at `i`.
+fn string_end(data: &[u8], mut i: usize) -> Option<usize> {
+    loop {
+        i += data
+            .get(i..)?
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\')?;
+        if data[i] == b'"' {
+            return Some(i);
         }
+        i += 2; // an escape: skip the backslash and the escaped byte
     }
-    false
+}
+
+/// Calls `f(key, value)` for every object key in the JSON text `data`, in one pass: each string
+/// is lexed (escapes honoured), and a string followed by `:` is a key; `value` is the rest of
+/// the text from the key's value on.
+fn for_each_key<'d>(data: &'d [u8], mut f: impl FnMut(&'d [u8], &'d [u8])) {
+    let mut i = 0;
+    while let Some(off) = data[i..].iter().position(|&b| b == b'"') {
+        let start = i + off + 1;
+        let Some(end) = string_end(data, start) else {
+            return;
+        };
+        if let Some(value) = skip_ws(&data[end + 1..]).strip_prefix(b":") {
+            f(&data[start..end], skip_ws(value));
+        }
+        i = end + 1;
+    }
 }
 
 fn nonempty_string(v: &[u8]) -> bool {
     v.len() >= 2 && v[0] == b'"' && v[1] != b'"'
 }
 
-fn carries_output(data: &[u8]) -> bool {
-    const TEXT_KEYS: [&[u8]; 4] = [
-        b"\"content\"",
-        b"\"reasoning_content\"",
-        b"\"reasoning\"",
-        b"\"text\"",
-    ];
-    TEXT_KEYS
-        .iter()
-        .any(|k| any_value(data, k, nonempty_string))
-        || any_value(data, b"\"tool_calls\"", |v| {
-            v.first() == Some(&b'[') && skip_ws(&v[1..]).first().is_some_and(|&b| b != b']')
-        })
-        || any_value(data, b"\"function_call\"", |v| v.first() == Some(&b'{'))
+fn nonempty_array(v: &[u8]) -> bool {
+    v.first() == Some(&b'[') && skip_ws(&v[1..]).first().is_some_and(|&b| b != b']')
 }
 
 fn classify(data: &[u8], error_event: bool) -> Event {
@@ -381,22 +373,26 @@ fn classify(data: &[u8], error_event: bool) -> Event {
             ..Event::default()
         };
     }
-    let mut ev = Event {
-        output: carries_output(data),
-        ..Event::default()
-    };
-    if any_value(data, b"\"usage\"", |v| v.first() == Some(&b'{')) {
-        ev.usage = usage_from_body(data);
+    let (mut output, mut usage, mut error) = (false, false, error_event);
+    for_each_key(data, |key, v| match key {
+        b"content" | b"reasoning_content" | b"reasoning" | b"text" => output |= nonempty_string(v),
+        b"tool_calls" => output |= nonempty_array(v),
+        b"function_call" => output |= v.first() == Some(&b'{'),
+        b"usage" => usage |= v.first() == Some(&b'{'),
+        b"error" => error |= matches!(v.first(), Some(b'{' | b'"')),
+        b"object" => error |= v.starts_with(b"\"error\""),
+        _ => {}
+    });
+    Event {
+        output,
+        done: false,
+        usage: if usage { usage_from_body(data) } else { None },
+        error: if error {
+            error_message(data, error_event)
+        } else {
+            None
+        },
     }
-    if error_event
-        || any_value(data, b"\"error\"", |v| {
-            matches!(v.first(), Some(b'{' | b'"'))
-        })
-        || any_value(data, b"\"object\"", |v| v.starts_with(b"\"error\""))
-    {
-        ev.error = error_message(data, error_event);
-    }
-    ev
 }
 
 /// The message of an error event: `{"error": {"message": ..}}` (OpenAI), `{"error": ".."}`,

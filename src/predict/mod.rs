@@ -207,8 +207,8 @@ impl TtftEstimator {
             return predicted;
         }
         let err = actual_s - (0..N).map(|i| self.theta[i] * f[i]).sum::<f64>();
-        for i in 0..N {
-            self.theta[i] = (self.theta[i] + pf[i] / denom * err).max(0.0);
+        for (t, k) in self.theta.iter_mut().zip(pf) {
+            *t = (*t + k / denom * err).max(0.0);
         }
         // P = (P − k fᵀ P) / λ
         let mut trace = 0.0;

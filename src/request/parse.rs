@@ -32,7 +32,7 @@
 //!    the `tools` array is kept as a borrowed `RawValue`;
 //! 3. once all fields are known (so field order does not matter), the exact upper bound of the
 //!    prompt length is summed, ONE `String` of that capacity is allocated, and each literal is
-//!    decoded straight into it ([`JsonStr::unescape_into`]). The string never grows.
+//!    decoded straight into it (`JsonStr::unescape_into`). The string never grows.
 //!
 //! The unit test `chat_text_is_borrowed_then_written_once` checks both halves structurally.
 //!
