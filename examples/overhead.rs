@@ -167,4 +167,5 @@ async fn main() {
         );
     }
     let _ = child.kill();
+    let _ = child.wait();
 }
