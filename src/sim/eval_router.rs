@@ -11,13 +11,25 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::predict::{Coefficients, TtftEstimator, TtftInputs};
 use crate::request::RequestFeatures;
-use crate::routing::BackendView;
+use crate::routing::{BackendView, TtftModelView};
+
+/// What the router remembers about one dispatched request until its first token.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Dispatch {
+    /// Prediction inputs as they were when the request was routed.
+    pub inputs: TtftInputs,
+    /// Prefill tokens charged to the backend's queue (the prompt's expected uncached part).
+    pub prefill_tokens: u32,
+}
 
 /// Router-side state of a pool of backends.
 #[derive(Debug, Clone)]
 pub struct RouterSideState {
     views: Vec<BackendView>,
+    estimators: Vec<TtftEstimator>,
+    last_observation: Vec<Option<Instant>>,
 }
 
 impl RouterSideState {
@@ -28,6 +40,8 @@ impl RouterSideState {
                 .iter()
                 .map(|n| BackendView::idle(n.as_ref()))
                 .collect(),
+            estimators: vec![TtftEstimator::new(Coefficients::default(), 1.0); names.len()],
+            last_observation: vec![None; names.len()],
         }
     }
 
@@ -46,25 +60,41 @@ impl RouterSideState {
         self.views.iter().map(|v| &v.name)
     }
 
-    /// A request of `prompt_tokens` tokens was sent to `backend`.
-    pub fn on_dispatch(&mut self, backend: usize, prompt_tokens: u32) {
+    /// A request was routed to `backend` (whose view, as the policy saw it, is in the last
+    /// [`RouterSideState::views`]): charge its expected uncached prefill to the backend.
+    pub fn on_dispatch(&mut self, backend: usize, features: &RequestFeatures) -> Dispatch {
         let v = &mut self.views[backend];
+        let inputs = v.ttft_inputs(features);
+        let prefill_tokens = inputs.uncached_tokens as u32;
         v.inflight += 1;
-        v.outstanding_prefill_tokens += u64::from(prompt_tokens);
+        v.outstanding_prefill_tokens += u64::from(prefill_tokens);
+        Dispatch {
+            inputs,
+            prefill_tokens,
+        }
     }
 
-    /// The first token of a request of `prompt_tokens` tokens came back from `backend`.
-    pub fn on_first_token(&mut self, backend: usize, prompt_tokens: u32) {
+    /// The first token of a request came back from `backend`, `ttft_s` after dispatch.
+    /// Returns the prediction the model had made for it (before learning from it).
+    pub fn on_first_token(
+        &mut self,
+        backend: usize,
+        d: &Dispatch,
+        ttft_s: f64,
+        now: Instant,
+    ) -> f64 {
         let v = &mut self.views[backend];
         v.outstanding_prefill_tokens = v
             .outstanding_prefill_tokens
-            .saturating_sub(u64::from(prompt_tokens));
+            .saturating_sub(u64::from(d.prefill_tokens));
         v.running_decodes += 1;
+        self.last_observation[backend] = Some(now);
+        self.estimators[backend].observe(&d.inputs, ttft_s, now)
     }
 
-    /// A request's stream on `backend` ended; `prompt_tokens` is still outstanding if no
+    /// A request's stream on `backend` ended; its prefill charge is still outstanding if no
     /// first token was seen (`saw_first_token == false`).
-    pub fn on_finish(&mut self, backend: usize, prompt_tokens: u32, saw_first_token: bool) {
+    pub fn on_finish(&mut self, backend: usize, d: &Dispatch, saw_first_token: bool) {
         let v = &mut self.views[backend];
         v.inflight = v.inflight.saturating_sub(1);
         if saw_first_token {
@@ -72,13 +102,23 @@ impl RouterSideState {
         } else {
             v.outstanding_prefill_tokens = v
                 .outstanding_prefill_tokens
-                .saturating_sub(u64::from(prompt_tokens));
+                .saturating_sub(u64::from(d.prefill_tokens));
         }
     }
 
-    /// The views for a decision on `features` at `now` (no per-request fields yet:
-    /// `cached_tokens` stays 0 until a prefix index is added).
-    pub fn views(&mut self, _features: &RequestFeatures, _now: Instant) -> &[BackendView] {
+    /// The views for a decision on `features` at `now`: load counters plus each backend's
+    /// current TTFT model.
+    pub fn views(&mut self, _features: &RequestFeatures, now: Instant) -> &[BackendView] {
+        for (i, v) in self.views.iter_mut().enumerate() {
+            let e = &self.estimators[i];
+            v.ttft_model = Some(TtftModelView {
+                coefficients: e.coefficients(),
+                quality: e.quality(),
+                since_last_observation_s: self.last_observation[i].map_or(f64::INFINITY, |t| {
+                    now.saturating_duration_since(t).as_secs_f64()
+                }),
+            });
+        }
         &self.views
     }
 }
@@ -88,21 +128,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts_follow_the_request_lifecycle() {
+    fn counts_follow_the_request_lifecycle_and_the_model_learns() {
         let mut s = RouterSideState::new(&["a", "b"]);
-        s.on_dispatch(1, 100);
-        s.on_dispatch(1, 50);
-        let f = RequestFeatures::synthetic("m", "x".into(), None);
-        let v = s.views(&f, Instant::now())[1].clone();
+        let mut f = RequestFeatures::synthetic("m", "x".into(), None);
+        let now = Instant::now();
+        f.prompt_tokens = 100;
+        s.views(&f, now);
+        let d1 = s.on_dispatch(1, &f);
+        f.prompt_tokens = 50;
+        let d2 = s.on_dispatch(1, &f);
+        let v = s.views(&f, now)[1].clone();
         assert_eq!((v.inflight, v.outstanding_prefill_tokens), (2, 150));
-        s.on_first_token(1, 100);
-        s.on_finish(1, 50, false);
-        let v = s.views(&f, Instant::now())[1].clone();
+        assert_eq!(d1.inputs.uncached_tokens, 100.0);
+        assert_eq!(d2.inputs.queued_prefill_tokens, 100.0);
+        s.on_first_token(1, &d1, 0.2, now);
+        s.on_finish(1, &d2, false);
+        let v = s.views(&f, now)[1].clone();
         assert_eq!(
             (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
             (1, 0, 1)
         );
-        s.on_finish(1, 100, true);
-        assert_eq!(s.views(&f, Instant::now())[1], BackendView::idle("b"));
+        assert_eq!(v.ttft_model.unwrap().quality.samples, 1);
+        s.on_finish(1, &d1, true);
+        let v = s.views(&f, now)[1].clone();
+        assert_eq!(
+            (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
+            (0, 0, 0)
+        );
     }
 }

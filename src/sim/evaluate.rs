@@ -38,7 +38,7 @@ use anyhow::Context;
 
 use super::engine::{Engine, EngineConfig, EngineEvent, SimRequest};
 use super::eval_report::{percentile, RunReport};
-use super::eval_router::RouterSideState;
+use super::eval_router::{Dispatch, RouterSideState};
 use super::fleet_config::FleetConfig;
 use crate::replay::trace::{self, spread_ties, SyntheticWorkload, TraceFormat, TraceRequest};
 use crate::request::RequestFeatures;
@@ -174,6 +174,7 @@ struct Track {
     backend: usize,
     prompt_tokens: u32,
     first_token_s: Option<f64>,
+    dispatch: Dispatch,
 }
 
 struct Backend {
@@ -248,12 +249,13 @@ pub fn evaluate(
                             ttft.push(t - tr.arrival_s);
                             hit_tokens += u64::from(cached_tokens);
                             prompt_tokens += u64::from(tr.prompt_tokens);
-                            router.on_first_token(b, tr.prompt_tokens);
+                            let now = base + Duration::from_secs_f64(t);
+                            router.on_first_token(b, &tr.dispatch, t - tr.arrival_s, now);
                         }
                         EngineEvent::Token { .. } => {}
                         EngineEvent::Finished { id, output_tokens } => {
                             let tr = tracks[id as usize];
-                            router.on_finish(b, tr.prompt_tokens, tr.first_token_s.is_some());
+                            router.on_finish(b, &tr.dispatch, tr.first_token_s.is_some());
                             if output_tokens == 0 {
                                 rejected += 1;
                             } else {
@@ -276,13 +278,14 @@ pub fn evaluate(
                     backend: usize::MAX,
                     prompt_tokens: r.input_tokens,
                     first_token_s: None,
+                    dispatch: Dispatch::default(),
                 });
+                let features = features_of(model, &ids, r);
+                let now = base + Duration::from_secs_f64(t);
+                let views = router.views(&features, now);
                 let chosen = match &chooser {
                     Chooser::Oracle => Some(oracle_pick(&backends, &ids, id, r, t)),
                     Chooser::Policy(p) => {
-                        let features = features_of(model, &ids, r);
-                        let now = base + Duration::from_secs_f64(t);
-                        let views = router.views(&features, now);
                         let snapshot = crate::routing::Snapshot { backends: views };
                         p.select(&features, &snapshot, now).ok().map(|d| d.index)
                     }
@@ -293,7 +296,7 @@ pub fn evaluate(
                 };
                 tracks[id as usize].backend = b;
                 per_backend[b] += 1;
-                router.on_dispatch(b, r.input_tokens);
+                tracks[id as usize].dispatch = router.on_dispatch(b, &features);
                 backends[b].engine.add_request(SimRequest {
                     id,
                     prompt: std::mem::take(&mut ids),
