@@ -100,7 +100,6 @@ pub struct PrefixIndex {
     shards: Box<[RwLock<Shard>]>,
     /// `shards.len() - 1`; the shard of a key is `(spread(key) >> 32) & shard_mask`.
     shard_mask: usize,
-    words: usize,
     max_backends: usize,
     max_blocks: usize,
     tick_nanos: u128,
@@ -137,7 +136,6 @@ impl PrefixIndex {
         PrefixIndex {
             shards,
             shard_mask: n_shards - 1,
-            words,
             max_backends: cfg.max_backends,
             max_blocks: cfg.max_blocks,
             tick_nanos,
