@@ -78,7 +78,8 @@ fn build(backends: usize, max_blocks: usize, target: usize, seed: u64) -> Fixtur
     let queries = (0..512)
         .map(|q| {
             let mut h = finished[rng.gen_range(0..finished.len())].clone();
-            extend(&mut h, u64::MAX - q, PROMPT_BLOCKS - h.len());
+            let tail = PROMPT_BLOCKS - h.len();
+            extend(&mut h, u64::MAX - q, tail);
             h
         })
         .collect();
