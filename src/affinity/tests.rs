@@ -1,0 +1,384 @@
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::tokens::chain_hash;
+
+/// `n` fresh blocks chained after `base`, their ids drawn from `seed`.
+fn extend(base: &[BlockHash], seed: u64, n: usize) -> Vec<BlockHash> {
+    let mut out = base.to_vec();
+    for i in 0..n {
+        let ids = [seed as u32, (seed >> 32) as u32, i as u32];
+        out.push(chain_hash(out.last().copied(), &ids));
+    }
+    out
+}
+
+fn cfg(max_blocks: usize) -> IndexConfig {
+    IndexConfig {
+        max_blocks,
+        ttl: Duration::from_secs(600),
+        max_backends: 256,
+    }
+}
+
+fn lengths(idx: &PrefixIndex, h: &[BlockHash], now: Instant, n: usize) -> Vec<u32> {
+    let mut fast = vec![0; n];
+    idx.match_lengths(h, now, &mut fast);
+    let mut exact = vec![7; n];
+    idx.match_lengths_exact(h, now, &mut exact);
+    assert_eq!(fast, exact, "bisection and walk disagree");
+    fast
+}
+
+#[test]
+fn shared_prefix_is_matched_and_divergence_stops_it() {
+    let idx = PrefixIndex::new(cfg(100_000));
+    let t = Instant::now();
+    let sys = extend(&[], 1, 40);
+    let conv_a = extend(&sys, 2, 30);
+    let conv_b = extend(&sys, 3, 50);
+    idx.record(0, &conv_a, t);
+    idx.record(1, &conv_b, t);
+    // Turn 2 of conversation A: A's history plus a new tail.
+    let next = extend(&conv_a, 4, 20);
+    assert_eq!(lengths(&idx, &next, t, 3), [70, 40, 0]);
+    // A prompt sharing nothing.
+    assert_eq!(lengths(&idx, &extend(&[], 9, 30), t, 3), [0, 0, 0]);
+    assert_eq!(idx.len(), 40 + 30 + 50);
+}
+
+#[test]
+fn per_backend_lengths_differ() {
+    let idx = PrefixIndex::new(cfg(1 << 20));
+    let t = Instant::now();
+    let chain = extend(&[], 5, 750);
+    let cut = [750, 0, 1, 749, 375, 16, 500, 2];
+    for (b, &n) in cut.iter().enumerate() {
+        idx.record(b * 36, &chain[..n], t);
+    }
+    let got = lengths(&idx, &chain, t, 256);
+    for (b, &n) in cut.iter().enumerate() {
+        assert_eq!(got[b * 36], n as u32, "backend {}", b * 36);
+    }
+    assert_eq!(got.iter().filter(|&&l| l > 0).count(), 7);
+}
+
+#[test]
+fn forget_backend_clears_only_that_backend() {
+    let idx = PrefixIndex::new(cfg(1 << 20));
+    let t = Instant::now();
+    let sys = extend(&[], 1, 10);
+    let a = extend(&sys, 2, 10);
+    idx.record(3, &a, t);
+    idx.record(70, &sys, t);
+    assert_eq!(idx.len(), 20);
+    assert_eq!(idx.forget_backend(3), 10, "a's own tail is left empty");
+    assert_eq!(idx.len(), 10);
+    let got = lengths(&idx, &a, t, 128);
+    assert_eq!((got[3], got[70]), (0, 10));
+    assert_eq!(idx.forget_backend(70), 10);
+    assert!(idx.is_empty());
+    assert_eq!(idx.forget_backend(9999), 0);
+}
+
+#[test]
+fn entries_expire_after_ttl() {
+    let ttl = Duration::from_secs(60); // tick = 100 ms
+    let idx = PrefixIndex::new(IndexConfig {
+        ttl,
+        ..cfg(1 << 20)
+    });
+    let t0 = Instant::now();
+    let old = extend(&[], 1, 30);
+    let fresh = extend(&[], 2, 30);
+    idx.record(0, &old, t0);
+    idx.record(1, &fresh, t0);
+    let tick = Duration::from_millis(100);
+    assert_eq!(lengths(&idx, &old, t0 + ttl - tick, 2), [30, 0]);
+    // Refresh `fresh` half-way; `old` is not refreshed.
+    idx.record(1, &fresh, t0 + ttl / 2);
+    let later = t0 + ttl + 3 * tick;
+    assert_eq!(lengths(&idx, &old, later, 2), [0, 0]);
+    assert_eq!(lengths(&idx, &fresh, later, 2), [0, 30]);
+    assert_eq!(idx.len(), 60, "expiry is lazy");
+    assert_eq!(idx.sweep(later), 30);
+    assert_eq!(idx.len(), 30);
+    assert_eq!(idx.sweep(t0 + 2 * ttl), 30);
+    assert!(idx.is_empty());
+}
+
+#[test]
+fn expired_entry_does_not_bring_back_old_backends() {
+    let ttl = Duration::from_secs(60);
+    let idx = PrefixIndex::new(IndexConfig {
+        ttl,
+        ..cfg(1 << 20)
+    });
+    let t0 = Instant::now();
+    let h = extend(&[], 1, 20);
+    idx.record(0, &h, t0);
+    let later = t0 + 2 * ttl;
+    idx.record(1, &h, later);
+    assert_eq!(lengths(&idx, &h, later, 2), [0, 20]);
+}
+
+#[test]
+fn partial_refresh_keeps_chain_nested() {
+    // Recording a longer chain at a later tick rewrites the stale prefix too.
+    let idx = PrefixIndex::new(cfg(1 << 20));
+    let t0 = Instant::now();
+    let short = extend(&[], 1, 40);
+    let long = extend(&short, 2, 40);
+    idx.record(0, &short, t0);
+    idx.record(0, &long, t0 + Duration::from_secs(5));
+    // Only `short` entries could have expired first if the prefix had not been refreshed.
+    let t = t0 + Duration::from_secs(602);
+    assert_eq!(lengths(&idx, &long, t, 1), [80]);
+}
+
+#[test]
+fn cap_respected_under_churn_across_shards() {
+    let max = 5000;
+    let idx = PrefixIndex::new(cfg(max));
+    assert!(idx.shards.len() > 1, "exercise several shards");
+    let mut t = Instant::now();
+    let sys = extend(&[], 1, 30);
+    for c in 0..600u64 {
+        let conv = extend(&sys, 100 + c, 40);
+        idx.record((c % 8) as usize, &conv, t);
+        assert!(idx.len() <= max);
+        t += Duration::from_millis(1500);
+    }
+    assert!(idx.evictions() > 0);
+    assert!(idx.len() > max * 9 / 10, "a full index stays near its cap");
+    // The latest conversation survived whole; the hot system prompt too.
+    let last = extend(&sys, 699, 40);
+    let got = lengths(&idx, &last, t, 8);
+    assert_eq!(got[599 % 8], 70);
+    assert!(got.iter().all(|&l| l >= 30), "{got:?}");
+}
+
+#[test]
+fn out_of_range_backends_and_empty_inputs() {
+    let idx = PrefixIndex::new(IndexConfig {
+        max_backends: 4,
+        ..cfg(1000)
+    });
+    let t = Instant::now();
+    let h = extend(&[], 1, 10);
+    idx.record(4, &h, t);
+    idx.record(0, &[], t);
+    assert!(idx.is_empty());
+    idx.record(3, &h, t);
+    let mut out = vec![9; 8];
+    idx.match_lengths(&h, t, &mut out);
+    assert_eq!(out, [0, 0, 0, 10, 0, 0, 0, 0]);
+    idx.match_lengths(&[], t, &mut out);
+    assert_eq!(out, [0; 8]);
+    idx.match_lengths(&h, t, &mut []);
+}
+
+#[test]
+fn zero_capacity_indexes_nothing() {
+    let idx = PrefixIndex::new(cfg(0));
+    let t = Instant::now();
+    let h = extend(&[], 1, 10);
+    idx.record(0, &h, t);
+    assert!(idx.is_empty());
+    assert_eq!(lengths(&idx, &h, t, 1), [0]);
+}
+
+#[test]
+#[should_panic(expected = "max_backends")]
+fn too_many_backends_is_rejected() {
+    PrefixIndex::new(IndexConfig {
+        max_backends: MAX_BACKENDS + 1,
+        ..cfg(10)
+    });
+}
+
+#[test]
+fn memory_grows_with_entries() {
+    let idx = PrefixIndex::new(cfg(1 << 20));
+    let empty = idx.memory_bytes();
+    let t = Instant::now();
+    idx.record(0, &extend(&[], 1, 10_000), t);
+    let per_block = (idx.memory_bytes() - empty) / idx.len();
+    // Slab (key, meta, 4 bitset words) alone is 48 bytes; the map adds at least 17.
+    assert!((65..=200).contains(&per_block), "{per_block} bytes/block");
+}
+
+#[test]
+fn concurrent_readers_and_writers() {
+    let idx = PrefixIndex::new(cfg(1 << 20));
+    let t0 = Instant::now();
+    let sys = extend(&[], 1, 50);
+    std::thread::scope(|s| {
+        for w in 0..4usize {
+            let (idx, sys) = (&idx, &sys);
+            s.spawn(move || {
+                let mut out = [0u32; 4];
+                for turn in 0..50u64 {
+                    let conv = extend(sys, w as u64 * 1000, 10 * (turn as usize + 1));
+                    let t = t0 + Duration::from_millis(turn * 10);
+                    idx.match_lengths(&conv, t, &mut out);
+                    if turn > 0 {
+                        assert!(out[w] as usize >= 50 + 10 * turn as usize, "{out:?}");
+                    }
+                    idx.record(w, &conv, t);
+                }
+            });
+        }
+    });
+    let t = t0 + Duration::from_secs(1);
+    for w in 0..4usize {
+        let conv = extend(&sys, w as u64 * 1000, 500);
+        assert_eq!(lengths(&idx, &conv, t, 4)[w], 550);
+    }
+}
+
+// === property tests ===
+
+/// A reference model: exact sets, no bounds.
+#[derive(Default)]
+struct Model {
+    held: HashMap<BlockHash, u64>,
+}
+
+impl Model {
+    fn record(&mut self, b: usize, h: &[BlockHash]) {
+        for x in h {
+            *self.held.entry(*x).or_default() |= 1 << b;
+        }
+    }
+    fn forget(&mut self, b: usize) {
+        self.held.retain(|_, bits| {
+            *bits &= !(1 << b);
+            *bits != 0
+        });
+    }
+    fn lengths(&self, h: &[BlockHash], nb: usize) -> Vec<u32> {
+        (0..nb)
+            .map(|b| {
+                h.iter()
+                    .take_while(|x| self.held.get(x).is_some_and(|bits| bits & (1 << b) != 0))
+                    .count() as u32
+            })
+            .collect()
+    }
+}
+
+/// A pool of chains forming a tree: chain `j` shares a prefix of an earlier chain.
+fn chain_pool(spec: &[(usize, usize, usize)]) -> Vec<Vec<BlockHash>> {
+    let mut pool: Vec<Vec<BlockHash>> = Vec::new();
+    for (j, &(parent, split, tail)) in spec.iter().enumerate() {
+        let base = match pool.get(parent % pool.len().max(1)) {
+            Some(p) => p[..split.min(p.len())].to_vec(),
+            None => Vec::new(),
+        };
+        pool.push(extend(&base, 1000 + j as u64, tail));
+    }
+    pool
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Record {
+        backend: usize,
+        chain: usize,
+        len: usize,
+    },
+    Forget(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0..6usize, 0..8usize, 0..120usize)
+            .prop_map(|(backend, chain, len)| Op::Record { backend, chain, len }),
+        1 => (0..6usize).prop_map(Op::Forget),
+    ]
+}
+
+fn pool_spec() -> impl Strategy<Value = Vec<(usize, usize, usize)>> {
+    prop::collection::vec((0..8usize, 0..80usize, 1..80usize), 8)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn matches_reference_without_eviction(spec in pool_spec(),
+                                          ops in prop::collection::vec(op(), 1..40)) {
+        let pool = chain_pool(&spec);
+        let idx = PrefixIndex::new(IndexConfig { max_backends: 6, ..cfg(1 << 16) });
+        let mut model = Model::default();
+        let mut t = Instant::now();
+        for op in ops {
+            match op {
+                Op::Record { backend, chain, len } => {
+                    let h = &pool[chain][..len.min(pool[chain].len())];
+                    idx.record(backend, h, t);
+                    model.record(backend, h);
+                }
+                Op::Forget(b) => {
+                    idx.forget_backend(b);
+                    model.forget(b);
+                }
+            }
+            t += Duration::from_millis(700);
+            for h in &pool {
+                let mut got = vec![0; 6];
+                idx.match_lengths(h, t, &mut got);
+                prop_assert_eq!(&got, &model.lengths(h, 6));
+                let mut exact = vec![0; 6];
+                idx.match_lengths_exact(h, t, &mut exact);
+                prop_assert_eq!(&got, &exact);
+            }
+            prop_assert_eq!(idx.len(), model.held.len());
+        }
+        prop_assert_eq!(idx.evictions(), 0);
+    }
+
+    #[test]
+    fn never_exceeds_max_blocks(max in 0..300usize, spec in pool_spec(),
+                                ops in prop::collection::vec(op(), 1..60)) {
+        let pool = chain_pool(&spec);
+        let idx = PrefixIndex::new(IndexConfig { max_backends: 6, ..cfg(max) });
+        let mut t = Instant::now();
+        for op in ops {
+            match op {
+                Op::Record { backend, chain, len } => {
+                    idx.record(backend, &pool[chain][..len.min(pool[chain].len())], t);
+                }
+                Op::Forget(b) => {
+                    idx.forget_backend(b);
+                }
+            }
+            prop_assert!(idx.len() <= max, "{} > {}", idx.len(), max);
+            t += Duration::from_millis(300);
+        }
+    }
+
+    #[test]
+    fn recorded_chain_matches_in_full(max in 1..400usize, spec in pool_spec(),
+                                      prior in prop::collection::vec(op(), 0..30),
+                                      backend in 0..6usize, chain in 0..8usize) {
+        let pool = chain_pool(&spec);
+        let h = &pool[chain][..pool[chain].len().min(max)];
+        let idx = PrefixIndex::new(IndexConfig { max_backends: 6, ..cfg(max) });
+        let mut t = Instant::now();
+        for op in prior {
+            if let Op::Record { backend, chain, len } = op {
+                idx.record(backend, &pool[chain][..len.min(pool[chain].len())], t);
+            }
+            t += Duration::from_secs(2);
+        }
+        idx.record(backend, h, t);
+        let mut got = vec![0; 6];
+        idx.match_lengths(h, t, &mut got);
+        prop_assert_eq!(got[backend] as usize, h.len());
+    }
+}
