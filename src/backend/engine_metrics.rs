@@ -157,9 +157,7 @@ pub fn samples(text: &str) -> impl Iterator<Item = Result<Sample<'_>, LineError<
 type ParseErr<'a> = (Option<&'a str>, &'static str);
 
 fn parse_line(line: &str) -> Result<Sample<'_>, ParseErr<'_>> {
-    let name_end = line
-        .find(|c: char| c == '{' || c == ' ' || c == '\t')
-        .ok_or((None, "no value"))?;
+    let name_end = line.find(['{', ' ', '\t']).ok_or((None, "no value"))?;
     let name = &line[..name_end];
     if name.is_empty() || !name.bytes().all(is_name_byte) {
         return Err((None, "invalid metric name"));

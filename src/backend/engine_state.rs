@@ -120,7 +120,7 @@ impl EngineState {
         let guard = self.last.load();
         let s = guard.as_deref()?;
         let age_ns = self.ns(now).saturating_sub(s.at_ns);
-        (age_ns <= s.stale_after_ns).then(|| (s.sample, age_ns as f64 * 1e-9))
+        (age_ns <= s.stale_after_ns).then_some((s.sample, age_ns as f64 * 1e-9))
     }
 
     /// The routing view: engine load with its age, or `None` when there is no trustworthy
