@@ -22,7 +22,8 @@
 //! present. Anything else (no recognised families, a malformed line of a recognised family, a
 //! non-finite or negative load value) is an [`EngineMetricsError`], never a panic; malformed
 //! lines of families we do not read are skipped, so one odd series elsewhere on the page does
-//! not blind the router.
+//! not blind the router. Only lines that start with a family we read are parsed at all (the
+//! rest, mostly histogram buckets, cost a prefix compare).
 
 use std::borrow::Cow;
 
@@ -388,29 +389,29 @@ impl EngineSample {
     /// Read engine load from a Prometheus text page.
     pub fn parse(text: &str) -> Result<EngineSample, EngineMetricsError> {
         let mut acc = [Acc::default(); FAMILIES.len()];
-        for s in samples(text) {
-            match s {
-                Ok(s) => {
-                    if let Some(i) = FAMILIES.iter().position(|f| f.0 == s.name) {
-                        let v = s.value;
-                        if !v.is_finite() || v < 0.0 {
-                            return Err(EngineMetricsError::BadValue {
-                                metric: FAMILIES[i].0,
-                                value: v,
-                            });
-                        }
-                        acc[i].sum += v;
-                        acc[i].n += 1;
-                    }
-                }
-                Err(e) if e.name.is_some_and(|n| FAMILIES.iter().any(|f| f.0 == n)) => {
-                    return Err(EngineMetricsError::Malformed {
-                        line: e.line,
-                        reason: e.reason,
-                    });
-                }
-                Err(_) => {}
+        for (n, line) in text.lines().enumerate() {
+            // Only lines of a family we read are parsed; the rest (histogram buckets, process
+            // metrics) are skipped on a prefix compare.
+            let line = line.trim_start();
+            let Some(i) = FAMILIES.iter().position(|f| {
+                line.starts_with(f.0)
+                    && matches!(line.as_bytes().get(f.0.len()), Some(b'{' | b' ' | b'\t'))
+            }) else {
+                continue;
+            };
+            let s = parse_line(line).map_err(|(_, reason)| EngineMetricsError::Malformed {
+                line: n + 1,
+                reason,
+            })?;
+            let v = s.value;
+            if !v.is_finite() || v < 0.0 {
+                return Err(EngineMetricsError::BadValue {
+                    metric: FAMILIES[i].0,
+                    value: v,
+                });
             }
+            acc[i].sum += v;
+            acc[i].n += 1;
         }
         FLAVORS
             .iter()
