@@ -1,5 +1,5 @@
-//! The composition root: builds the pingora server with its three services — the proxy
-//! listener, the admin listener, the active health checker — and runs it.
+//! The composition root: builds the pingora server with its services — the proxy listener, the
+//! admin listener, the active health checker, the engine metrics scraper — and runs it.
 //!
 //! Shutdown: SIGTERM stops the listeners; in-flight requests keep going until they finish or
 //! `grace_period` passes, whichever comes first, then the process exits. SIGINT exits at once.
@@ -16,7 +16,7 @@ use pingora_core::services::background::background_service;
 use pingora_core::services::listening::Service;
 
 use crate::admin::Admin;
-use crate::backend::HealthChecker;
+use crate::backend::{EngineScraper, HealthChecker};
 use crate::config::Config;
 use crate::gateway::GatewayState;
 use crate::proxy::Proxy;
@@ -96,10 +96,12 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     admin.threads = Some(1);
 
     let health = background_service("pronto-health", HealthChecker::new(Arc::clone(&state)));
+    let scraper = background_service("pronto-scrape", EngineScraper::new(Arc::clone(&state)));
 
     server.add_service(proxy);
     server.add_service(admin);
     server.add_service(health);
+    server.add_service(scraper);
 
     let mut phases = server.watch_execution_phase();
     std::thread::Builder::new()

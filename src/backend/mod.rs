@@ -5,8 +5,14 @@
 //! [`BackendView`] takes no lock. Load is accounted with an RAII [`InflightGuard`] that lives
 //! until the response stream really ends (or the client disconnects): increments and decrements
 //! are never paired by hand.
+//!
+//! Engine-side load scraped from each backend's `/metrics` ([`EngineScraper`]) is kept in
+//! [`Backend::engine`] and enters the routing view only while it is fresh ([`EngineState`]).
 
+pub mod engine_metrics;
+mod engine_state;
 mod health;
+mod scrape;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,7 +20,10 @@ use std::time::{Duration, Instant};
 
 use pingora_core::upstreams::peer::HttpPeer;
 
+pub use engine_metrics::{EngineFlavor, EngineMetricsError, EngineSample};
+pub use engine_state::{EngineState, Scraped, STALE_AFTER_FAILURES};
 pub use health::HealthChecker;
+pub use scrape::{EngineScraper, ScrapeOutcome};
 
 use crate::config::Backend as BackendConfig;
 use crate::routing::BackendView;
@@ -38,6 +47,8 @@ pub struct Backend {
     inflight: AtomicU32,
     outstanding_prefill_tokens: AtomicU64,
     running_decodes: AtomicU32,
+    /// Engine load from the last scrapes of the backend's `/metrics`.
+    pub engine: EngineState,
     metrics: Metrics,
 }
 
@@ -49,17 +60,19 @@ impl Backend {
         peer.options.connection_timeout = Some(connect_timeout);
         peer.options.total_connection_timeout = Some(connect_timeout);
         peer.options.tcp_keepalive = None;
+        let created = Instant::now();
         let b = Backend {
             authority: addr,
             peer,
             config,
-            created: Instant::now(),
+            created,
             active_ok: AtomicBool::new(true),
             ejected_until_ns: AtomicU64::new(0),
             consecutive_failures: AtomicU32::new(0),
             inflight: AtomicU32::new(0),
             outstanding_prefill_tokens: AtomicU64::new(0),
             running_decodes: AtomicU32::new(0),
+            engine: EngineState::new(created),
             metrics,
         };
         b.publish_health(Instant::now());
@@ -140,10 +153,55 @@ impl Backend {
             max_inflight: self.config.max_inflight,
             outstanding_prefill_tokens: self.outstanding_prefill_tokens.load(Ordering::Relaxed),
             running_decodes: self.running_decodes.load(Ordering::Relaxed),
-            engine: None,
+            engine: self.engine.load(now),
             cached_tokens: 0,
             ttft_model: None,
         }
+    }
+
+    /// A scrape of the engine's `/metrics` at `now` parsed as `sample`; trusted for
+    /// `stale_after`. Publishes the queue-depth and KV-usage gauges.
+    pub fn record_engine_sample(&self, sample: EngineSample, now: Instant, stale_after: Duration) {
+        self.engine.record_success(sample, now, stale_after);
+        let m = &self.metrics;
+        m.backend_queue_depth
+            .with_label_values(&[self.name()])
+            .set(sample.waiting);
+        m.backend_kv_usage_ratio
+            .with_label_values(&[self.name()])
+            .set(sample.kv_usage);
+    }
+
+    /// A scrape of the engine's `/metrics` failed. Counted; once the data turns stale its
+    /// gauges are withdrawn, so dashboards do not show a frozen queue.
+    pub fn record_engine_failure(&self, error: &dyn std::fmt::Display) {
+        self.metrics
+            .engine_scrape_errors_total
+            .with_label_values(&[self.name()])
+            .inc();
+        if self.engine.record_failure() {
+            tracing::warn!(backend = %self.name(), %error, "engine metrics stale after repeated scrape failures");
+            self.withdraw_engine_gauges();
+        } else {
+            tracing::debug!(backend = %self.name(), %error, "engine metrics scrape failed");
+        }
+    }
+
+    /// The backend answered 404 on `/metrics` at `now`: not scraped again before
+    /// `now + retry_after`.
+    pub fn record_engine_absent(&self, now: Instant, retry_after: Duration) {
+        if !self.engine.no_metrics() {
+            tracing::info!(backend = %self.name(), ?retry_after, "backend exports no /metrics; scraping it rarely");
+        }
+        self.engine.record_no_metrics(now, retry_after);
+        self.withdraw_engine_gauges();
+    }
+
+    fn withdraw_engine_gauges(&self) {
+        let m = &self.metrics;
+        // Absent series are not an error: the gauges may never have been set.
+        let _ = m.backend_queue_depth.remove_label_values(&[self.name()]);
+        let _ = m.backend_kv_usage_ratio.remove_label_values(&[self.name()]);
     }
 
     /// Account a request being sent: in flight, and `prompt_tokens` of prefill outstanding
@@ -178,6 +236,7 @@ impl Backend {
             "inflight": self.inflight(),
             "outstanding_prefill_tokens": self.outstanding_prefill_tokens.load(Ordering::Relaxed),
             "running_decodes": self.running_decodes.load(Ordering::Relaxed),
+            "engine": self.engine.admin_json(now),
         })
     }
 }

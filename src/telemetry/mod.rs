@@ -5,7 +5,8 @@
 //! input (a request for an unknown model is counted under pool `none`).
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 /// Label value for requests that matched no pool or reached no backend.
@@ -67,6 +68,12 @@ pub struct Metrics {
     pub client_disconnects_total: IntCounterVec,
     /// `pronto_upstream_errors_total{backend,kind}`: failures talking to a backend.
     pub upstream_errors_total: IntCounterVec,
+    /// `pronto_backend_queue_depth{backend}`: requests waiting in the engine, as last scraped.
+    pub backend_queue_depth: GaugeVec,
+    /// `pronto_backend_kv_usage_ratio{backend}`: engine KV-cache usage (0..1), as last scraped.
+    pub backend_kv_usage_ratio: GaugeVec,
+    /// `pronto_engine_scrape_errors_total{backend}`: failed scrapes of an engine's `/metrics`.
+    pub engine_scrape_errors_total: IntCounterVec,
 }
 
 impl Default for Metrics {
@@ -83,6 +90,12 @@ fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterV
 
 fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
+    r.register(Box::new(g.clone())).expect("unique metric");
+    g
+}
+
+fn float_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
     r.register(Box::new(g.clone())).expect("unique metric");
     g
 }
@@ -155,6 +168,24 @@ impl Metrics {
                 "pronto_upstream_errors_total",
                 "Failures talking to a backend, by kind",
                 &["backend", "kind"],
+            ),
+            backend_queue_depth: float_gauge(
+                &r,
+                "pronto_backend_queue_depth",
+                "Requests waiting in the backend engine's queue, as last scraped",
+                &["backend"],
+            ),
+            backend_kv_usage_ratio: float_gauge(
+                &r,
+                "pronto_backend_kv_usage_ratio",
+                "Backend engine KV-cache usage (0..1), as last scraped",
+                &["backend"],
+            ),
+            engine_scrape_errors_total: counter(
+                &r,
+                "pronto_engine_scrape_errors_total",
+                "Failed scrapes of a backend engine's /metrics",
+                &["backend"],
             ),
             registry: r,
         }
