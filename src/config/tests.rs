@@ -1,6 +1,7 @@
 //! Loader tests: located messages, syntax and type errors, quick start, hash, check-config.
 
 use super::*;
+use crate::routing::PolicyKind;
 
 const BROKEN: &str = "\
 listen: 127.0.0.1:8080
@@ -20,7 +21,7 @@ fn validation_errors_display_with_file_line_column_and_path() {
     let err = Config::from_yaml_str(BROKEN, "pronto.yaml").unwrap_err();
     assert_eq!(
         err.to_string(),
-        "pronto.yaml:4:13: pools.llama-3-8b.policy: unknown policy `fastest`; valid policies: round_robin, least_inflight\n\
+        "pronto.yaml:4:13: pools.llama-3-8b.policy: unknown policy `fastest`; valid policies: round_robin, least_inflight, random, power_of_two, cache_aware, consistent_hash\n\
          pronto.yaml:9:14: pools.llama-3-8b.backends[1].url: unsupported scheme `ftp`; use http or https\n\
          pronto.yaml:10:17: pools.llama-3-8b.backends[1].weight: must be at least 1, got 0"
     );
@@ -110,7 +111,7 @@ fn from_backend_urls_names_backends_in_order() {
     assert_eq!(c.origin, "--backend");
     assert_eq!(c.pools.len(), 1);
     let p = c.pool("llama").unwrap();
-    assert_eq!(p.policy, PolicyKind::RoundRobin);
+    assert_eq!(p.policy, PolicySpec::RoundRobin);
     let names: Vec<&str> = p.backends.iter().map(|b| &*b.name).collect();
     assert_eq!(names, ["backend-0", "backend-1"]);
     assert_eq!(p.backends[1].port, 8002);
@@ -120,6 +121,23 @@ fn from_backend_urls_names_backends_in_order() {
     assert_eq!(c.hash(), again.hash());
     let other = Config::from_backend_urls(&urls, "llama", PolicyKind::LeastInflight).unwrap();
     assert_ne!(c.hash(), other.hash());
+}
+
+#[test]
+fn from_backend_urls_carries_policy_parameters() {
+    let urls = vec!["http://127.0.0.1:8001".to_string()];
+    let spec = PolicySpec::CacheAware(crate::routing::CacheAwareParams {
+        cache_threshold: 0.5,
+        ..Default::default()
+    });
+    let c = Config::from_backend_urls(&urls, "m", spec).unwrap();
+    assert_eq!(c.pool("m").unwrap().policy, spec);
+    let defaults = Config::from_backend_urls(&urls, "m", PolicyKind::CacheAware).unwrap();
+    assert_eq!(
+        defaults.pool("m").unwrap().policy,
+        PolicyKind::CacheAware.spec()
+    );
+    assert_ne!(c.hash(), defaults.hash());
 }
 
 #[test]
