@@ -205,3 +205,26 @@ fn check_config_prints_every_error_and_fails() {
     assert!(lines[0].starts_with("error: broken.yaml:4:13: pools.llama-3-8b.policy: "));
     assert_eq!(lines[3], "3 errors in broken.yaml");
 }
+
+#[test]
+fn policy_parameter_errors_are_located_at_the_parameter() {
+    let yaml = "\
+pools:
+  m:
+    policy:
+      name: cache_aware
+      cache_threshold: 1.5
+    backends:
+      - {name: a, url: 'http://127.0.0.1:1'}
+  n:
+    policy: {name: power_of_two, alpha: 2}
+    backends:
+      - {name: b, url: 'http://127.0.0.1:2'}
+";
+    let err = Config::from_yaml_str(yaml, "p.yaml").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "p.yaml:5:24: pools.m.policy.cache_threshold: must be in 0..=1\n\
+         p.yaml:9:41: pools.n.policy.alpha: unknown parameter for `power_of_two`; valid parameters: seed"
+    );
+}
