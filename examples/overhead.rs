@@ -77,47 +77,23 @@ async fn run(url: &str, concurrency: usize, total: usize) -> (Histogram<u64>, f6
 }
 
 fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let arg = |k: &str| {
-        args.iter()
-            .position(|a| a == k)
-            .map(|i| args[i + 1].clone())
-    };
+    let arg = |k: &str| args.iter().position(|a| a == k).map(|i| args[i + 1].clone());
     let total: usize = arg("--requests").map_or(4000, |v| v.parse().unwrap());
     let pronto = arg("--pronto").unwrap_or_else(|| {
         let exe = std::env::current_exe().unwrap();
-        exe.parent()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .join("pronto")
-            .display()
-            .to_string()
+        exe.parent().unwrap().parent().unwrap().join("pronto").display().to_string()
     });
     let backend = instant_backend().await;
     let (listen, admin) = (free_addr(), free_addr());
     let mut child = std::process::Command::new(&pronto)
-        .args([
-            "serve",
-            "--backend",
-            &format!("http://{backend}"),
-            "--model",
-            "m",
-        ])
-        .args([
-            "--listen",
-            &listen.to_string(),
-            "--admin-listen",
-            &admin.to_string(),
-        ])
+        .args(["serve", "--backend", &format!("http://{backend}"), "--model", "m"])
+        .args(["--listen", &listen.to_string(), "--admin-listen", &admin.to_string()])
         .env("RUST_LOG", "error")
         .spawn()
         .expect("start pronto (build it with --release first)");
@@ -137,10 +113,7 @@ async fn main() {
     for c in [1usize, 64] {
         let mut rows = Vec::new();
         // Interleave: direct, gateway, direct, gateway — halves each, so drift hits both.
-        let (mut hd, mut hg) = (
-            Histogram::<u64>::new(3).unwrap(),
-            Histogram::<u64>::new(3).unwrap(),
-        );
+        let (mut hd, mut hg) = (Histogram::<u64>::new(3).unwrap(), Histogram::<u64>::new(3).unwrap());
         let (mut rd, mut rg) = (0.0, 0.0);
         for _ in 0..2 {
             let (h, r) = run(&direct, c, total / 2).await;

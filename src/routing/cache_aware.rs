@@ -201,12 +201,14 @@ mod tests {
         (d.index, d.reason)
     }
 
+    /// (case, prompt tokens, (inflight, cached) per backend, expected index, reason)
+    type Case = (&'static str, u32, &'static [(u32, u32)], usize, Reason);
+
     #[test]
     fn takes_each_branch_exactly_where_sglang_would() {
         use Reason::{CacheHit, CacheMiss, Imbalanced};
         let p = CacheAware::default();
-        // (case, prompt tokens, (inflight, cached) per backend, expected index, reason)
-        let table: &[(&str, u32, &[(u32, u32)], usize, Reason)] = &[
+        let table: &[Case] = &[
             ("idle, no cache", 100, &[(0, 0), (0, 0)], 0, CacheMiss),
             ("idle, one match", 100, &[(0, 0), (0, 80)], 1, CacheHit),
             (
