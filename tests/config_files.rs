@@ -40,6 +40,7 @@ fn every_gateway_config_in_the_repo_loads_cleanly() {
         "pronto.yaml",
         "examples/single-pool.yaml",
         "examples/multi-model.yaml",
+        "examples/cache-aware.yaml",
     ] {
         assert!(
             files.contains(&config_dir().join(required)),

@@ -8,8 +8,9 @@
 //! [`Quantity`] — and are parsed during validation.
 //!
 //! Two shapes need hand-written deserializers:
-//! - [`PolicySpec`] accepts a bare name (`policy: round_robin`) or a map
-//!   (`policy: {name: round_robin}`), the map leaving room for per-policy parameters;
+//! - [`PolicyFile`] accepts a bare name (`policy: round_robin`) or a map
+//!   (`policy: {name: cache_aware, cache_threshold: 0.5}`) whose other keys are the policy's
+//!   parameters, kept raw until validation checks them against the named policy;
 //! - [`Pools`] keeps pools in file order and keeps duplicate keys, so validation can report
 //!   them by name instead of YAML's generic "duplicate entry".
 
@@ -86,7 +87,7 @@ pub struct HealthFile {
 #[serde(deny_unknown_fields)]
 pub struct PoolFile {
     /// Routing policy; `least_inflight` when absent.
-    pub policy: Option<PolicySpec>,
+    pub policy: Option<PolicyFile>,
     /// The pool's backends.
     pub backends: Option<Vec<BackendFile>>,
 }
@@ -208,42 +209,51 @@ impl<'de> Deserialize<'de> for Quantity {
     }
 }
 
-// === impl PolicySpec ===
+// === impl PolicyFile ===
 
-/// A pool's policy: `policy: least_inflight` or `policy: {name: least_inflight}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicySpec {
+/// A pool's policy: `policy: cache_aware` or `policy: {name: cache_aware, cache_threshold: 0.5}`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PolicyFile {
     /// Policy name as written; validated against [`crate::routing::PolicyKind::ALL`].
     pub name: String,
+    /// The map form's other keys, in file order: the policy's parameters, checked during
+    /// validation by [`crate::routing::PolicySpec::from_parts`].
+    pub params: Vec<(String, serde_json::Value)>,
 }
 
-/// The map form of [`PolicySpec`]; per-policy parameters will join `name` here.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PolicyTable {
-    name: String,
-}
-
-impl<'de> Deserialize<'de> for PolicySpec {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<PolicySpec, D::Error> {
+impl<'de> Deserialize<'de> for PolicyFile {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<PolicyFile, D::Error> {
         struct PolicyVisitor;
 
         impl<'de> Visitor<'de> for PolicyVisitor {
-            type Value = PolicySpec;
+            type Value = PolicyFile;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a policy name or a map with a `name` field")
+                f.write_str("a policy name or a map with a `name` field and parameters")
             }
 
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<PolicySpec, E> {
-                Ok(PolicySpec {
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<PolicyFile, E> {
+                Ok(PolicyFile {
                     name: v.to_string(),
+                    params: Vec::new(),
                 })
             }
 
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<PolicySpec, A::Error> {
-                let table = PolicyTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(PolicySpec { name: table.name })
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PolicyFile, A::Error> {
+                let mut name = None;
+                let mut params = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "name" {
+                        if name.is_some() {
+                            return Err(de::Error::duplicate_field("name"));
+                        }
+                        name = Some(map.next_value::<String>()?);
+                    } else {
+                        params.push((key, map.next_value::<serde_json::Value>()?));
+                    }
+                }
+                let name = name.ok_or_else(|| de::Error::missing_field("name"))?;
+                Ok(PolicyFile { name, params })
             }
         }
 
@@ -305,8 +315,9 @@ mod tests {
         let a: PoolFile = serde_yaml_ng::from_str("policy: round_robin").unwrap();
         let b: PoolFile = serde_yaml_ng::from_str("policy: {name: round_robin}").unwrap();
         let c: PoolFile = serde_yaml_ng::from_str("policy:\n  name: round_robin\n").unwrap();
-        let expected = Some(PolicySpec {
+        let expected = Some(PolicyFile {
             name: "round_robin".into(),
+            params: Vec::new(),
         });
         assert_eq!(a.policy, expected);
         assert_eq!(b.policy, expected);
@@ -314,11 +325,25 @@ mod tests {
     }
 
     #[test]
-    fn policy_map_rejects_unknown_fields() {
-        let err = serde_yaml_ng::from_str::<PoolFile>("policy: {name: round_robin, alpha: 1}")
+    fn policy_map_keeps_parameters_in_order() {
+        let p: PoolFile = serde_yaml_ng::from_str(
+            "policy: {cache_threshold: 0.5, name: cache_aware, alpha: x, balance_abs_threshold: 8}",
+        )
+        .unwrap();
+        let p = p.policy.unwrap();
+        assert_eq!(p.name, "cache_aware");
+        let keys: Vec<&str> = p.params.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["cache_threshold", "alpha", "balance_abs_threshold"]);
+        assert_eq!(p.params[0].1, serde_json::json!(0.5));
+        assert_eq!(p.params[2].1, serde_json::json!(8));
+    }
+
+    #[test]
+    fn policy_map_needs_exactly_one_name() {
+        let err = serde_yaml_ng::from_str::<PoolFile>("policy: {seed: 1}")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("unknown field `alpha`"), "{err}");
+        assert!(err.contains("missing field `name`"), "{err}");
     }
 
     #[test]

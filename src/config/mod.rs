@@ -32,7 +32,7 @@ pub use check::{check_config, run_check_config, CheckConfigArgs};
 pub use model::{Backend, Config, Health, Limits, Pool, Retry};
 pub use validate::{validate, ConfigError, ConfigWarning};
 
-use crate::routing::PolicyKind;
+use crate::routing::PolicySpec;
 
 /// A 1-based line and column in a config file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,9 +175,10 @@ impl Config {
     pub fn from_backend_urls(
         urls: &[String],
         model: &str,
-        policy: PolicyKind,
+        policy: impl Into<PolicySpec>,
     ) -> Result<Config, LoadError> {
         let origin = "--backend";
+        let policy = policy_file(&policy.into());
         let backends = urls
             .iter()
             .enumerate()
@@ -188,9 +189,7 @@ impl Config {
             })
             .collect();
         let pool = file::PoolFile {
-            policy: Some(file::PolicySpec {
-                name: policy.as_str().to_string(),
-            }),
+            policy: Some(policy.clone()),
             backends: Some(backends),
         };
         let f = file::ConfigFile {
@@ -209,7 +208,10 @@ impl Config {
                     .into_iter()
                     .map(|w| unlocated(w.path, w.message))
                     .collect();
-                let mut source = format!("{model}\n{}\n", policy.as_str());
+                let mut source = format!("{model}\n{}\n", policy.name);
+                for (k, v) in &policy.params {
+                    source.push_str(&format!("{k}={v}\n"));
+                }
                 for url in urls {
                     source.push_str(url);
                     source.push('\n');
@@ -231,6 +233,20 @@ impl Config {
                     .collect(),
             }),
         }
+    }
+}
+
+/// The file form of `spec`: its name and every parameter, as a file would write them.
+fn policy_file(spec: &PolicySpec) -> file::PolicyFile {
+    let mut fields = match serde_json::to_value(spec) {
+        Ok(serde_json::Value::Object(fields)) => fields,
+        // A tagged enum always serializes to an object.
+        _ => serde_json::Map::new(),
+    };
+    fields.remove("name");
+    file::PolicyFile {
+        name: spec.name().to_string(),
+        params: fields.into_iter().collect(),
     }
 }
 

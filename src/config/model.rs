@@ -10,7 +10,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::routing::PolicyKind;
+use crate::routing::PolicySpec;
 
 use super::Diagnostic;
 
@@ -115,8 +115,8 @@ pub struct Health {
 pub struct Pool {
     /// The model name clients send (the pool's key in the file).
     pub model: Arc<str>,
-    /// Routing policy.
-    pub policy: PolicyKind,
+    /// Routing policy and its parameters.
+    pub policy: PolicySpec,
     /// At least one backend, in file order.
     pub backends: Vec<Backend>,
 }

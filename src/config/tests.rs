@@ -1,6 +1,7 @@
 //! Loader tests: located messages, syntax and type errors, quick start, hash, check-config.
 
 use super::*;
+use crate::routing::PolicyKind;
 
 const BROKEN: &str = "\
 listen: 127.0.0.1:8080
@@ -109,7 +110,7 @@ fn from_backend_urls_names_backends_in_order() {
     assert_eq!(c.origin, "--backend");
     assert_eq!(c.pools.len(), 1);
     let p = c.pool("llama").unwrap();
-    assert_eq!(p.policy, PolicyKind::RoundRobin);
+    assert_eq!(p.policy, PolicySpec::RoundRobin);
     let names: Vec<&str> = p.backends.iter().map(|b| &*b.name).collect();
     assert_eq!(names, ["backend-0", "backend-1"]);
     assert_eq!(p.backends[1].port, 8002);
@@ -119,6 +120,23 @@ fn from_backend_urls_names_backends_in_order() {
     assert_eq!(c.hash(), again.hash());
     let other = Config::from_backend_urls(&urls, "llama", PolicyKind::LeastInflight).unwrap();
     assert_ne!(c.hash(), other.hash());
+}
+
+#[test]
+fn from_backend_urls_carries_policy_parameters() {
+    let urls = vec!["http://127.0.0.1:8001".to_string()];
+    let spec = PolicySpec::CacheAware(crate::routing::CacheAwareParams {
+        cache_threshold: 0.5,
+        ..Default::default()
+    });
+    let c = Config::from_backend_urls(&urls, "m", spec).unwrap();
+    assert_eq!(c.pool("m").unwrap().policy, spec);
+    let defaults = Config::from_backend_urls(&urls, "m", PolicyKind::CacheAware).unwrap();
+    assert_eq!(
+        defaults.pool("m").unwrap().policy,
+        PolicyKind::CacheAware.spec()
+    );
+    assert_ne!(c.hash(), defaults.hash());
 }
 
 #[test]
@@ -185,4 +203,27 @@ fn check_config_prints_every_error_and_fails() {
     assert_eq!(lines.len(), 4, "{err}");
     assert!(lines[0].starts_with("error: broken.yaml:4:13: pools.llama-3-8b.policy: "));
     assert_eq!(lines[3], "3 errors in broken.yaml");
+}
+
+#[test]
+fn policy_parameter_errors_are_located_at_the_parameter() {
+    let yaml = "\
+pools:
+  m:
+    policy:
+      name: cache_aware
+      cache_threshold: 1.5
+    backends:
+      - {name: a, url: 'http://127.0.0.1:1'}
+  n:
+    policy: {name: power_of_two, alpha: 2}
+    backends:
+      - {name: b, url: 'http://127.0.0.1:2'}
+";
+    let err = Config::from_yaml_str(yaml, "p.yaml").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "p.yaml:5:24: pools.m.policy.cache_threshold: must be in 0..=1\n\
+         p.yaml:9:41: pools.n.policy.alpha: unknown parameter for `power_of_two`; valid parameters: seed"
+    );
 }

@@ -13,7 +13,8 @@
 //! What is checked: addresses are `IP:port` and the two listeners cannot collide; `threads`
 //! 1..=256; every duration parses and is positive; `max_body_bytes` 1 KiB..=1 GiB; the health
 //! path starts with `/`; `eject_after_failures` >= 1; at least one pool, each with at least
-//! one backend and a known policy; backend names present, well-formed and unique across the
+//! one backend and a known policy whose parameters are its own, of the right type and in
+//! range (`pools.m.policy.cache_threshold: must be in 0..=1`); backend names present, well-formed and unique across the
 //! file; URLs `http`/`https` with a host and nothing after it (no path beyond `/`, query,
 //! fragment or credentials); `weight` >= 1; `max_inflight` >= 1; label names are
 //! Prometheus-style identifiers.
@@ -27,7 +28,7 @@ use std::time::Duration;
 use super::duration::{format_size, parse_duration, parse_size};
 use super::file::{BackendFile, ConfigFile, PoolFile, Quantity};
 use super::model::*;
-use crate::routing::PolicyKind;
+use crate::routing::PolicySpec;
 
 /// Smallest accepted `limits.max_body_bytes`.
 pub const MIN_BODY_BYTES: u64 = 1 << 10;
@@ -386,18 +387,19 @@ impl Checker {
         backend_names: &mut HashMap<String, String>,
     ) -> Pool {
         let policy = match &pool.policy {
-            None => PolicyKind::default(),
-            Some(spec) => PolicyKind::parse(&spec.name).unwrap_or_else(|| {
-                self.error(
-                    format!("{path}.policy"),
-                    format!(
-                        "unknown policy `{}`; valid policies: {}",
-                        spec.name,
-                        PolicyKind::ALL.join(", ")
-                    ),
-                );
-                PolicyKind::default()
-            }),
+            None => PolicySpec::default(),
+            Some(file) => {
+                PolicySpec::from_parts(&file.name, &file.params).unwrap_or_else(|errors| {
+                    for e in errors {
+                        let at = match &e.param {
+                            None => format!("{path}.policy"),
+                            Some(param) => key_path(&format!("{path}.policy"), param),
+                        };
+                        self.error(at, e.message);
+                    }
+                    PolicySpec::default()
+                })
+            }
         };
         let entries = pool.backends.as_deref().unwrap_or(&[]);
         let backends_path = format!("{path}.backends");

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::config::file;
+use crate::routing::PolicyKind;
 
 /// Two valid backends in pool `m`; tests append top-level sections.
 const POOL: &str = "
@@ -61,7 +62,7 @@ fn defaults_fill_every_optional_field() {
     assert_eq!(c.pools.len(), 1);
     let p = &c.pools[0];
     assert_eq!(&*p.model, "m");
-    assert_eq!(p.policy, PolicyKind::PredictedTtft);
+    assert_eq!(p.policy, PolicySpec::PredictedTtft(Default::default()));
     let b = &p.backends[0];
     assert_eq!(
         (&*b.name, b.host.as_str(), b.port, b.tls),
@@ -113,7 +114,7 @@ pools:
     assert_eq!(c.health.eject_after_failures, 5);
     assert_eq!(c.health.readmit_after, Duration::from_secs(60));
     let p = &c.pools[0];
-    assert_eq!(p.policy, PolicyKind::RoundRobin);
+    assert_eq!(p.policy, PolicySpec::RoundRobin);
     let b = &p.backends[0];
     assert_eq!(
         (&*b.name, b.host.as_str(), b.port, b.tls),
@@ -132,7 +133,7 @@ fn both_policy_forms_and_unknown_policy_lists_valid_ones() {
         );
         assert_eq!(
             run(&yaml).unwrap().0.pools[0].policy,
-            PolicyKind::RoundRobin
+            PolicySpec::RoundRobin
         );
     }
     let yaml = POOL.replace("    backends:", "    policy: fastest\n    backends:");
@@ -145,6 +146,71 @@ fn both_policy_forms_and_unknown_policy_lists_valid_ones() {
                 PolicyKind::ALL.join(", ")
             )
         )
+    );
+}
+
+/// `POOL` with `policy: {policy}`.
+fn with_policy(policy: &str) -> String {
+    POOL.replace(
+        "    backends:",
+        &format!("    policy: {policy}\n    backends:"),
+    )
+}
+
+#[test]
+fn policy_parameters_are_typed_with_defaults() {
+    let spec = |p: &str| run(&with_policy(p)).unwrap().0.pools[0].policy;
+    assert_eq!(spec("cache_aware"), PolicyKind::CacheAware.spec());
+    assert_eq!(
+        spec("{name: cache_aware, cache_threshold: 0.5, balance_abs_threshold: 8}"),
+        PolicySpec::CacheAware(crate::routing::CacheAwareParams {
+            cache_threshold: 0.5,
+            balance_abs_threshold: 8,
+            balance_rel_threshold: 1.5,
+        })
+    );
+    assert_eq!(
+        spec("{name: power_of_two, seed: 42}"),
+        PolicySpec::PowerOfTwo(crate::routing::SeedParams { seed: 42 })
+    );
+    assert_eq!(
+        spec("{name: consistent_hash, virtual_nodes: 40}"),
+        PolicySpec::ConsistentHash(crate::routing::ConsistentHashParams { virtual_nodes: 40 })
+    );
+}
+
+#[test]
+fn policy_parameter_errors_name_the_parameter() {
+    assert_eq!(
+        errors(&with_policy(
+            "{name: cache_aware, cache_threshold: 1.2, balance_rel_threshold: 0.9, alpha: 1}"
+        )),
+        [
+            pair(
+                "pools.m.policy.alpha",
+                "unknown parameter for `cache_aware`; valid parameters: cache_threshold, \
+                 balance_abs_threshold, balance_rel_threshold"
+            ),
+            pair("pools.m.policy.cache_threshold", "must be in 0..=1"),
+            pair(
+                "pools.m.policy.balance_rel_threshold",
+                "must be a finite number >= 1"
+            ),
+        ]
+    );
+    assert_eq!(
+        one_error(&with_policy("{name: round_robin, seed: 3}")),
+        pair(
+            "pools.m.policy.seed",
+            "unknown parameter; `round_robin` takes none"
+        )
+    );
+    let (path, message) = one_error(&with_policy("{name: random, seed: lots}"));
+    assert_eq!(path, "pools.m.policy.seed");
+    assert!(message.contains("invalid type"), "{message}");
+    assert_eq!(
+        one_error(&with_policy("{name: consistent_hash, virtual_nodes: 0}")).0,
+        "pools.m.policy.virtual_nodes"
     );
 }
 

@@ -7,17 +7,38 @@
 //!
 //! Every policy sees only *eligible* backends ([`BackendView::eligible`]): healthy, not already
 //! tried for this request, and below their `max_inflight`.
+//!
+//! One file per policy, each documenting its algorithm and knobs: [`RoundRobin`],
+//! [`LeastInflight`], [`Random`], [`PowerOfTwo`], [`CacheAware`] (SGLang's `cache_aware`),
+//! [`ConsistentHash`]. Config names a policy and its parameters as a [`PolicySpec`]
+//! (see `spec.rs` for the table of names, parameters and defaults); [`PolicySpec::build`]
+//! makes the policy. Every [`Decision`] carries a [`Reason`], a bounded metric label.
 
+mod cache_aware;
+mod consistent_hash;
 mod least_inflight;
 mod predicted_ttft;
+mod power_of_two;
+mod random;
+mod rng;
 mod round_robin;
+mod spec;
 
 use std::sync::Arc;
 use std::time::Instant;
 
+pub use cache_aware::CacheAware;
+pub use consistent_hash::ConsistentHash;
 pub use least_inflight::LeastInflight;
 pub use predicted_ttft::PredictedTtft;
+pub use power_of_two::PowerOfTwo;
+pub use random::Random;
 pub use round_robin::RoundRobin;
+pub use spec::{
+    CacheAwareParams, ConsistentHashParams, PolicyKind, PolicySpec, PredictedTtftParams,
+    SeedParams, SpecError,
+    MAX_VIRTUAL_NODES,
+};
 
 use crate::predict::{Coefficients, Quality, TtftInputs};
 use crate::request::RequestFeatures;
@@ -137,7 +158,7 @@ impl<'a> Snapshot<'a> {
 pub enum Reason {
     /// Next in rotation.
     RoundRobin,
-    /// Fewest requests in flight.
+    /// Fewest requests in flight (`least_inflight`, `consistent_hash` without a session key).
     LeastLoaded,
     /// Lowest predicted TTFT.
     PredictedBest,
@@ -145,9 +166,39 @@ pub enum Reason {
     Explore,
     /// Predictions are missing or poor: least in flight instead.
     Fallback,
+    /// Weighted random draw (`random`).
+    Random,
+    /// The less loaded of two random candidates (`power_of_two`).
+    PowerOfTwo,
+    /// Best prefix match above the cache threshold (`cache_aware`).
+    CacheHit,
+    /// No match above the cache threshold, so the least loaded (`cache_aware`).
+    CacheMiss,
+    /// Load imbalance overrode the cache, so the least loaded (`cache_aware`).
+    Imbalanced,
+    /// The session key's owner on the ring (`consistent_hash`).
+    SessionAffinity,
+    /// The owner was ineligible; the next eligible backend on the ring (`consistent_hash`).
+    SessionFailover,
 }
 
 impl Reason {
+    /// Every reason, for registering metric label values up front.
+    pub const ALL: &'static [Reason] = &[
+        Reason::RoundRobin,
+        Reason::LeastLoaded,
+        Reason::Random,
+        Reason::PowerOfTwo,
+        Reason::CacheHit,
+        Reason::CacheMiss,
+        Reason::Imbalanced,
+        Reason::SessionAffinity,
+        Reason::SessionFailover,
+        Reason::PredictedBest,
+        Reason::Explore,
+        Reason::Fallback,
+    ];
+
     /// Label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -156,6 +207,13 @@ impl Reason {
             Reason::PredictedBest => "predicted_best",
             Reason::Explore => "explore",
             Reason::Fallback => "fallback",
+            Reason::Random => "random",
+            Reason::PowerOfTwo => "power_of_two",
+            Reason::CacheHit => "cache_hit",
+            Reason::CacheMiss => "cache_miss",
+            Reason::Imbalanced => "imbalanced",
+            Reason::SessionAffinity => "session_affinity",
+            Reason::SessionFailover => "session_failover",
         }
     }
 }
@@ -190,54 +248,6 @@ pub trait Policy: Send + Sync + std::fmt::Debug {
         snapshot: &Snapshot<'_>,
         now: Instant,
     ) -> Result<Decision, NoBackend>;
-}
-
-/// Policy names accepted in config.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize, serde::Serialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum PolicyKind {
-    /// Rotate through eligible backends, in proportion to weight.
-    RoundRobin,
-    /// Fewest in-flight requests (relative to weight); ties rotate.
-    LeastInflight,
-    /// Lowest predicted time to first token, with bounded exploration and fallback.
-    #[default]
-    PredictedTtft,
-}
-
-impl PolicyKind {
-    /// Every policy name, for help texts and error messages.
-    pub const ALL: &'static [&'static str] = &["round_robin", "least_inflight", "predicted_ttft"];
-
-    /// Parse a policy name.
-    pub fn parse(name: &str) -> Option<PolicyKind> {
-        match name {
-            "round_robin" => Some(PolicyKind::RoundRobin),
-            "least_inflight" => Some(PolicyKind::LeastInflight),
-            "predicted_ttft" => Some(PolicyKind::PredictedTtft),
-            _ => None,
-        }
-    }
-
-    /// Config name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PolicyKind::RoundRobin => "round_robin",
-            PolicyKind::LeastInflight => "least_inflight",
-            PolicyKind::PredictedTtft => "predicted_ttft",
-        }
-    }
-
-    /// A fresh policy of this kind.
-    pub fn build(self) -> Arc<dyn Policy> {
-        match self {
-            PolicyKind::RoundRobin => Arc::new(RoundRobin::default()),
-            PolicyKind::LeastInflight => Arc::new(LeastInflight::default()),
-            PolicyKind::PredictedTtft => Arc::new(PredictedTtft::default()),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -103,6 +103,22 @@ impl Policy for PredictedTtft {
 }
 
 impl PredictedTtft {
+    /// A policy with the given knobs (see the module docs).
+    pub fn new(
+        poor_error: f64,
+        min_samples: u32,
+        explore_after_s: f64,
+        explore_margin: f64,
+    ) -> PredictedTtft {
+        PredictedTtft {
+            poor_error,
+            min_samples,
+            explore_after_s,
+            explore_margin,
+            fallback: LeastInflight::default(),
+        }
+    }
+
     fn fallback(
         &self,
         features: &RequestFeatures,
