@@ -281,14 +281,18 @@ pub fn evaluate(
                     prompt_tokens: r.input_tokens,
                     first_token_s: None,
                 });
+                // Block hashes at the gateway's block size, reused by engines of that size.
+                let mut gateway_hashes = None;
                 let chosen = match &chooser {
                     Chooser::Oracle => Some(oracle_pick(&backends, &ids, id, r, t)),
                     Chooser::Policy(p) => {
-                        let features = features_of(model, &ids, r);
+                        let mut features = features_of(model, &ids, r);
                         let now = base + Duration::from_secs_f64(t);
                         let views = router.views(&features, now);
                         let snapshot = crate::routing::Snapshot { backends: views };
-                        p.select(&features, &snapshot, now).ok().map(|d| d.index)
+                        let pick = p.select(&features, &snapshot, now).ok().map(|d| d.index);
+                        gateway_hashes = Some(std::mem::take(&mut features.block_hashes));
+                        pick
                     }
                 };
                 let Some(b) = chosen else {
@@ -298,11 +302,17 @@ pub fn evaluate(
                 tracks[id as usize].backend = b;
                 per_backend[b] += 1;
                 router.on_dispatch(b, r.input_tokens);
-                backends[b].engine.add_request(SimRequest {
-                    id,
-                    prompt: std::mem::take(&mut ids),
-                    max_tokens: r.output_tokens,
-                });
+                let engine = &mut backends[b].engine;
+                match gateway_hashes {
+                    Some(h) if engine.config().block_size == BLOCK_TOKENS => {
+                        engine.add_hashed(id, r.input_tokens, h.into(), r.output_tokens);
+                    }
+                    _ => engine.add_request(SimRequest {
+                        id,
+                        prompt: std::mem::take(&mut ids),
+                        max_tokens: r.output_tokens,
+                    }),
+                }
                 if backends[b].busy_until.is_none() {
                     start_step(&mut backends[b], t);
                 }
