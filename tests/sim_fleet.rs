@@ -691,3 +691,37 @@ fn fleet_files_with_faults_load() {
         assert!(!err.is_empty(), "{bad}");
     }
 }
+
+#[tokio::test]
+async fn time_scale_zero_runs_as_fast_as_possible_without_starving_the_server() {
+    // Steps take no time at all: the engine task must still yield to the HTTP tasks (this
+    // test runs on a single-threaded runtime).
+    let fleet = SimFleet::start(&config(1, ""), 0.0).await.unwrap();
+    let url = &fleet.urls()[0];
+    let client = reqwest::Client::new();
+    let streams: Vec<_> = (0..4)
+        .map(|i| {
+            client
+                .post(format!("{url}/v1/chat/completions"))
+                .json(&chat_body(if i % 2 == 0 { "z0" } else { "z1" }, 200, true))
+                .send()
+        })
+        .collect();
+    let sses = tokio::time::timeout(BOUND, async {
+        let mut out = Vec::new();
+        for s in streams {
+            out.push(read_sse(s.await.unwrap()).await);
+        }
+        out
+    })
+    .await
+    .unwrap();
+    for sse in sses {
+        assert!(sse.done());
+        assert_eq!(
+            sse.json().last().unwrap()["usage"]["completion_tokens"],
+            200
+        );
+    }
+    fleet.shutdown().await;
+}
