@@ -131,6 +131,21 @@ fn prefix_hit_skips_prefill_and_lowers_ttft() {
 }
 
 #[test]
+fn blocks_computed_by_a_running_prefill_are_hits_for_later_arrivals() {
+    let mut e = engine(1000, 1024, 256);
+    let a = prompt(5, 2000);
+    e.add_request(req(1, a.clone(), 1));
+    e.step().unwrap();
+    // A has computed its first 1024 tokens (64 blocks) and is still prefilling.
+    let mut b = a[..1500].to_vec();
+    b.extend(prompt(6, 100));
+    assert_eq!(e.cached_prefix_tokens(&b), 1024);
+    e.add_request(req(2, b, 1));
+    let ev = run(&mut e);
+    assert_eq!(first_token(&ev, 2).1, 1024);
+}
+
+#[test]
 fn a_fully_cached_prompt_still_computes_its_last_token() {
     let mut e = engine(100, 8192, 256);
     let p = prompt(3, 64);

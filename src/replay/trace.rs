@@ -425,4 +425,26 @@ mod tests {
         }
         assert!(a.len() > w.conversations);
     }
+
+    #[test]
+    fn shared_traces_when_present() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces");
+        let conv = root.join("mooncake/conversation_trace.jsonl");
+        let azure = root.join("azure/AzureLLMInferenceTrace_conv.csv");
+        if !conv.exists() || !azure.exists() {
+            eprintln!("skipping: traces not found under {}", root.display());
+            return;
+        }
+        let t = read_mooncake(&conv).unwrap();
+        assert_eq!(t.len(), 12_031);
+        assert!(t.iter().all(|r| r.hash_ids.len()
+            == (r.input_tokens as usize).div_ceil(TRACE_BLOCK_TOKENS)
+            && r.hash_ids[0] == 0));
+        let span = t.last().unwrap().arrival_s;
+        assert!((3_500.0..3_600.0).contains(&span), "{span}");
+        let a = read_azure(&azure).unwrap();
+        assert_eq!(a.len(), 19_366);
+        let span = a.last().unwrap().arrival_s;
+        assert!((3_400.0..3_600.0).contains(&span), "{span}");
+    }
 }

@@ -195,12 +195,29 @@ impl Engine {
 
     /// Queue a request (FCFS). An id already in the engine is ignored.
     pub fn add_request(&mut self, req: SimRequest) {
-        if self.reqs.contains_key(&req.id) {
+        let hashes = self.prompt_hashes(&req.prompt);
+        self.add_hashed(req.id, req.prompt.len() as u32, hashes, req.max_tokens);
+    }
+
+    /// Chained hashes of the full blocks of `prompt` at this engine's block size.
+    pub fn prompt_hashes(&self, prompt: &[TokenId]) -> Arc<[BlockHash]> {
+        block_hashes(prompt, self.cfg.block_size).into()
+    }
+
+    /// [`Engine::add_request`] with the prompt given as its length and its
+    /// [`Engine::prompt_hashes`] (callers that try one prompt on many engines hash it once).
+    pub fn add_hashed(
+        &mut self,
+        id: u64,
+        prompt_len: u32,
+        hashes: Arc<[BlockHash]>,
+        max_tokens: u32,
+    ) {
+        if self.reqs.contains_key(&id) {
             return;
         }
-        let max_tokens = req.max_tokens.max(1);
-        let prompt_len = req.prompt.len() as u32;
-        let hashes: Arc<[BlockHash]> = block_hashes(&req.prompt, self.cfg.block_size).into();
+        debug_assert_eq!(hashes.len(), prompt_len as usize / self.cfg.block_size);
+        let max_tokens = max_tokens.max(1);
         let r = Req {
             prompt_len,
             hashes,
@@ -213,11 +230,11 @@ impl Engine {
             first_sent: false,
         };
         let need = (prompt_len as usize + max_tokens as usize).div_ceil(self.cfg.block_size);
-        self.reqs.insert(req.id, r);
+        self.reqs.insert(id, r);
         if prompt_len == 0 || need > self.pool.num_blocks() {
-            self.rejected.push(req.id);
+            self.rejected.push(id);
         } else {
-            self.waiting.push_back(req.id);
+            self.waiting.push_back(id);
         }
     }
 
@@ -301,13 +318,18 @@ impl Engine {
 
     /// exact prefix-cache hit (tokens) this prompt would get now — for the oracle
     pub fn cached_prefix_tokens(&self, prompt: &[TokenId]) -> u32 {
-        if prompt.is_empty() {
+        let hashes = block_hashes(prompt, self.cfg.block_size);
+        self.cached_prefix_tokens_hashed(prompt.len() as u32, &hashes)
+    }
+
+    /// [`Engine::cached_prefix_tokens`] of a prompt given as its length and block hashes.
+    pub fn cached_prefix_tokens_hashed(&self, prompt_len: u32, hashes: &[BlockHash]) -> u32 {
+        if prompt_len == 0 {
             return 0;
         }
         let bs = self.cfg.block_size;
-        let max_blocks = (prompt.len() - 1) / bs;
-        let hashes = block_hashes(&prompt[..max_blocks * bs], bs);
-        (self.pool.longest_prefix(&hashes) * bs) as u32
+        let max_blocks = ((prompt_len as usize - 1) / bs).min(hashes.len());
+        (self.pool.longest_prefix(&hashes[..max_blocks]) * bs) as u32
     }
 
     /// Requests in the engine (waiting, running or about to be rejected).

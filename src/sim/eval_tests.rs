@@ -26,7 +26,7 @@ fn small_fleet() -> Vec<SimBackend> {
 fn workload(load: f64) -> Vec<TraceRequest> {
     let mut reqs = SyntheticWorkload {
         seed: 7,
-        conversations: 120,
+        conversations: 60,
         ..SyntheticWorkload::default()
     }
     .generate();

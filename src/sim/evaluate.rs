@@ -15,9 +15,11 @@
 //! ## The `oracle` policy (evaluator only)
 //! Reads true engine state: for each backend it clones the engine, adds the request and steps
 //! the clone until the request's first token (from the end of the step in flight, if any).
-//! It picks the smallest true TTFT (ties: lowest index), pruning a clone as soon as its time
-//! exceeds the best so far. It is the best any router could do *for this request* given the
-//! current queues — a greedy bound, not a global optimum.
+//! It picks the smallest true TTFT. Backends are tried in order of a cheap lower bound and
+//! skipped once the bound reaches the best TTFT found (ties go to the backend tried first);
+//! a clone stops stepping as soon as its time reaches the best. It is the best any router could
+//! do *for this request* given the current queues — greedy, not a global optimum, and it
+//! ignores how its choice delays requests already queued there.
 //!
 //! ## `--load X`
 //! Capacity is the fleet's sustainable request rate for this trace's request mix:
@@ -32,6 +34,7 @@
 //! ([`spread_ties`]) before anything else.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -40,10 +43,11 @@ use super::engine::{Engine, EngineConfig, EngineEvent, SimRequest};
 use super::eval_report::{percentile, RunReport};
 use super::eval_router::{Dispatch, RouterSideState};
 use super::fleet_config::FleetConfig;
+use super::profile::StepWork;
 use crate::replay::trace::{self, spread_ties, SyntheticWorkload, TraceFormat, TraceRequest};
 use crate::request::RequestFeatures;
 use crate::routing::{Policy, PolicyKind};
-use crate::tokens::{block_hashes, BLOCK_TOKENS};
+use crate::tokens::{block_hashes, BlockHash, BLOCK_TOKENS};
 
 /// Requests in a `--load` calibration run.
 pub const CALIBRATION_SAMPLE: usize = 400;
@@ -280,7 +284,7 @@ pub fn evaluate(
                     first_token_s: None,
                     dispatch: Dispatch::default(),
                 });
-                let features = features_of(model, &ids, r);
+                let mut features = features_of(model, &ids, r);
                 let now = base + Duration::from_secs_f64(t);
                 let views = router.views(&features, now);
                 let chosen = match &chooser {
@@ -297,11 +301,18 @@ pub fn evaluate(
                 tracks[id as usize].backend = b;
                 per_backend[b] += 1;
                 tracks[id as usize].dispatch = router.on_dispatch(b, &features);
-                backends[b].engine.add_request(SimRequest {
-                    id,
-                    prompt: std::mem::take(&mut ids),
-                    max_tokens: r.output_tokens,
-                });
+                // Block hashes at the gateway's block size, reused by engines of that size.
+                let hashes = std::mem::take(&mut features.block_hashes);
+                let engine = &mut backends[b].engine;
+                if engine.config().block_size == BLOCK_TOKENS {
+                    engine.add_hashed(id, r.input_tokens, hashes.into(), r.output_tokens);
+                } else {
+                    engine.add_request(SimRequest {
+                        id,
+                        prompt: std::mem::take(&mut ids),
+                        max_tokens: r.output_tokens,
+                    });
+                }
                 if backends[b].busy_until.is_none() {
                     start_step(&mut backends[b], t);
                 }
@@ -380,19 +391,51 @@ fn features_of(model: &str, ids: &[u32], r: &TraceRequest) -> RequestFeatures {
 }
 
 /// The backend with the smallest true TTFT for this request (see the module docs).
+///
+/// Backends are tried in order of a lower bound — the rest of the step in flight plus this
+/// request's uncached prefill run as one step with nothing else (real chunks and co-scheduled
+/// work only add time) — and a backend whose bound is not below the best TTFT found so far is
+/// not simulated at all.
 fn oracle_pick(backends: &[Backend], ids: &[u32], id: u64, r: &TraceRequest, now: f64) -> usize {
-    let mut best = (f64::INFINITY, 0usize);
-    for (i, b) in backends.iter().enumerate() {
-        let mut t = b.busy_until.map_or(0.0, |end| end - now);
-        if t >= best.0 {
-            continue;
+    let len = ids.len() as u32;
+    let mut hashes: Option<(usize, Arc<[BlockHash]>)> = None;
+    let mut hashes_for = |e: &Engine| {
+        let bs = e.config().block_size;
+        match &hashes {
+            Some((b, h)) if *b == bs => Arc::clone(h),
+            _ => {
+                let h = e.prompt_hashes(ids);
+                hashes = Some((bs, Arc::clone(&h)));
+                h
+            }
         }
+    };
+    let mut order: Vec<(f64, usize)> = backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let busy = b.busy_until.map_or(0.0, |end| end - now);
+            let h = hashes_for(&b.engine);
+            let cached = f64::from(b.engine.cached_prefix_tokens_hashed(len, &h));
+            let n = ids.len() as f64 - cached;
+            let own = StepWork {
+                prefill_tokens: n as u64,
+                prefill_pairs: n * (cached + n / 2.0),
+                ..StepWork::default()
+            };
+            (busy + b.engine.config().profile.step_seconds(&own), i)
+        })
+        .collect();
+    order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut best = (f64::INFINITY, order[0].1);
+    for (bound, i) in order {
+        if bound >= best.0 {
+            break;
+        }
+        let b = &backends[i];
+        let mut t = b.busy_until.map_or(0.0, |end| end - now);
         let mut e = b.engine.clone();
-        e.add_request(SimRequest {
-            id,
-            prompt: ids.to_vec(),
-            max_tokens: r.output_tokens,
-        });
+        e.add_hashed(id, len, hashes_for(&b.engine), r.output_tokens);
         'steps: while let Some(s) = e.step() {
             t += s.duration_s;
             if t >= best.0 {

@@ -38,7 +38,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimFleetArgs {
     /// Fleet file (e.g. config/sim/fleet.yaml); replaces --backends/--profile/--base-port.
-    #[arg(long, conflicts_with_all = ["backends", "num_kv_blocks"])]
+    #[arg(long, conflicts_with_all = ["backends", "profile", "base_port", "num_kv_blocks"])]
     pub config: Option<PathBuf>,
     /// Number of identical backends (without --config).
     #[arg(long, required_unless_present = "config")]

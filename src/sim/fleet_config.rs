@@ -213,7 +213,7 @@ impl FleetConfig {
             if cfg.backends[..i].iter().any(|o| o.name == b.name) {
                 return Err(invalid(format!("backends[{i}].name"), "duplicate name"));
             }
-            if let Some(p) = b.port {
+            if let Some(p) = b.port.filter(|&p| p != 0) {
                 if cfg.backends[..i].iter().any(|o| o.port == Some(p)) {
                     return Err(invalid(format!("backends[{i}].port"), "duplicate port"));
                 }

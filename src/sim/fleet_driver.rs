@@ -198,6 +198,8 @@ impl Driver {
                     .lag
                     .inc_by((now - deadline).as_secs_f64());
                 deadline = now;
+                // Behind schedule nothing below awaits: let the HTTP tasks run.
+                tokio::task::yield_now().await;
             } else {
                 let sleep = tokio::time::sleep_until(deadline);
                 tokio::pin!(sleep);

@@ -248,14 +248,14 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
             cmd: s.cmd.clone(),
             armed: true,
         },
-        responder: Responder {
+        responder: Responder::new(
             kind,
             id,
-            model: s.model.clone(),
-            created: SystemTime::now()
+            s.model.clone(),
+            SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
-        },
+        ),
         stall: s.faults.stall_first_token(),
         shared: s,
         start,
@@ -329,7 +329,7 @@ impl SseState {
         let base = self.flight.usage.completion_tokens;
         for i in 0..p.tokens {
             let last = p.finished && i + 1 == p.tokens;
-            frame.extend_from_slice(&r.token_chunk(base + i, last));
+            r.push_token_chunk(base + i, last, &mut frame);
         }
         self.flight.usage.completion_tokens += p.tokens;
         if p.finished {

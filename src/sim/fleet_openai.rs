@@ -282,13 +282,36 @@ impl Usage {
 /// Builds the response bodies of one request.
 #[derive(Debug, Clone)]
 pub(crate) struct Responder {
-    pub kind: ApiKind,
-    pub id: u64,
-    pub model: String,
-    pub created: u64,
+    kind: ApiKind,
+    id: u64,
+    model: String,
+    created: u64,
+    /// `data: {"id":…,"object":…,"created":…,"model":…,"choices":[{"index":0,` — the
+    /// per-request head of every token chunk, rendered once (token chunks are the hot path).
+    head: String,
 }
 
 impl Responder {
+    /// A responder for request `id` of `model`.
+    pub fn new(kind: ApiKind, id: u64, model: String, created: u64) -> Responder {
+        let mut r = Responder {
+            kind,
+            id,
+            model,
+            created,
+            head: String::new(),
+        };
+        let obj = json!({"id": r.id_str(), "object": r.object(true), "created": created,
+                         "model": r.model})
+        .to_string();
+        // `{...}` → `data: {..., "choices":[{"index":0,`
+        r.head = format!(
+            "data: {},\"choices\":[{{\"index\":0,",
+            &obj[..obj.len() - 1]
+        );
+        r
+    }
+
     fn id_str(&self) -> String {
         match self.kind {
             ApiKind::Chat => format!("chatcmpl-sim-{}", self.id),
@@ -321,19 +344,27 @@ impl Responder {
     }
 
     /// The chunk of output token `index`; `last` puts `finish_reason: "length"` on it.
+    #[cfg(test)]
     pub fn token_chunk(&self, index: u32, last: bool) -> Bytes {
-        let text = word(self.id, index);
-        let finish = if last { json!("length") } else { Value::Null };
-        let choice = match self.kind {
-            ApiKind::Chat => json!({"index": 0, "delta": {"content": text},
-                                    "logprobs": null, "finish_reason": finish}),
-            ApiKind::Completion => json!({"index": 0, "text": text, "logprobs": null,
-                                          "finish_reason": finish, "stop_reason": null}),
+        let mut out = Vec::new();
+        self.push_token_chunk(index, last, &mut out);
+        Bytes::from(out)
+    }
+
+    /// Append the chunk of output token `index` to `out` (words need no JSON escaping).
+    pub fn push_token_chunk(&self, index: u32, last: bool, out: &mut Vec<u8>) {
+        let finish = if last { "\"length\"" } else { "null" };
+        out.extend_from_slice(self.head.as_bytes());
+        let w = word(self.id, index);
+        let tail = match self.kind {
+            ApiKind::Chat => format!(
+                "\"delta\":{{\"content\":\"{w}\"}},\"logprobs\":null,\"finish_reason\":{finish}}}]}}\n\n"
+            ),
+            ApiKind::Completion => format!(
+                "\"text\":\"{w}\",\"logprobs\":null,\"finish_reason\":{finish},\"stop_reason\":null}}]}}\n\n"
+            ),
         };
-        Self::sse(&json!({
-            "id": self.id_str(), "object": self.object(true), "created": self.created,
-            "model": self.model, "choices": [choice],
-        }))
+        out.extend_from_slice(tail.as_bytes());
     }
 
     /// The final usage chunk (`choices: []`).
@@ -429,12 +460,7 @@ mod tests {
 
     #[test]
     fn chunks_have_vllm_shape() {
-        let r = Responder {
-            kind: ApiKind::Chat,
-            id: 7,
-            model: "m".into(),
-            created: 1,
-        };
+        let r = Responder::new(ApiKind::Chat, 7, "m \"q\"".into(), 1);
         let role = r.role_chunk().unwrap();
         let v: Value = serde_json::from_slice(&role[6..role.len() - 2]).unwrap();
         assert_eq!(v["choices"][0]["delta"]["role"], "assistant");
@@ -451,10 +477,12 @@ mod tests {
         assert_eq!(full["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
         let text = full["choices"][0]["message"]["content"].as_str().unwrap();
         assert_eq!(text.split(' ').filter(|w| !w.is_empty()).count(), 3);
-        let c = Responder {
-            kind: ApiKind::Completion,
-            ..r
-        };
+        assert_eq!(v["model"], "m \"q\"");
+        assert_eq!(v["id"], "chatcmpl-sim-7");
+        let mid: Value = serde_json::from_slice(&r.token_chunk(1, false)[6..]).unwrap();
+        assert!(mid["choices"][0]["finish_reason"].is_null());
+        assert_eq!(mid["object"], "chat.completion.chunk");
+        let c = Responder::new(ApiKind::Completion, 7, "m".into(), 1);
         assert!(c.role_chunk().is_none());
         let v: Value = serde_json::from_slice(&c.token_chunk(0, false)[6..]).unwrap();
         assert!(v["choices"][0]["text"].is_string());
