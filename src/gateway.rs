@@ -7,10 +7,18 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::affinity::{IndexConfig, PrefixIndex};
 use crate::backend::Backend;
 use crate::config::Config;
-use crate::routing::{BackendView, Policy};
+use crate::request::RequestFeatures;
+use crate::routing::{apply_prefix_matches, BackendView, Policy};
 use crate::telemetry::Metrics;
+use crate::tokens::BLOCK_TOKENS;
+
+/// Prefix blocks indexed per pool at most (about 65 bytes each: ~260 MiB at the cap).
+const INDEX_MAX_BLOCKS: usize = 4 << 20;
+/// Index entries unused this long are forgotten (engines evict long before).
+const INDEX_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// One model's pool.
 #[derive(Debug)]
@@ -21,12 +29,21 @@ pub struct Pool {
     pub policy: Arc<dyn Policy>,
     /// Backends, in config order.
     pub backends: Vec<Arc<Backend>>,
+    /// Which backend was sent which prompt prefixes (index = position in `backends`).
+    pub index: PrefixIndex,
 }
 
 impl Pool {
-    /// Routing views of every backend at `now`, with `tried` backends excluded.
-    pub fn views(&self, now: Instant, tried: &[usize]) -> Vec<BackendView> {
-        self.backends
+    /// Routing views of every backend at `now` for `features`: load, engine stats, TTFT
+    /// model, and the prefix-cache hit expected for this prompt; `tried` backends excluded.
+    pub fn views(
+        &self,
+        features: &RequestFeatures,
+        now: Instant,
+        tried: &[usize],
+    ) -> Vec<BackendView> {
+        let mut views: Vec<BackendView> = self
+            .backends
             .iter()
             .enumerate()
             .map(|(i, b)| {
@@ -34,7 +51,25 @@ impl Pool {
                 v.excluded = tried.contains(&i);
                 v
             })
-            .collect()
+            .collect();
+        if !features.block_hashes.is_empty() {
+            let mut matched = vec![0u32; views.len()];
+            self.index
+                .match_lengths(&features.block_hashes, now, &mut matched);
+            apply_prefix_matches(
+                &mut views,
+                &matched,
+                BLOCK_TOKENS as u32,
+                features.prompt_tokens,
+            );
+        }
+        views
+    }
+
+    /// Forget what the index believes `backend` holds (it was ejected or restarted).
+    pub fn forget(&self, backend: usize) {
+        let n = self.index.forget_backend(backend);
+        tracing::info!(backend = %self.backends[backend].name(), entries = n, "prefix index forgot backend");
     }
 }
 
@@ -72,6 +107,11 @@ impl GatewayState {
                 Pool {
                     model: p.model.clone(),
                     policy: p.policy.build(),
+                    index: PrefixIndex::new(IndexConfig {
+                        max_blocks: INDEX_MAX_BLOCKS,
+                        ttl: INDEX_TTL,
+                        max_backends: backends.len().max(1),
+                    }),
                     backends,
                 },
             );

@@ -34,22 +34,35 @@ impl HealthChecker {
         }
     }
 
-    /// Run one round of checks over every backend.
+    /// Run one round of checks over every backend. A backend that goes down has its prefix
+    /// index entries forgotten (its cache will be cold or gone when it returns); expired index
+    /// entries are swept.
     pub async fn check_all(&self) {
         let state = self.state.load_full();
         let health = &state.config.health;
-        let checks = state.backends.iter().map(|b| {
-            let url = format!("{}{}", b.config.base_url(), health.path);
-            let req = self.client.get(url).timeout(health.timeout).send();
-            async move {
-                let ok = matches!(req.await, Ok(r) if r.status().is_success());
-                if !ok {
-                    tracing::debug!(backend = %b.name(), "active health check failed");
+        let checks = state.pools.values().flat_map(|pool| {
+            pool.backends.iter().enumerate().map(move |(i, b)| {
+                let url = format!("{}{}", b.config.base_url(), health.path);
+                let req = self.client.get(url).timeout(health.timeout).send();
+                async move {
+                    let ok = matches!(req.await, Ok(r) if r.status().is_success());
+                    let now = Instant::now();
+                    let was_healthy = b.is_healthy(now);
+                    if !ok {
+                        tracing::debug!(backend = %b.name(), "active health check failed");
+                    }
+                    b.record_active_check(ok, now);
+                    if was_healthy && !ok {
+                        pool.forget(i);
+                    }
                 }
-                b.record_active_check(ok, Instant::now());
-            }
+            })
         });
         join_all(checks).await;
+        let now = Instant::now();
+        for pool in state.pools.values() {
+            pool.index.sweep(now);
+        }
     }
 }
 

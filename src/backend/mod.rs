@@ -13,6 +13,7 @@ pub mod engine_metrics;
 mod engine_state;
 mod health;
 mod scrape;
+mod ttft_model;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,8 +25,10 @@ pub use engine_metrics::{EngineFlavor, EngineMetricsError, EngineSample};
 pub use engine_state::{EngineState, Scraped, STALE_AFTER_FAILURES};
 pub use health::HealthChecker;
 pub use scrape::{EngineScraper, ScrapeOutcome};
+pub use ttft_model::TtftModel;
 
 use crate::config::Backend as BackendConfig;
+use crate::predict::Coefficients;
 use crate::routing::BackendView;
 use crate::telemetry::Metrics;
 
@@ -49,6 +52,8 @@ pub struct Backend {
     running_decodes: AtomicU32,
     /// Engine load from the last scrapes of the backend's `/metrics`.
     pub engine: EngineState,
+    /// The backend's learned TTFT model.
+    pub ttft: TtftModel,
     metrics: Metrics,
 }
 
@@ -73,6 +78,7 @@ impl Backend {
             outstanding_prefill_tokens: AtomicU64::new(0),
             running_decodes: AtomicU32::new(0),
             engine: EngineState::new(created),
+            ttft: TtftModel::new(Coefficients::default()),
             metrics,
         };
         b.publish_health(Instant::now());
@@ -155,7 +161,7 @@ impl Backend {
             running_decodes: self.running_decodes.load(Ordering::Relaxed),
             engine: self.engine.load(now),
             cached_tokens: 0,
-            ttft_model: None,
+            ttft_model: Some(self.ttft.view(now)),
         }
     }
 
@@ -204,8 +210,8 @@ impl Backend {
         let _ = m.backend_kv_usage_ratio.remove_label_values(&[self.name()]);
     }
 
-    /// Account a request being sent: in flight, and `prompt_tokens` of prefill outstanding
-    /// until [`InflightGuard::first_token`].
+    /// Account a request being sent: in flight, and `prompt_tokens` of prefill (its expected
+    /// uncached part) outstanding until [`InflightGuard::first_token`].
     pub fn start_request(self: &Arc<Self>, prompt_tokens: u32) -> InflightGuard {
         let n = self.inflight.fetch_add(1, Ordering::Relaxed) + 1;
         self.outstanding_prefill_tokens

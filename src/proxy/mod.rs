@@ -29,9 +29,9 @@ use pingora_core::upstreams::peer::HttpPeer;
 use pingora_proxy::{ProxyHttp, Session};
 
 use crate::error::GatewayError;
-use crate::gateway::GatewayState;
+use crate::gateway::{GatewayState, Pool};
 use crate::request::{parse_request, Endpoint};
-use crate::routing::Snapshot;
+use crate::routing::{Decision, Snapshot};
 use crate::server::ActiveRequests;
 use crate::telemetry::{Metrics, NONE};
 use relay::{client_response_head, Relay, RelayEnd};
@@ -116,6 +116,35 @@ impl Proxy {
         }
     }
 
+    /// A request to `pool.backends[index]` failed; forget its cache if that ejected it.
+    fn record_failure(&self, pool: &Pool, index: usize, health: &crate::config::Health) {
+        let ejected = pool.backends[index].record_failure(
+            Instant::now(),
+            health.eject_after_failures,
+            health.readmit_after,
+        );
+        if ejected {
+            pool.forget(index);
+        }
+    }
+
+    fn record_decision(&self, pool: &Pool, d: &Decision, cached_tokens: u32, prompt_tokens: u32) {
+        let m = &self.metrics;
+        m.route_decisions_total
+            .with_label_values(&[&pool.model, pool.policy.name(), d.reason.as_str()])
+            .inc();
+        if let Some(p) = d.predicted_ttft_s {
+            m.predicted_ttft_seconds
+                .with_label_values(&[&pool.model])
+                .observe(p);
+        }
+        if prompt_tokens > 0 {
+            m.prefix_match_ratio
+                .with_label_values(&[&pool.model])
+                .observe(f64::from(cached_tokens) / f64::from(prompt_tokens));
+        }
+    }
+
     fn count(&self, pool: &str, backend: &str, status: u16, arrived: Instant) {
         self.metrics
             .requests_total
@@ -165,7 +194,7 @@ impl Proxy {
         let mut last_failure = String::new();
         loop {
             let now = Instant::now();
-            let views = pool.views(now, &tried);
+            let views = pool.views(&features, now, &tried);
             let snapshot = Snapshot { backends: &views };
             let decision = match pool.policy.select(&features, &snapshot, now) {
                 Ok(d) => d,
@@ -182,6 +211,17 @@ impl Proxy {
                 }
             };
             let backend = &pool.backends[decision.index];
+            let chosen = &views[decision.index];
+            let inputs = chosen.ttft_inputs(&features);
+            self.record_decision(
+                pool,
+                &decision,
+                chosen.cached_tokens,
+                features.prompt_tokens,
+            );
+            // The chosen backend will hold this prompt's prefix from now on.
+            pool.index
+                .record(decision.index, &features.block_hashes, now);
             let others_left = views
                 .iter()
                 .enumerate()
@@ -189,7 +229,7 @@ impl Proxy {
             let may_retry_status = retries < max_retries && others_left;
             let head = upstream_request_head(session.req_header(), backend, body.len())
                 .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
-            let mut guard = backend.start_request(features.prompt_tokens);
+            let mut guard = backend.start_request(inputs.uncached_tokens as u32);
             let outcome = attempt(
                 &self.connector,
                 backend,
@@ -217,11 +257,7 @@ impl Proxy {
                         stale_retries += 1;
                     } else {
                         if !backend_blameless {
-                            backend.record_failure(
-                                Instant::now(),
-                                health.eject_after_failures,
-                                health.readmit_after,
-                            );
+                            self.record_failure(pool, decision.index, health);
                         }
                         tried.push(decision.index);
                         if retries >= max_retries {
@@ -240,11 +276,7 @@ impl Proxy {
                 }
                 Attempt::FirstTokenTimeout => {
                     drop(guard);
-                    backend.record_failure(
-                        Instant::now(),
-                        health.eject_after_failures,
-                        health.readmit_after,
-                    );
+                    self.record_failure(pool, decision.index, health);
                     self.metrics
                         .upstream_errors_total
                         .with_label_values(&[backend.name(), "first_token_timeout"])
@@ -295,10 +327,16 @@ impl Proxy {
                     .run(session, &mut upstream)
                     .await;
                     if let Some(t) = outcome.first_token_at {
+                        let actual = (t - sent_at).as_secs_f64();
+                        let predicted = backend.ttft.observe(&inputs, actual, t);
                         self.metrics
                             .ttft_seconds
                             .with_label_values(&[backend.name()])
-                            .observe((t - sent_at).as_secs_f64());
+                            .observe(actual);
+                        self.metrics
+                            .ttft_prediction_error_seconds
+                            .with_label_values(&[backend.name()])
+                            .observe(predicted - actual);
                         self.metrics
                             .client_ttft_seconds
                             .with_label_values(&[&pool.model])
@@ -313,11 +351,7 @@ impl Proxy {
                                 .inc();
                         }
                         RelayEnd::UpstreamFailed => {
-                            backend.record_failure(
-                                Instant::now(),
-                                health.eject_after_failures,
-                                health.readmit_after,
-                            );
+                            self.record_failure(pool, decision.index, health);
                             self.metrics
                                 .upstream_errors_total
                                 .with_label_values(&[backend.name(), "mid_stream"])

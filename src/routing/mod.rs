@@ -17,8 +17,8 @@
 mod cache_aware;
 mod consistent_hash;
 mod least_inflight;
-mod predicted_ttft;
 mod power_of_two;
+mod predicted_ttft;
 mod random;
 mod rng;
 mod round_robin;
@@ -30,14 +30,13 @@ use std::time::Instant;
 pub use cache_aware::CacheAware;
 pub use consistent_hash::ConsistentHash;
 pub use least_inflight::LeastInflight;
-pub use predicted_ttft::PredictedTtft;
 pub use power_of_two::PowerOfTwo;
+pub use predicted_ttft::PredictedTtft;
 pub use random::Random;
 pub use round_robin::RoundRobin;
 pub use spec::{
     CacheAwareParams, ConsistentHashParams, PolicyKind, PolicySpec, PredictedTtftParams,
-    SeedParams, SpecError,
-    MAX_VIRTUAL_NODES,
+    SeedParams, SpecError, MAX_VIRTUAL_NODES,
 };
 
 use crate::predict::{Coefficients, Quality, TtftInputs};
@@ -133,6 +132,22 @@ impl BackendView {
     /// Whether a policy may pick this backend.
     pub fn eligible(&self) -> bool {
         self.healthy && !self.excluded && self.max_inflight.is_none_or(|m| self.inflight < m)
+    }
+}
+
+/// Set each view's expected prefix-cache hit from the number of leading prompt blocks the
+/// backend is believed to hold (`matched_blocks[i]`, e.g. from
+/// [`crate::affinity::PrefixIndex::match_lengths`]). A hit never covers the whole prompt: an
+/// engine always computes the last prompt token.
+pub fn apply_prefix_matches(
+    views: &mut [BackendView],
+    matched_blocks: &[u32],
+    block_tokens: u32,
+    prompt_tokens: u32,
+) {
+    let cap = prompt_tokens.saturating_sub(1);
+    for (v, &m) in views.iter_mut().zip(matched_blocks) {
+        v.cached_tokens = m.saturating_mul(block_tokens).min(cap);
     }
 }
 

@@ -323,7 +323,10 @@ impl PolicySpec {
             }
             PolicySpec::PredictedTtft(p) => {
                 if !(p.poor_error.is_finite() && p.poor_error > 0.0) {
-                    errors.push(SpecError::param("poor_error", "must be a finite number > 0"));
+                    errors.push(SpecError::param(
+                        "poor_error",
+                        "must be a finite number > 0",
+                    ));
                 }
                 if !(p.explore_after_s.is_finite() && p.explore_after_s > 0.0) {
                     errors.push(SpecError::param(

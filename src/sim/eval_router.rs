@@ -11,9 +11,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::affinity::{IndexConfig, PrefixIndex};
 use crate::predict::{Coefficients, TtftEstimator, TtftInputs};
 use crate::request::RequestFeatures;
-use crate::routing::{BackendView, TtftModelView};
+use crate::routing::{apply_prefix_matches, BackendView, TtftModelView};
+use crate::tokens::BLOCK_TOKENS;
 
 /// What the router remembers about one dispatched request until its first token.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -25,11 +27,13 @@ pub struct Dispatch {
 }
 
 /// Router-side state of a pool of backends.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct RouterSideState {
     views: Vec<BackendView>,
     estimators: Vec<TtftEstimator>,
     last_observation: Vec<Option<Instant>>,
+    index: PrefixIndex,
+    matched: Vec<u32>,
 }
 
 impl RouterSideState {
@@ -42,6 +46,11 @@ impl RouterSideState {
                 .collect(),
             estimators: vec![TtftEstimator::new(Coefficients::default(), 1.0); names.len()],
             last_observation: vec![None; names.len()],
+            index: PrefixIndex::new(IndexConfig {
+                max_backends: names.len().max(1),
+                ..IndexConfig::default()
+            }),
+            matched: vec![0; names.len()],
         }
     }
 
@@ -61,8 +70,15 @@ impl RouterSideState {
     }
 
     /// A request was routed to `backend` (whose view, as the policy saw it, is in the last
-    /// [`RouterSideState::views`]): charge its expected uncached prefill to the backend.
-    pub fn on_dispatch(&mut self, backend: usize, features: &RequestFeatures) -> Dispatch {
+    /// [`RouterSideState::views`]): charge its expected uncached prefill to the backend and
+    /// remember that the backend now holds its prefix.
+    pub fn on_dispatch(
+        &mut self,
+        backend: usize,
+        features: &RequestFeatures,
+        now: Instant,
+    ) -> Dispatch {
+        self.index.record(backend, &features.block_hashes, now);
         let v = &mut self.views[backend];
         let inputs = v.ttft_inputs(features);
         let prefill_tokens = inputs.uncached_tokens as u32;
@@ -106,9 +122,17 @@ impl RouterSideState {
         }
     }
 
-    /// The views for a decision on `features` at `now`: load counters plus each backend's
-    /// current TTFT model.
-    pub fn views(&mut self, _features: &RequestFeatures, now: Instant) -> &[BackendView] {
+    /// The views for a decision on `features` at `now`: load counters, each backend's expected
+    /// prefix-cache hit for this prompt, and its current TTFT model.
+    pub fn views(&mut self, features: &RequestFeatures, now: Instant) -> &[BackendView] {
+        self.index
+            .match_lengths(&features.block_hashes, now, &mut self.matched);
+        apply_prefix_matches(
+            &mut self.views,
+            &self.matched,
+            BLOCK_TOKENS as u32,
+            features.prompt_tokens,
+        );
         for (i, v) in self.views.iter_mut().enumerate() {
             let e = &self.estimators[i];
             v.ttft_model = Some(TtftModelView {
@@ -134,9 +158,9 @@ mod tests {
         let now = Instant::now();
         f.prompt_tokens = 100;
         s.views(&f, now);
-        let d1 = s.on_dispatch(1, &f);
+        let d1 = s.on_dispatch(1, &f, now);
         f.prompt_tokens = 50;
-        let d2 = s.on_dispatch(1, &f);
+        let d2 = s.on_dispatch(1, &f, now);
         let v = s.views(&f, now)[1].clone();
         assert_eq!((v.inflight, v.outstanding_prefill_tokens), (2, 150));
         assert_eq!(d1.inputs.uncached_tokens, 100.0);

@@ -300,7 +300,7 @@ pub fn evaluate(
                 };
                 tracks[id as usize].backend = b;
                 per_backend[b] += 1;
-                tracks[id as usize].dispatch = router.on_dispatch(b, &features);
+                tracks[id as usize].dispatch = router.on_dispatch(b, &features, now);
                 // Block hashes at the gateway's block size, reused by engines of that size.
                 let hashes = std::mem::take(&mut features.block_hashes);
                 let engine = &mut backends[b].engine;

@@ -74,6 +74,15 @@ pub struct Metrics {
     pub backend_kv_usage_ratio: GaugeVec,
     /// `pronto_engine_scrape_errors_total{backend}`: failed scrapes of an engine's `/metrics`.
     pub engine_scrape_errors_total: IntCounterVec,
+    /// `pronto_ttft_prediction_error_seconds{backend}`: predicted − actual TTFT.
+    pub ttft_prediction_error_seconds: HistogramVec,
+    /// `pronto_predicted_ttft_seconds{pool}`: the chosen backend's predicted TTFT.
+    pub predicted_ttft_seconds: HistogramVec,
+    /// `pronto_route_decisions_total{pool,policy,reason}`
+    pub route_decisions_total: IntCounterVec,
+    /// `pronto_prefix_match_ratio{pool}`: expected cached share of the prompt on the chosen
+    /// backend.
+    pub prefix_match_ratio: HistogramVec,
 }
 
 impl Default for Metrics {
@@ -101,8 +110,26 @@ fn float_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVe
 }
 
 fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    histogram_with(r, name, help, labels, LATENCY_BUCKETS)
+}
+
+/// Buckets of signed prediction errors, seconds.
+const ERROR_BUCKETS: &[f64] = &[
+    -5.0, -2.0, -1.0, -0.5, -0.2, -0.1, -0.05, -0.02, -0.01, 0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
+    1.0, 2.0, 5.0,
+];
+/// Buckets of ratios in 0..=1.
+const RATIO_BUCKETS: &[f64] = &[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0];
+
+fn histogram_with(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    buckets: &[f64],
+) -> HistogramVec {
     let h = HistogramVec::new(
-        HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
         labels,
     )
     .expect("valid histogram");
@@ -186,6 +213,32 @@ impl Metrics {
                 "pronto_engine_scrape_errors_total",
                 "Failed scrapes of a backend engine's /metrics",
                 &["backend"],
+            ),
+            ttft_prediction_error_seconds: histogram_with(
+                &r,
+                "pronto_ttft_prediction_error_seconds",
+                "Predicted minus actual TTFT of each streamed request, per backend",
+                &["backend"],
+                ERROR_BUCKETS,
+            ),
+            predicted_ttft_seconds: histogram(
+                &r,
+                "pronto_predicted_ttft_seconds",
+                "Predicted TTFT on the chosen backend at routing time",
+                &["pool"],
+            ),
+            route_decisions_total: counter(
+                &r,
+                "pronto_route_decisions_total",
+                "Routing decisions by pool, policy and reason",
+                &["pool", "policy", "reason"],
+            ),
+            prefix_match_ratio: histogram_with(
+                &r,
+                "pronto_prefix_match_ratio",
+                "Expected prefix-cache share of the prompt on the chosen backend",
+                &["pool"],
+                RATIO_BUCKETS,
             ),
             registry: r,
         }
