@@ -8,9 +8,9 @@
 //! backend, and a hot cache-affine backend loses to an idle one when its queue costs more.
 //!
 //! Safeguards, in order:
-//! 1. **Fallback.** If any eligible backend has no model, or a calibrated model whose recent
-//!    relative error exceeds `poor_error`, predictions cannot be compared fairly: decide with
-//!    `least_inflight` instead (reason `fallback`).
+//! 1. **Fallback.** If any eligible backend has no model, or the backend the predictions
+//!    favour has a calibrated model whose recent relative error exceeds `poor_error`, the
+//!    prediction cannot be trusted: decide with `least_inflight` instead (reason `fallback`).
 //! 2. **Bounded exploration.** A backend that is *cold* (fewer than `min_samples`
 //!    observations) or *stale* (none for `explore_after_s`) is probed — given this request —
 //!    when it has no probe outstanding (no prefill in flight) and its prediction is within
@@ -67,9 +67,6 @@ impl Policy for PredictedTtft {
                 return self.fallback(features, snapshot, now);
             };
             let calibrated = model.quality.samples >= self.min_samples;
-            if calibrated && model.quality.rel_error > self.poor_error {
-                return self.fallback(features, snapshot, now);
-            }
             let p = model.coefficients.predict(&b.ttft_inputs(features));
             let better = |cur: Option<(usize, f64)>| {
                 cur.is_none_or(|(j, q)| {
@@ -85,6 +82,11 @@ impl Policy for PredictedTtft {
             }
         }
         let (index, p) = best.ok_or(NoBackend)?;
+        if let Some(m) = snapshot.backends[index].ttft_model {
+            if m.quality.samples >= self.min_samples && m.quality.rel_error > self.poor_error {
+                return self.fallback(features, snapshot, now);
+            }
+        }
         if let Some((j, q)) = probe {
             if j != index && q <= self.explore_margin * p.max(1e-3) {
                 return Ok(Decision {
@@ -146,6 +148,7 @@ mod tests {
             coefficients: Coefficients {
                 base_s: 0.02,
                 s_per_token,
+                s_per_token_sq: 0.0,
                 s_per_decode: 0.001,
                 s_per_waiting: 0.0,
             },
@@ -219,13 +222,17 @@ mod tests {
         v[0].inflight = 3;
         let d = pick(&p, &v, &prompt(100));
         assert_eq!((d.index, d.reason), (1, Reason::Fallback));
+        // The favoured backend's model is poor: least inflight instead of its pick.
         v[1].ttft_model = model(1e-6, 50, 3.0);
         let d = pick(&p, &v, &prompt(100));
-        assert_eq!(
-            (d.index, d.reason),
-            (1, Reason::Fallback),
-            "least inflight, not the poor model's pick"
-        );
+        assert_eq!((d.index, d.reason), (1, Reason::Fallback));
+        v[0].inflight = 0;
+        v[1].inflight = 3;
+        assert_eq!(pick(&p, &v, &prompt(100)).index, 0);
+        // A poor model that does not win the comparison does not force a fallback.
+        v[1].ttft_model = model(1e-3, 50, 3.0);
+        let d = pick(&p, &v, &prompt(100));
+        assert_eq!((d.index, d.reason), (0, Reason::PredictedBest));
     }
 
     #[test]
