@@ -26,6 +26,16 @@ compare  REAL.json SIM.json
     Prints a markdown table: shape, real ms, sim ms, relative error (sim - real) / real, and the
     median and worst absolute relative error. `--stat quiet` compares the quiet statistic.
 
+split    --base-url URL --model NAME   (a real vLLM only)
+    Sequential requests of 128/1000/4000 tokens; prints the client's mean TTFT next to the
+    means of vLLM's own histograms over the same requests (time_to_first_token, queue,
+    prefill = first token - scheduled, decode per token): what is engine step time and what
+    is per-request work outside the engine.
+
+merge    OUT.json IN.json...
+    Pools the samples of several runs against the same server, shape by shape (the medians
+    of a loaded host move by ±20 % between runs; pooling narrows that).
+
 fit      REAL.json [--block-size 128 --max-batched-tokens N --max-tokens M ...]
     Fits the simulator's step-time model (src/sim/profile.rs)
         t_step = floor + a·P + b·A/1e6 + c·D + d·C/1e3   (ms)
@@ -43,6 +53,7 @@ import http.client
 import json
 import math
 import random
+import socket
 import statistics
 import sys
 import threading
@@ -82,7 +93,13 @@ class Server:
         self.timeout = timeout
 
     def conn(self):
-        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        c = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        c.connect()
+        # http.client sends a body over 2920 bytes in a second write: without TCP_NODELAY,
+        # Nagle holds it until the server ACKs the headers, which a delayed ACK can put off
+        # by 40 ms — a client artefact that would land in every long prompt's TTFT.
+        c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return c
 
     def post_json(self, path, body):
         c = self.conn()
@@ -120,7 +137,6 @@ class Server:
         ).encode()
         c = self.conn()
         try:
-            c.connect()
             if start_barrier is not None:
                 start_barrier.wait()
             t0 = time.perf_counter()
@@ -346,7 +362,7 @@ def compare_rows(real, sim, stat="median"):
         if s is None:
             continue
         a, b = r["ms_" + stat], s["ms_" + stat]
-        rows.append((r["shape"], a, b, (b - a) / a))
+        rows.append((r["shape"], r.get("metric", "ttft"), a, b, (b - a) / a))
     return rows
 
 
@@ -355,15 +371,114 @@ def compare(args):
     rows = compare_rows(real, sim, args.stat)
     if not rows:
         sys.exit("no shape in common")
-    print(f"| shape | real ms | sim ms | rel. error |")
-    print(f"|---|---:|---:|---:|")
-    for shape, a, b, e in rows:
+    print("| shape | real ms | sim ms | rel. error |")
+    print("|---|---:|---:|---:|")
+    for shape, _, a, b, e in rows:
         print(f"| {shape} | {a:.2f} | {b:.2f} | {e * 100:+.1f} % |")
-    errs = [abs(e) for *_, e in rows]
-    worst = max(rows, key=lambda r: abs(r[3]))
     print()
-    print(f"median |relative error|: {statistics.median(errs) * 100:.1f} %")
-    print(f"worst  |relative error|: {abs(worst[3]) * 100:.1f} % ({worst[0]})")
+    for metric, label in (("ttft", "TTFT"), ("itl", "ITL")):
+        sel = [r for r in rows if r[1] == metric]
+        if not sel:
+            continue
+        errs = [abs(r[4]) for r in sel]
+        worst = max(sel, key=lambda r: abs(r[4]))
+        print(f"{label} ({len(sel)} shapes): median |relative error| "
+              f"{statistics.median(errs) * 100:.1f} %, worst {abs(worst[4]) * 100:.1f} % "
+              f"({worst[0]})")
+
+
+SPLIT_METRICS = [
+    "vllm:time_to_first_token_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds",
+    "vllm:request_decode_time_seconds",
+]
+
+
+def scrape_sums(server):
+    """{histogram: (sum, count)} from a vLLM /metrics page (summed over label sets)."""
+    c = server.conn()
+    try:
+        c.request("GET", server.prefix + "/metrics")
+        text = c.getresponse().read().decode()
+    finally:
+        c.close()
+    out = {}
+    for line in text.splitlines():
+        for m in SPLIT_METRICS:
+            for suffix, k in (("_sum", 0), ("_count", 1)):
+                if line.startswith(m + suffix + "{") or line.startswith(m + suffix + " "):
+                    v = out.setdefault(m, [0.0, 0.0])
+                    v[k] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def split(args):
+    """Where a real vLLM's TTFT goes: client TTFT vs the engine's own queue/prefill times."""
+    server = Server(args.base_url, args.model)
+    maker = PromptMaker(server, args.seed)
+    for n in (128, 1000, 4000):  # warm-up
+        server.stream_ttft(maker.make(n, "warmup")[0], 2)
+    print("| prompt tokens | client TTFT ms | vLLM TTFT ms | queue ms | prefill ms "
+          "| decode ms/token | outside the engine ms |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for n in [int(x) for x in args.lengths.split(",")]:
+        before = scrape_sums(server)
+        ttfts = []
+        for rep in range(args.reps):
+            p, _ = maker.make(n, f"split-{n}-{rep}")
+            ttfts.append(server.stream_ttft(p, args.decode_tokens)[0] * 1e3)
+            time.sleep(args.pause)
+        after = scrape_sums(server)
+        mean = {}
+        for m in SPLIT_METRICS:
+            ds = after.get(m, [0, 0])[0] - before.get(m, [0, 0])[0]
+            dc = after.get(m, [0, 0])[1] - before.get(m, [0, 0])[1]
+            mean[m] = 1e3 * ds / dc if dc else float("nan")
+        client = statistics.fmean(ttfts)
+        q = mean["vllm:request_queue_time_seconds"]
+        pf = mean["vllm:request_prefill_time_seconds"]
+        dec = mean["vllm:request_decode_time_seconds"] / max(1, args.decode_tokens - 1)
+        print(f"| {n} | {client:.2f} | {mean['vllm:time_to_first_token_seconds']:.2f} | "
+              f"{q:.2f} | {pf:.2f} | {dec:.2f} | {client - q - pf:.2f} |")
+
+
+def merge(args):
+    """Pool the samples of several measurement files of the same server, shape by shape."""
+    docs = [load(p) for p in args.inputs]
+    order, pooled = [], {}
+    for d in docs:
+        for r in d["results"]:
+            if r["shape"] not in pooled:
+                order.append(r["shape"])
+                pooled[r["shape"]] = dict(r, samples_ms=[], rep_medians_ms=[], _tok=0.0)
+            p = pooled[r["shape"]]
+            p["_tok"] += r["prompt_tokens_mean"] * len(r["samples_ms"])
+            p["samples_ms"] += r["samples_ms"]
+            p["rep_medians_ms"] += r["rep_medians_ms"]
+    results = []
+    for shape in order:
+        p = pooled[shape]
+        xs = p["samples_ms"]
+        p["prompt_tokens_mean"] = p.pop("_tok") / len(xs)
+        p.update(
+            ms_median=statistics.median(xs),
+            ms_quiet=quantile(p["rep_medians_ms"], 0.25),
+            ms_mean=statistics.fmean(xs),
+            ms_min=min(xs),
+            ms_max=max(xs),
+        )
+        results.append(p)
+    out = {k: v for k, v in docs[0].items() if k not in ("results", "note", "when")}
+    out["merged_from"] = [
+        {"file": f, "when": d.get("when"), "reps": d.get("reps")} for f, d in zip(args.inputs, docs)
+    ]
+    out["reps"] = sum(d.get("reps", 0) for d in docs)
+    out["results"] = results
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    print(f"wrote {args.out}: {len(results)} shapes from {len(docs)} files", file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------ fitting
@@ -547,7 +662,8 @@ def fit_shapes(results, y, args, free, fixed, frontend=None):
     free = [j for j in free if j not in fixed]
     ttft = [k for k, r in enumerate(results) if r.get("metric", "ttft") == "ttft"]
     for _ in range(30):
-        rows = [design_row(results[k], beta, args, frontend) for k in ttft]
+        rows = [with_offset(design_row(results[k], beta, args, frontend), results[k], args)
+                for k in ttft]
         offsets = [c + sum(w[j] * v for j, v in fixed.items()) for c, w in rows]
         new = nnls_relative([w for _, w in rows], [y[k] for k in ttft], free, offsets)
         for j, v in fixed.items():
@@ -556,9 +672,15 @@ def fit_shapes(results, y, args, free, fixed, frontend=None):
         beta = new
         if done:
             break
-    rows = [design_row(r, beta, args, frontend) for r in results]
+    rows = [with_offset(design_row(r, beta, args, frontend), r, args) for r in results]
     preds = [c + sum(w * b for w, b in zip(ws, beta)) for c, ws in rows]
     return beta, preds
+
+
+def with_offset(row, res, args):
+    """Add the simulator's own per-request latency (HTTP, timers) to TTFT rows."""
+    c, w = row
+    return (c + (0.0 if res.get("metric") == "itl" else args.offset_ms), w)
 
 
 def decode_cost_from_itl(results, stat):
@@ -642,6 +764,17 @@ def main():
     c.add_argument("real")
     c.add_argument("sim")
     c.add_argument("--stat", choices=["median", "quiet"], default="median")
+    sp = sub.add_parser("split", help="real vLLM only: TTFT vs the engine's queue/prefill times")
+    sp.add_argument("--base-url", required=True)
+    sp.add_argument("--model", required=True)
+    sp.add_argument("--lengths", default="128,1000,4000")
+    sp.add_argument("--reps", type=int, default=20)
+    sp.add_argument("--decode-tokens", type=int, default=32)
+    sp.add_argument("--pause", type=float, default=0.05)
+    sp.add_argument("--seed", type=int, default=7)
+    g = sub.add_parser("merge", help="pool several measurement files of one server")
+    g.add_argument("out")
+    g.add_argument("inputs", nargs="+")
     f = sub.add_parser("fit", help="least-squares fit of the step-time model")
     f.add_argument("real")
     f.add_argument("--stat", choices=["median", "quiet"], default="median")
@@ -660,12 +793,15 @@ def main():
         default="floor_ms,prefill_ms_per_token,attn_ms_per_mpair",
         help="coefficients fitted to the TTFT shapes (the others are 0 unless fixed)",
     )
+    f.add_argument("--offset-ms", type=float, default=0.0,
+                   help="latency the live simulator adds to every TTFT outside its steps")
     f.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
                    help="pin a coefficient (repeatable)")
     f.add_argument("--decode-ms-per-seq", type=float, default=None,
                    help="fix the decode cost (default: from the ITL shapes' slope)")
     args = ap.parse_args()
-    {"measure": measure, "compare": compare, "fit": fit}[args.mode](args)
+    modes = {"measure": measure, "compare": compare, "merge": merge, "fit": fit, "split": split}
+    modes[args.mode](args)
 
 
 if __name__ == "__main__":
