@@ -3,6 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 cargo build --locked --all-targets
-cargo test --locked --all-targets
-cargo test --locked --doc
+cargo test --locked --all-targets 2>&1 | tee -a "$log"
+cargo test --locked --doc 2>&1 | tee -a "$log"
+# One closing line over every test binary (each prints its own `test result:` line).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "Total: %d passed, %d failed\n", p, f }' "$log"
