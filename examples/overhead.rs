@@ -60,7 +60,10 @@ async fn run(url: &str, concurrency: usize, total: usize) -> (Histogram<u64>, f6
             for _ in 0..per {
                 let t = Instant::now();
                 let r = client.post(&url).body(body.clone()).send().await.unwrap();
-                assert!(r.status().is_success());
+                if !r.status().is_success() {
+                    let status = r.status();
+                    panic!("{status}: {}", r.text().await.unwrap_or_default());
+                }
                 let b = r.bytes().await.unwrap();
                 assert!(b.ends_with(b"[DONE]\n\n"));
                 h.record(t.elapsed().as_micros() as u64).unwrap();

@@ -437,6 +437,40 @@ async fn unhealthy_backends_are_ejected_never_picked_and_readmitted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_clients_can_send_the_next_request_at_once() {
+    // A Content-Length response is complete for the client before the gateway has finished
+    // the exchange; the next request on the connection must not lose its first bytes to the
+    // gateway's hang-up probe.
+    let backend = TestBackend::start("b", Behavior::default()).await;
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "least_inflight", &[backend.url()]),
+        "",
+    ));
+    let c = client(false);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (c, url) = (c.clone(), gw.url("/v1/chat/completions"));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..100 {
+                let r = c
+                    .post(&url)
+                    .body(chat_body(200, false))
+                    .send()
+                    .await
+                    .unwrap();
+                let status = r.status();
+                let text = r.text().await.unwrap();
+                assert_eq!(status, 200, "{text}");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(backend.requests(), 800);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_endpoints_answer() {
     let a = TestBackend::start("a", Behavior::default()).await;
     let gw = Gateway::start(&config_yaml(&pool("m", "least_inflight", &[a.url()]), ""));

@@ -70,6 +70,11 @@ impl Proxy {
     async fn handle(&self, session: &mut ServerSession) {
         let arrived = Instant::now();
         let _active = self.active.enter();
+        // The relay watches the client for a hang-up with a one-byte idle read. A keep-alive
+        // client may already be sending its next request by then (a Content-Length response is
+        // complete before we finish the exchange): with pipelining enabled pingora keeps that
+        // byte for the next request instead of losing it.
+        session.set_pipelining_enabled(true);
         let state = self.state.load_full();
         let method = session.req_header().method.clone();
         let path = session.req_header().uri.path().to_string();
