@@ -230,7 +230,7 @@ async fn non_streaming_chat_and_completions_include_usage() {
 
     let v: Value = client
         .post(format!("{url}/v1/completions"))
-        .json(&json!({"prompt": ["one two", "three"], "max_tokens": 2}))
+        .json(&json!({"model": MODEL, "prompt": ["one two", "three"], "max_tokens": 2}))
         .send()
         .await
         .unwrap()
@@ -255,7 +255,7 @@ async fn non_streaming_chat_and_completions_include_usage() {
     // Streaming completions: text chunks, no role chunk.
     let resp = client
         .post(format!("{url}/v1/completions"))
-        .json(&json!({"prompt": "hello", "max_tokens": 4, "stream": true}))
+        .json(&json!({"model": MODEL, "prompt": "hello", "max_tokens": 4, "stream": true}))
         .send()
         .await
         .unwrap();
@@ -294,9 +294,12 @@ async fn errors_are_openai_shaped() {
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], 404);
     // Longer than the KV pool can ever hold (4000 blocks × 16 tokens).
-    let r = post("/v1/completions", r#"{"prompt":"x","max_tokens":100000}"#)
-        .await
-        .unwrap();
+    let r = post(
+        "/v1/completions",
+        r#"{"model":"sim-model","prompt":"x","max_tokens":100000}"#,
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), 400);
     fleet.shutdown().await;
 }

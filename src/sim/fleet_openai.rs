@@ -175,51 +175,27 @@ fn any_prompt(v: &Value) -> Result<String, ApiError> {
     }
 }
 
-/// Parse a generation request body.
+/// Parse a generation request body with the gateway's own parser
+/// ([`crate::request::parse_request`]), so the engine sees exactly the canonical prompt — and
+/// so the token blocks — the gateway's prefix index sees.
 pub(crate) fn parse_generation(kind: ApiKind, body: &[u8]) -> Result<GenRequest, ApiError> {
-    let v = parse_json(body)?;
-    let prompt = match kind {
-        ApiKind::Chat => chat_prompt(
-            v.get("messages")
-                .ok_or_else(|| ApiError::bad_request("missing `messages`"))?,
-        )?,
-        ApiKind::Completion => completion_prompt(
-            v.get("prompt")
-                .ok_or_else(|| ApiError::bad_request("missing `prompt`"))?,
-        )?,
+    let endpoint = match kind {
+        ApiKind::Chat => crate::request::Endpoint::ChatCompletions,
+        ApiKind::Completion => crate::request::Endpoint::Completions,
     };
-    let model = match v.get("model") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(ApiError::bad_request("`model` must be a string")),
-    };
-    let stream = match v.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(ApiError::bad_request("`stream` must be a boolean")),
-    };
-    let include_usage = v
-        .get("stream_options")
-        .and_then(|o| o.get("include_usage"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let max = v
-        .get("max_completion_tokens")
-        .filter(|x| !x.is_null())
-        .or_else(|| v.get("max_tokens").filter(|x| !x.is_null()));
-    let max_tokens = match max {
+    let f = crate::request::parse_request(endpoint, body, None)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let max_tokens = match f.max_tokens {
         None => DEFAULT_MAX_TOKENS,
-        Some(x) => match x.as_u64() {
-            Some(n) if n >= 1 => u32::try_from(n).unwrap_or(u32::MAX),
-            _ => return Err(ApiError::bad_request("max_tokens must be an integer >= 1")),
-        },
+        Some(0) => return Err(ApiError::bad_request("max_tokens must be an integer >= 1")),
+        Some(n) => n,
     };
     Ok(GenRequest {
-        model,
-        stream,
-        include_usage,
+        model: Some(f.model),
+        stream: f.stream,
+        include_usage: f.include_usage,
         max_tokens,
-        prompt,
+        prompt: f.prompt,
     })
 }
 
@@ -419,14 +395,16 @@ mod tests {
     }
 
     #[test]
-    fn completion_prompt_joins_strings_and_prefers_max_completion_tokens() {
-        let body = br#"{"prompt":["a","b"],"max_tokens":9,"max_completion_tokens":2}"#;
+    fn completion_prompt_joins_strings_and_reads_max_tokens() {
+        let body = br#"{"model":"m","prompt":["a","b"],"max_tokens":9,"max_completion_tokens":2}"#;
         let r = parse_generation(ApiKind::Completion, body).unwrap();
         assert_eq!(r.prompt, "a\nb");
-        assert_eq!(r.max_tokens, 2);
+        // The completions API has only `max_tokens` (the shared parser ignores
+        // `max_completion_tokens` there).
+        assert_eq!(r.max_tokens, 9);
         assert!(!r.stream);
-        assert_eq!(r.model, None);
-        let r = parse_generation(ApiKind::Completion, br#"{"prompt":"x"}"#).unwrap();
+        assert_eq!(r.model.as_deref(), Some("m"));
+        let r = parse_generation(ApiKind::Completion, br#"{"model":"m","prompt":"x"}"#).unwrap();
         assert_eq!(r.max_tokens, DEFAULT_MAX_TOKENS);
     }
 
