@@ -566,3 +566,91 @@ async fn sigterm_lets_in_flight_streams_finish_then_exits() {
     );
     // Exited well before the 5 s grace period: it drained instead of sleeping it out.
 }
+
+/// A backend that answers one request per connection and then closes it *without* saying
+/// `Connection: close`, like a server whose keep-alive timeout just fired: the gateway's pooled
+/// connection is dead when it next tries to reuse it.
+async fn closing_backend() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = served.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = l.accept().await.unwrap();
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // Read the head and the Content-Length body.
+                loop {
+                    let n = s.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&buf);
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length")
+                                    .then(|| v.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        if buf.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                if buf.starts_with(b"GET /health") {
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await;
+                    return;
+                }
+                if !buf.starts_with(b"POST ") {
+                    // e.g. the engine-metrics scraper: not an engine.
+                    let _ = s
+                        .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                    return;
+                }
+                count.fetch_add(1, Ordering::SeqCst);
+                let body = r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]}"#;
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+                // Close right away: no `Connection: close` was announced.
+            });
+        }
+    });
+    (url, served)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backends_closing_pooled_connections_cost_no_request() {
+    let (url, served) = closing_backend().await;
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[url]),
+        "retry:\n  max_retries: 0\nhealth:\n  interval: 60s\n",
+    ));
+    for i in 0..30 {
+        let (s, t) = post(&gw, "/v1/chat/completions", chat_body(100, false)).await;
+        assert_eq!(s, 200, "request {i}: {t}");
+        // Every other request: give the close time to land while the connection sits in the
+        // gateway's pool; otherwise race it.
+        if i % 2 == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    assert_eq!(
+        served.load(Ordering::SeqCst),
+        30,
+        "each request served exactly once"
+    );
+}

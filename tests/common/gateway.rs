@@ -88,7 +88,10 @@ impl Gateway {
                 .arg("serve")
                 .arg("--config")
                 .arg(&config_path)
-                .env("RUST_LOG", "warn")
+                .env(
+                    "RUST_LOG",
+                    std::env::var("PRONTO_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+                )
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
                 .spawn()
