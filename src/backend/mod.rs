@@ -49,6 +49,8 @@ pub struct Backend {
     consecutive_failures: AtomicU32,
     inflight: AtomicU32,
     outstanding_prefill_tokens: AtomicU64,
+    /// Σ over outstanding prefills of tokens² / 1000 (see [`prefill_sq_units`]).
+    outstanding_prefill_sq_units: AtomicU64,
     running_decodes: AtomicU32,
     /// Engine load from the last scrapes of the backend's `/metrics`.
     pub engine: EngineState,
@@ -76,6 +78,7 @@ impl Backend {
             consecutive_failures: AtomicU32::new(0),
             inflight: AtomicU32::new(0),
             outstanding_prefill_tokens: AtomicU64::new(0),
+            outstanding_prefill_sq_units: AtomicU64::new(0),
             running_decodes: AtomicU32::new(0),
             engine: EngineState::new(created),
             ttft: TtftModel::new(Coefficients::default()),
@@ -158,6 +161,9 @@ impl Backend {
             inflight: self.inflight(),
             max_inflight: self.config.max_inflight,
             outstanding_prefill_tokens: self.outstanding_prefill_tokens.load(Ordering::Relaxed),
+            outstanding_prefill_sq: self.outstanding_prefill_sq_units.load(Ordering::Relaxed)
+                as f64
+                / 1000.0,
             running_decodes: self.running_decodes.load(Ordering::Relaxed),
             engine: self.engine.load(now),
             cached_tokens: 0,
@@ -216,6 +222,8 @@ impl Backend {
         let n = self.inflight.fetch_add(1, Ordering::Relaxed) + 1;
         self.outstanding_prefill_tokens
             .fetch_add(u64::from(prompt_tokens), Ordering::Relaxed);
+        self.outstanding_prefill_sq_units
+            .fetch_add(prefill_sq_units(prompt_tokens), Ordering::Relaxed);
         self.metrics
             .backend_inflight
             .with_label_values(&[self.name()])
@@ -247,6 +255,12 @@ impl Backend {
     }
 }
 
+/// A prefill's attention work in integer units of tokens² / 1000, so it can be summed in an
+/// atomic: (tokens / 1000)² = units / 1000.
+fn prefill_sq_units(tokens: u32) -> u64 {
+    u64::from(tokens) * u64::from(tokens) / 1000
+}
+
 /// Holds one request's share of a backend's load until dropped.
 #[derive(Debug)]
 pub struct InflightGuard {
@@ -271,6 +285,8 @@ impl InflightGuard {
         let b = &self.backend;
         b.outstanding_prefill_tokens
             .fetch_sub(u64::from(self.prompt_tokens), Ordering::Relaxed);
+        b.outstanding_prefill_sq_units
+            .fetch_sub(prefill_sq_units(self.prompt_tokens), Ordering::Relaxed);
         b.running_decodes.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -283,6 +299,8 @@ impl Drop for InflightGuard {
         } else {
             b.outstanding_prefill_tokens
                 .fetch_sub(u64::from(self.prompt_tokens), Ordering::Relaxed);
+            b.outstanding_prefill_sq_units
+                .fetch_sub(prefill_sq_units(self.prompt_tokens), Ordering::Relaxed);
         }
         let n = b.inflight.fetch_sub(1, Ordering::Relaxed) - 1;
         b.metrics

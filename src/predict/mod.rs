@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! ttft ≈ base + (queued_prefill_tokens + uncached_tokens) · s_per_token
-//!             + uncached_tokens² · s_per_token_sq
+//!             + (uncached_tokens² + Σ queued_i²) · s_per_token_sq
 //!             + running_decodes · s_per_decode + engine_waiting · s_per_waiting
 //! ```
 //!
@@ -64,6 +64,8 @@ const ERR_ALPHA: f64 = 0.1;
 pub struct TtftInputs {
     /// Uncached prompt tokens sent to the backend, not yet past their first token.
     pub queued_prefill_tokens: f64,
+    /// Σ over those queued prefills of (uncached tokens / 1000)²: their attention work.
+    pub queued_prefill_sq: f64,
     /// This request's prompt tokens not expected in the backend's prefix cache.
     pub uncached_tokens: f64,
     /// Requests on the backend past their first token, still decoding.
@@ -78,7 +80,7 @@ impl TtftInputs {
         [
             1.0,
             (self.queued_prefill_tokens + self.uncached_tokens) * TOKEN_SCALE,
-            u * u,
+            u * u + self.queued_prefill_sq,
             self.running_decodes,
             self.engine_waiting,
         ]
@@ -266,8 +268,11 @@ mod tests {
     }
 
     fn random_inputs(rng: &mut rand::rngs::SmallRng) -> TtftInputs {
+        let queued: f64 = rng.gen_range(0.0..20_000.0);
         TtftInputs {
-            queued_prefill_tokens: rng.gen_range(0.0..20_000.0),
+            queued_prefill_tokens: queued,
+            // As if the queue were one or two prefills.
+            queued_prefill_sq: (queued / 1000.0).powi(2) / rng.gen_range(1.0..2.0),
             uncached_tokens: rng.gen_range(50.0..8_000.0),
             running_decodes: rng.gen_range(0.0..64.0),
             engine_waiting: rng.gen_range(0.0..4.0),

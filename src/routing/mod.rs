@@ -72,6 +72,8 @@ pub struct BackendView {
     pub max_inflight: Option<u32>,
     /// Prompt tokens sent that have not yet produced a first token.
     pub outstanding_prefill_tokens: u64,
+    /// Σ over those outstanding prefills of (uncached tokens / 1000)²: their attention work.
+    pub outstanding_prefill_sq: f64,
     /// Requests past their first token and still streaming.
     pub running_decodes: u32,
     /// Scraped engine load, when a recent scrape exists.
@@ -98,6 +100,7 @@ impl BackendView {
     pub fn ttft_inputs(&self, features: &RequestFeatures) -> TtftInputs {
         TtftInputs {
             queued_prefill_tokens: self.outstanding_prefill_tokens as f64,
+            queued_prefill_sq: self.outstanding_prefill_sq,
             uncached_tokens: f64::from(features.prompt_tokens.saturating_sub(self.cached_tokens)),
             running_decodes: f64::from(self.running_decodes),
             engine_waiting: self.engine.map_or(0.0, |e| e.waiting),
@@ -122,6 +125,7 @@ impl BackendView {
             inflight: 0,
             max_inflight: None,
             outstanding_prefill_tokens: 0,
+            outstanding_prefill_sq: 0.0,
             running_decodes: 0,
             engine: None,
             cached_tokens: 0,

@@ -17,6 +17,12 @@ use crate::request::RequestFeatures;
 use crate::routing::{apply_prefix_matches, BackendView, TtftModelView};
 use crate::tokens::BLOCK_TOKENS;
 
+/// Attention work of a prefill of `tokens` uncached tokens, in (thousands of tokens)².
+fn sq(tokens: u32) -> f64 {
+    let k = f64::from(tokens) / 1000.0;
+    k * k
+}
+
 /// What the router remembers about one dispatched request until its first token.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Dispatch {
@@ -84,6 +90,7 @@ impl RouterSideState {
         let prefill_tokens = inputs.uncached_tokens as u32;
         v.inflight += 1;
         v.outstanding_prefill_tokens += u64::from(prefill_tokens);
+        v.outstanding_prefill_sq += sq(prefill_tokens);
         Dispatch {
             inputs,
             prefill_tokens,
@@ -103,6 +110,7 @@ impl RouterSideState {
         v.outstanding_prefill_tokens = v
             .outstanding_prefill_tokens
             .saturating_sub(u64::from(d.prefill_tokens));
+        v.outstanding_prefill_sq = (v.outstanding_prefill_sq - sq(d.prefill_tokens)).max(0.0);
         v.running_decodes += 1;
         self.last_observation[backend] = Some(now);
         self.estimators[backend].observe(&d.inputs, ttft_s, now)
@@ -119,6 +127,7 @@ impl RouterSideState {
             v.outstanding_prefill_tokens = v
                 .outstanding_prefill_tokens
                 .saturating_sub(u64::from(d.prefill_tokens));
+            v.outstanding_prefill_sq = (v.outstanding_prefill_sq - sq(d.prefill_tokens)).max(0.0);
         }
     }
 
