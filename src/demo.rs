@@ -53,7 +53,7 @@ pub struct DemoArgs {
 fn gateway_config(args: &DemoArgs, model: &str, names: &[String], urls: &[String]) -> String {
     let mut yaml = format!(
         "listen: {}\nadmin_listen: {}\nthreads: 2\ngrace_period: 5s\nexplain_headers: true\n\
-         health:\n  interval: 1s\npools:\n  {model}:\n    policy: least_inflight\n    backends:\n",
+         health:\n  interval: 1s\npools:\n  {model}:\n    policy: predicted_ttft\n    backends:\n",
         args.listen, args.admin_listen
     );
     for (n, u) in names.iter().zip(urls) {
@@ -123,6 +123,7 @@ async fn wait_for(addr: SocketAddr) {
 struct Turn {
     backend: String,
     ttft_ms: f64,
+    predicted_ms: Option<f64>,
 }
 
 async fn send_turn(
@@ -139,6 +140,11 @@ async fn send_turn(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("?")
         .to_string();
+    let predicted_ms = resp
+        .headers()
+        .get("x-pronto-predicted-ttft-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
     let mut stream = resp.bytes_stream();
     let mut ttft_ms = None;
     while let Some(chunk) = stream.next().await {
@@ -153,6 +159,7 @@ async fn send_turn(
     Ok(Turn {
         backend,
         ttft_ms: ttft_ms.unwrap_or(f64::NAN),
+        predicted_ms,
     })
 }
 
@@ -164,7 +171,7 @@ async fn workload(args: &DemoArgs, model: &str, fleet: &SimFleet) -> anyhow::Res
                   Answer with precise, numbered steps and cite the relevant metric names. "
         .repeat(40);
     let names = fleet.names();
-    println!("conv turn  backend   TTFT ms   queues (waiting/running per backend)");
+    println!("conv turn  backend   TTFT ms  predicted   queues (waiting/running per backend)");
     let mut per_backend: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     let mut histories: Vec<Vec<serde_json::Value>> = (0..args.conversations)
         .map(|_| vec![serde_json::json!({"role": "system", "content": system})])
@@ -187,8 +194,11 @@ async fn workload(args: &DemoArgs, model: &str, fleet: &SimFleet) -> anyhow::Res
                     format!("{}={}/{}", names[i], s.waiting, s.running)
                 })
                 .collect();
+            let predicted = t
+                .predicted_ms
+                .map_or_else(|| "-".to_string(), |p| format!("{p:.1}"));
             println!(
-                "{c:>4} {turn:>4}  {:<8} {:>8.1}   {}",
+                "{c:>4} {turn:>4}  {:<8} {:>8.1} {predicted:>10}   {}",
                 t.backend,
                 t.ttft_ms,
                 queues.join(" ")
