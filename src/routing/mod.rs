@@ -282,4 +282,18 @@ pub(crate) mod test_support {
             .map(|i| BackendView::idle(&format!("b{i}")))
             .collect()
     }
+
+    /// Indices `p` picks over `v` in `n` decisions on the same features.
+    pub fn picks(p: &dyn Policy, v: &[BackendView], n: usize) -> Vec<usize> {
+        let f = features();
+        let now = Instant::now();
+        (0..n)
+            .map(|_| p.select(&f, &Snapshot { backends: v }, now).unwrap().index)
+            .collect()
+    }
+
+    /// How many of `picks` are `i`.
+    pub fn count(picks: &[usize], i: usize) -> usize {
+        picks.iter().filter(|&&p| p == i).count()
+    }
 }

@@ -60,20 +60,7 @@ impl Policy for Random {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routing::test_support::{features, views};
-    use crate::routing::BackendView;
-
-    fn picks(p: &Random, v: &[BackendView], n: usize) -> Vec<usize> {
-        let f = features();
-        let now = Instant::now();
-        (0..n)
-            .map(|_| p.select(&f, &Snapshot { backends: v }, now).unwrap().index)
-            .collect()
-    }
-
-    fn count(picks: &[usize], i: usize) -> usize {
-        picks.iter().filter(|&&p| p == i).count()
-    }
+    use crate::routing::test_support::{count, features, picks, views};
 
     #[test]
     fn only_eligible_backends_are_picked() {
