@@ -100,76 +100,30 @@ fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
     Ok(v)
 }
 
-/// Text of one chat message's `content`: a string, `null`, or an array of parts whose `text`
-/// parts are concatenated.
-fn content_text(content: Option<&Value>, out: &mut String) -> Result<(), ApiError> {
-    match content {
-        None | Some(Value::Null) => Ok(()),
-        Some(Value::String(s)) => {
-            out.push_str(s);
-            Ok(())
-        }
-        Some(Value::Array(parts)) => {
-            for part in parts {
-                if let Some(t) = part.get("text").and_then(Value::as_str) {
-                    out.push_str(t);
-                }
-            }
-            Ok(())
-        }
-        Some(_) => Err(ApiError::bad_request(
-            "message content must be a string, null or an array of parts",
-        )),
+/// The canonical prompt of a parsed body, computed by the gateway's own parser so the peer
+/// routers' `/tokenize` and `/render` probes see exactly what the engine and the gateway's
+/// prefix index see. Those probe bodies may omit `model`, which the parser requires, so one is
+/// filled in; the prompt does not depend on it.
+fn canonical_prompt(v: &Value, endpoint: crate::request::Endpoint) -> Result<String, ApiError> {
+    let body = if v.get("model").is_some() {
+        serde_json::to_vec(v)
+    } else {
+        let mut v = v.clone();
+        v["model"] = Value::from("");
+        serde_json::to_vec(&v)
     }
-}
-
-/// The canonical prompt of a chat `messages` array: `role: text\n` per message, in order.
-fn chat_prompt(messages: &Value) -> Result<String, ApiError> {
-    let list = messages
-        .as_array()
-        .ok_or_else(|| ApiError::bad_request("`messages` must be an array"))?;
-    if list.is_empty() {
-        return Err(ApiError::bad_request("`messages` must not be empty"));
-    }
-    let mut out = String::new();
-    for m in list {
-        let role = m
-            .get("role")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ApiError::bad_request("every message needs a string `role`"))?;
-        out.push_str(role);
-        out.push_str(": ");
-        content_text(m.get("content"), &mut out)?;
-        out.push('\n');
-    }
-    Ok(out)
-}
-
-/// The canonical prompt of a completions `prompt`: a string, or strings joined by `\n`.
-fn completion_prompt(prompt: &Value) -> Result<String, ApiError> {
-    match prompt {
-        Value::String(s) => Ok(s.clone()),
-        Value::Array(items) => {
-            let mut parts = Vec::with_capacity(items.len());
-            for it in items {
-                parts.push(it.as_str().ok_or_else(|| {
-                    ApiError::bad_request("`prompt` must be a string or an array of strings")
-                })?);
-            }
-            Ok(parts.join("\n"))
-        }
-        _ => Err(ApiError::bad_request(
-            "`prompt` must be a string or an array of strings",
-        )),
-    }
+    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    crate::request::parse_request(endpoint, &body, None)
+        .map(|f| f.prompt)
+        .map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
 /// Canonical prompt of a body that has either `messages` or `prompt` (for `/tokenize`).
 fn any_prompt(v: &Value) -> Result<String, ApiError> {
-    if let Some(m) = v.get("messages") {
-        chat_prompt(m)
-    } else if let Some(p) = v.get("prompt") {
-        completion_prompt(p)
+    if v.get("messages").is_some() {
+        canonical_prompt(v, crate::request::Endpoint::ChatCompletions)
+    } else if v.get("prompt").is_some() {
+        canonical_prompt(v, crate::request::Endpoint::Completions)
     } else {
         Err(ApiError::bad_request("body needs `messages` or `prompt`"))
     }
@@ -212,13 +166,15 @@ pub(crate) fn parse_render(kind: ApiKind, body: &[u8]) -> Result<(String, Value)
             let m = v
                 .get("messages")
                 .ok_or_else(|| ApiError::bad_request("missing `messages`"))?;
-            Ok((chat_prompt(m)?, m.clone()))
+            let prompt = canonical_prompt(&v, crate::request::Endpoint::ChatCompletions)?;
+            Ok((prompt, m.clone()))
         }
         ApiKind::Completion => {
-            let p = v
-                .get("prompt")
-                .ok_or_else(|| ApiError::bad_request("missing `prompt`"))?;
-            Ok((completion_prompt(p)?, Value::Null))
+            if v.get("prompt").is_none() {
+                return Err(ApiError::bad_request("missing `prompt`"));
+            }
+            let prompt = canonical_prompt(&v, crate::request::Endpoint::Completions)?;
+            Ok((prompt, Value::Null))
         }
     }
 }
@@ -434,6 +390,13 @@ mod tests {
             "user: q\n"
         );
         assert!(parse_tokenize(br#"{"x":1}"#).is_err());
+        // Tools come first, as the gateway canonicalises them.
+        let with_tools =
+            br#"{"tools":[{"type":"function"}],"messages":[{"role":"user","content":"q"}]}"#;
+        assert_eq!(
+            parse_tokenize(with_tools).unwrap(),
+            "tools: [{\"type\":\"function\"}]\nuser: q\n"
+        );
     }
 
     #[test]
