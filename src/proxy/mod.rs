@@ -224,9 +224,6 @@ impl Proxy {
                 chosen.cached_tokens,
                 features.prompt_tokens,
             );
-            // The chosen backend will hold this prompt's prefix from now on.
-            pool.index
-                .record(decision.index, &features.block_hashes, now);
             let others_left = views
                 .iter()
                 .enumerate()
@@ -306,6 +303,10 @@ impl Proxy {
                     let status = head.status.as_u16();
                     if status < 500 {
                         backend.record_success();
+                        // The backend took the prompt: it holds its prefix from now on (a
+                        // failed attempt must not teach the index otherwise).
+                        pool.index
+                            .record(decision.index, &features.block_hashes, now);
                     }
                     let mut extra = Vec::new();
                     if state.config.explain_headers {
