@@ -5,7 +5,10 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{chat_body, client, config_yaml, metric_value, pool, Behavior, Gateway, TestBackend};
+use common::{
+    chat_body, client, config_yaml, metric_value, metrics_when, pool, Behavior, Gateway,
+    TestBackend,
+};
 use futures::StreamExt;
 
 fn json(text: &str) -> serde_json::Value {
@@ -179,14 +182,13 @@ async fn retries_5xx_and_connect_failures_on_another_backend() {
     for (len, _) in bad.state.seen.bodies.lock().unwrap().iter() {
         assert_eq!(*len, body.len());
     }
-    let m = client(false)
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = metrics_when(&gw, |m| {
+        metric_value(
+            m,
+            "pronto_requests_total{backend=\"m-b2\",code=\"200\",pool=\"m\"}",
+        ) == Some(6.0)
+    })
+    .await;
     assert!(
         metric_value(&m, "pronto_retries_total{pool=\"m\",reason=\"status_5xx\"}").unwrap() >= 2.0,
         "{m}"
@@ -344,14 +346,11 @@ async fn client_hang_up_cancels_the_upstream_request() {
     eprintln!("upstream cancellation lag after client hang-up: {lags:?}");
     // The median, robust to one slow run on a shared machine.
     assert!(lags[2] < Duration::from_millis(100), "{lags:?}");
-    let m = client(false)
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = metrics_when(&gw, |m| {
+        metric_value(m, "pronto_client_disconnects_total{pool=\"m\"}") == Some(5.0)
+            && metric_value(m, "pronto_backend_inflight{backend=\"m-b0\"}") == Some(0.0)
+    })
+    .await;
     assert_eq!(
         metric_value(&m, "pronto_client_disconnects_total{pool=\"m\"}"),
         Some(5.0)
@@ -489,14 +488,7 @@ async fn admin_endpoints_answer() {
     );
     let (s, _) = post(&gw, "/v1/chat/completions", chat_body(100, true)).await;
     assert_eq!(s, 200);
-    let m = c
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = metrics_when(&gw, |m| m.contains("pronto_requests_total{")).await;
     for family in [
         "pronto_requests_total",
         "pronto_request_duration_seconds",

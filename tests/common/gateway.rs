@@ -171,3 +171,22 @@ pub fn metric_value(text: &str, name_and_labels: &str) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }
+
+/// The admin `/metrics` text once `ready(text)` holds, or the last scrape after 5 s. The
+/// gateway records a request after the client has its last byte, so tests that read counters
+/// right after a response poll instead of racing it.
+pub async fn metrics_when(gw: &Gateway, ready: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = reqwest::get(gw.admin_url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if ready(&m) || Instant::now() > deadline {
+            return m;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
