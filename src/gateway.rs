@@ -11,7 +11,7 @@ use crate::affinity::{IndexConfig, PrefixIndex};
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::request::RequestFeatures;
-use crate::routing::{apply_prefix_matches, BackendView, Policy};
+use crate::routing::{apply_prefix_matches, limit_to_resident, BackendView, Policy};
 use crate::telemetry::Metrics;
 use crate::tokens::BLOCK_TOKENS;
 
@@ -56,6 +56,7 @@ impl Pool {
             let mut matched = vec![0u32; views.len()];
             self.index
                 .match_lengths(&features.block_hashes, now, &mut matched);
+            limit_to_resident(&self.index, &views, features, now, &mut matched);
             apply_prefix_matches(
                 &mut views,
                 &matched,

@@ -51,6 +51,7 @@
 //! At most `max_blocks` entries in all (each shard holds its share). A full shard evicts by
 //! sampled LRU: the smallest (tick, −depth) of 8 consecutive slots from a pseudo-random start.
 
+pub mod residency;
 mod shard;
 #[cfg(test)]
 mod tests;
@@ -58,6 +59,7 @@ mod tests;
 use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
+pub use residency::Residency;
 use shard::{spread, Clock, Shard};
 
 use crate::tokens::BlockHash;
@@ -230,6 +232,52 @@ impl PrefixIndex {
         let last = search.probe(n - 1, &all, &[0; MAX_WORDS]);
         search.assign(&last, &[0; MAX_WORDS], n);
         search.solve(0, n, &all, &last);
+    }
+
+    /// Shorten each backend's match in `lengths` (from [`match_lengths`](Self::match_lengths))
+    /// to the leading blocks used within `max_age_s[b]` seconds of `now`: an engine's LRU cache
+    /// has long evicted a prefix nobody sent for longer than its residency time, whatever the
+    /// index remembers. A non-finite or negative age leaves that backend's length as it is.
+    ///
+    /// Because an ancestor is always at least as recent as its descendants (see *Time*), the
+    /// recent blocks of a chain are a prefix of it: one lookup checks the last matched block,
+    /// and only a backend whose match ends in a stale block pays a bisection over its length.
+    /// A block's tick is its last use by *any* backend, so a prefix kept hot by others counts
+    /// as recent everywhere it is held — right for shared system prompts, generous otherwise.
+    pub fn limit_to_recent(
+        &self,
+        hashes: &[BlockHash],
+        now: Instant,
+        max_age_s: &[f64],
+        lengths: &mut [u32],
+    ) {
+        let clock = self.clock(now);
+        let tick_s = self.tick_nanos as f64 * 1e-9;
+        let tick_at = |i: usize| {
+            let key = hashes[i].0;
+            self.read(key).get(key).map_or(0, |e| shard::tick_of(e[0]))
+        };
+        for (len, &age) in lengths.iter_mut().zip(max_age_s) {
+            if *len == 0 || !(age.is_finite() && age >= 0.0) {
+                continue;
+            }
+            let cutoff = clock.now.saturating_sub((age / tick_s).ceil() as u64);
+            let n = (*len as usize).min(hashes.len());
+            if tick_at(n - 1) >= cutoff {
+                continue;
+            }
+            // Largest `k` with block `k - 1` recent (ticks never increase along a chain).
+            let (mut lo, mut hi) = (0, n - 1);
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                if tick_at(mid - 1) >= cutoff {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            *len = lo as u32;
+        }
     }
 
     /// The exact longest-leading-run walk: one lookup per block until no backend is left. The

@@ -111,6 +111,44 @@ fn entries_expire_after_ttl() {
 }
 
 #[test]
+fn limit_to_recent_keeps_only_the_recently_used_head_per_backend() {
+    let idx = PrefixIndex::new(IndexConfig {
+        ttl: Duration::from_secs(600), // tick = 1 s
+        ..cfg(1 << 20)
+    });
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    // Backend 0 was sent a 10-block prompt at t0; backend 1 the same prompt's first 4 blocks
+    // again at t0 + 50 s, which refreshes those 4 blocks for everyone.
+    let chain = extend(&[], 1, 10);
+    idx.record(0, &chain, t0);
+    idx.record(1, &chain[..4], t0 + 50 * s);
+    let now = t0 + 60 * s;
+    let mut len = lengths(&idx, &chain, now, 3);
+    assert_eq!(len, [10, 4, 0]);
+    // Residency 30 s: only the 4 blocks used 10 s ago are still cached anywhere.
+    idx.limit_to_recent(&chain, now, &[30.0, 30.0, 30.0], &mut len);
+    assert_eq!(len, [4, 4, 0]);
+    // Per backend: a long residency keeps everything; an infinite one means "unknown".
+    let mut len = lengths(&idx, &chain, now, 2);
+    idx.limit_to_recent(&chain, now, &[90.0, 5.0], &mut len);
+    assert_eq!(len, [10, 0]);
+    let mut len = lengths(&idx, &chain, now, 2);
+    idx.limit_to_recent(&chain, now, &[f64::INFINITY, f64::NAN], &mut len);
+    assert_eq!(len, [10, 4]);
+    // Agrees with a walk over every prefix length.
+    for age in [0.0, 5.0, 10.0, 11.0, 59.0, 61.0] {
+        let mut len = lengths(&idx, &chain, now, 1);
+        idx.limit_to_recent(&chain, now, &[age], &mut len);
+        let walk = (0..=10)
+            .rev()
+            .find(|&k| k == 0 || (age >= 60.0 || (k <= 4 && age >= 10.0)))
+            .unwrap();
+        assert_eq!(len[0], walk as u32, "age {age}");
+    }
+}
+
+#[test]
 fn expired_entry_does_not_bring_back_old_backends() {
     let ttl = Duration::from_secs(60);
     let idx = PrefixIndex::new(IndexConfig {

@@ -64,6 +64,9 @@ pub struct EngineSample {
     pub prefix_hits: Option<f64>,
     /// The engine's own recent prefix-cache hit rate (SGLang's gauge), when exported.
     pub cache_hit_rate: Option<f64>,
+    /// KV-cache capacity in tokens (vLLM's `cache_config_info` labels `num_gpu_blocks` ×
+    /// `block_size`, summed over engines), when exported.
+    pub kv_capacity_tokens: Option<f64>,
     /// Which engine.
     pub flavor: EngineFlavor,
 }
@@ -378,6 +381,21 @@ const FAMILIES: &[(&str, EngineFlavor, Slot, Combine)] = &[
     ),
 ];
 
+/// vLLM's info gauge whose labels give the KV cache's size.
+const CACHE_CONFIG_INFO: &str = "vllm:cache_config_info";
+
+/// `num_gpu_blocks × block_size` from `cache_config_info`'s label text, when both are numbers.
+fn kv_capacity(labels: &str) -> Option<f64> {
+    let label = |key: &str| -> Option<f64> {
+        labels.split(',').find_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            (k.trim() == key).then(|| v.trim().trim_matches('"').parse::<f64>().ok())?
+        })
+    };
+    let c = label("num_gpu_blocks")? * label("block_size")?;
+    (c.is_finite() && c > 0.0).then_some(c)
+}
+
 /// Running total of one family.
 #[derive(Clone, Copy, Default)]
 struct Acc {
@@ -389,10 +407,17 @@ impl EngineSample {
     /// Read engine load from a Prometheus text page.
     pub fn parse(text: &str) -> Result<EngineSample, EngineMetricsError> {
         let mut acc = [Acc::default(); FAMILIES.len()];
+        let mut capacity: Option<f64> = None;
         for (n, line) in text.lines().enumerate() {
             // Only lines of a family we read are parsed; the rest (histogram buckets, process
             // metrics) are skipped on a prefix compare.
             let line = line.trim_start();
+            if line.starts_with(CACHE_CONFIG_INFO) {
+                if let Some(c) = parse_line(line).ok().and_then(|s| kv_capacity(s.labels)) {
+                    *capacity.get_or_insert(0.0) += c;
+                }
+                continue;
+            }
             let Some(i) = FAMILIES.iter().position(|f| {
                 line.starts_with(f.0)
                     && matches!(line.as_bytes().get(f.0.len()), Some(b'{' | b' ' | b'\t'))
@@ -413,10 +438,12 @@ impl EngineSample {
             acc[i].sum += v;
             acc[i].n += 1;
         }
-        FLAVORS
+        let mut sample = FLAVORS
             .iter()
             .find_map(|&flavor| Self::assemble(flavor, &acc))
-            .ok_or(EngineMetricsError::UnknownFormat)
+            .ok_or(EngineMetricsError::UnknownFormat)?;
+        sample.kv_capacity_tokens = capacity;
+        Ok(sample)
     }
 
     fn assemble(flavor: EngineFlavor, acc: &[Acc; FAMILIES.len()]) -> Option<EngineSample> {
@@ -438,6 +465,7 @@ impl EngineSample {
             prefix_queries: slots[Slot::PrefixQueries as usize],
             prefix_hits: slots[Slot::PrefixHits as usize],
             cache_hit_rate: slots[Slot::HitRate as usize].map(|r| r.min(1.0)),
+            kv_capacity_tokens: None,
             flavor,
         })
     }

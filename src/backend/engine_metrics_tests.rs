@@ -18,6 +18,28 @@ fn vllm_sums_engines_and_averages_kv_usage() {
     assert_eq!(s.prefix_queries, Some(1_572_864.0));
     assert_eq!(s.prefix_hits, Some(524_288.0));
     assert_eq!(s.cache_hit_rate, None);
+    assert_eq!(s.kv_capacity_tokens, Some(27_910.0 * 16.0));
+}
+
+#[test]
+fn kv_capacity_comes_from_cache_config_info_labels_only_when_complete() {
+    assert_eq!(
+        EngineSample::parse(VLLM_OLD).unwrap().kv_capacity_tokens,
+        Some(7224.0 * 16.0)
+    );
+    assert_eq!(
+        EngineSample::parse(SGLANG).unwrap().kv_capacity_tokens,
+        None
+    );
+    assert_eq!(
+        kv_capacity(r#"block_size="16",num_gpu_blocks="None""#),
+        None
+    );
+    assert_eq!(kv_capacity(r#"num_gpu_blocks="10""#), None);
+    assert_eq!(
+        kv_capacity(r#"num_gpu_blocks="10", block_size="32""#),
+        Some(320.0)
+    );
 }
 
 #[test]

@@ -178,6 +178,7 @@ mod tests {
             prefix_queries: None,
             prefix_hits: None,
             cache_hit_rate: None,
+            kv_capacity_tokens: None,
             flavor: EngineFlavor::Vllm,
         }
     }

@@ -27,6 +27,7 @@ pub use health::HealthChecker;
 pub use scrape::{EngineScraper, ScrapeOutcome};
 pub use ttft_model::TtftModel;
 
+use crate::affinity::residency::{decayed_rate, residency_s, Residency};
 use crate::config::Backend as BackendConfig;
 use crate::predict::Coefficients;
 use crate::routing::BackendView;
@@ -52,6 +53,15 @@ pub struct Backend {
     /// Σ over outstanding prefills of tokens² / 1000 (see [`prefill_sq_units`]).
     outstanding_prefill_sq_units: AtomicU64,
     running_decodes: AtomicU32,
+    /// KV-cache tokens the in-flight requests will hold at most (prompt + expected output).
+    kv_reserved_tokens: AtomicU64,
+    /// The engine's KV-cache capacity in tokens from its metrics (0: unknown).
+    kv_capacity_tokens: AtomicU64,
+    /// Allocation rate into the KV cache (see [`crate::affinity::residency`]): written under
+    /// the mutex on dispatch, published as f64 bits with its time for lock-free views.
+    residency: std::sync::Mutex<Residency>,
+    alloc_rate_bits: AtomicU64,
+    alloc_rate_at_ns: AtomicU64,
     /// Engine load from the last scrapes of the backend's `/metrics`.
     pub engine: EngineState,
     /// The backend's learned TTFT model.
@@ -80,6 +90,11 @@ impl Backend {
             outstanding_prefill_tokens: AtomicU64::new(0),
             outstanding_prefill_sq_units: AtomicU64::new(0),
             running_decodes: AtomicU32::new(0),
+            kv_reserved_tokens: AtomicU64::new(0),
+            kv_capacity_tokens: AtomicU64::new(0),
+            residency: std::sync::Mutex::new(Residency::new(None)),
+            alloc_rate_bits: AtomicU64::new(0),
+            alloc_rate_at_ns: AtomicU64::new(0),
             engine: EngineState::new(created),
             ttft: TtftModel::new(Coefficients::default()),
             metrics,
@@ -153,6 +168,13 @@ impl Backend {
 
     /// The routing view of this backend at `now`.
     pub fn view(&self, now: Instant) -> BackendView {
+        let kv_reserved_tokens = self.kv_reserved_tokens.load(Ordering::Relaxed);
+        let kv_capacity_tokens =
+            Some(self.kv_capacity_tokens.load(Ordering::Relaxed)).filter(|&c| c > 0);
+        let age_s =
+            self.ns_since_created(now)
+                .saturating_sub(self.alloc_rate_at_ns.load(Ordering::Relaxed)) as f64
+                * 1e-9;
         BackendView {
             name: self.config.name.clone(),
             healthy: self.is_healthy(now),
@@ -167,6 +189,16 @@ impl Backend {
             running_decodes: self.running_decodes.load(Ordering::Relaxed),
             engine: self.engine.load(now),
             cached_tokens: 0,
+            kv_reserved_tokens,
+            kv_capacity_tokens,
+            cache_residency_s: residency_s(
+                kv_capacity_tokens.map(|c| c as f64),
+                kv_reserved_tokens as f64,
+                decayed_rate(
+                    f64::from_bits(self.alloc_rate_bits.load(Ordering::Relaxed)),
+                    age_s,
+                ),
+            ),
             ttft_model: Some(self.ttft.view(now)),
         }
     }
@@ -175,6 +207,9 @@ impl Backend {
     /// `stale_after`. Publishes the queue-depth and KV-usage gauges.
     pub fn record_engine_sample(&self, sample: EngineSample, now: Instant, stale_after: Duration) {
         self.engine.record_success(sample, now, stale_after);
+        if let Some(c) = sample.kv_capacity_tokens {
+            self.kv_capacity_tokens.store(c as u64, Ordering::Relaxed);
+        }
         let m = &self.metrics;
         m.backend_queue_depth
             .with_label_values(&[self.name()])
@@ -216,10 +251,28 @@ impl Backend {
         let _ = m.backend_kv_usage_ratio.remove_label_values(&[self.name()]);
     }
 
-    /// Account a request being sent: in flight, and `prompt_tokens` of prefill (its expected
-    /// uncached part) outstanding until [`InflightGuard::first_token`].
-    pub fn start_request(self: &Arc<Self>, prompt_tokens: u32) -> InflightGuard {
+    /// Account a request being sent at `now`: in flight, its expected uncached prefill
+    /// outstanding until [`InflightGuard::first_token`], its whole prompt plus expected output
+    /// reserved in the KV cache until it finishes, and its allocations in the cache's residency
+    /// estimate.
+    pub fn start_request(self: &Arc<Self>, load: RequestLoad, now: Instant) -> InflightGuard {
+        let prompt_tokens = load.prefill_tokens;
+        let kv_tokens = u64::from(load.prompt_tokens) + u64::from(load.output_tokens);
         let n = self.inflight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.kv_reserved_tokens
+            .fetch_add(kv_tokens, Ordering::Relaxed);
+        {
+            // Held for a few arithmetic operations; never across an await.
+            let mut r = self.residency.lock().unwrap_or_else(|e| e.into_inner());
+            r.on_alloc(
+                f64::from(load.prefill_tokens) + f64::from(load.output_tokens),
+                now,
+            );
+            self.alloc_rate_bits
+                .store(r.rate(now).to_bits(), Ordering::Relaxed);
+            self.alloc_rate_at_ns
+                .store(self.ns_since_created(now), Ordering::Relaxed);
+        }
         self.outstanding_prefill_tokens
             .fetch_add(u64::from(prompt_tokens), Ordering::Relaxed);
         self.outstanding_prefill_sq_units
@@ -231,6 +284,7 @@ impl Backend {
         InflightGuard {
             backend: Arc::clone(self),
             prompt_tokens,
+            kv_tokens,
             first_token_seen: false,
         }
     }
@@ -261,11 +315,23 @@ fn prefill_sq_units(tokens: u32) -> u64 {
     u64::from(tokens) * u64::from(tokens) / 1000
 }
 
+/// What one request will cost a backend, known at dispatch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestLoad {
+    /// Prompt tokens expected to need prefill (not in the prefix cache).
+    pub prefill_tokens: u32,
+    /// All prompt tokens.
+    pub prompt_tokens: u32,
+    /// Tokens expected to be generated.
+    pub output_tokens: u32,
+}
+
 /// Holds one request's share of a backend's load until dropped.
 #[derive(Debug)]
 pub struct InflightGuard {
     backend: Arc<Backend>,
     prompt_tokens: u32,
+    kv_tokens: u64,
     first_token_seen: bool,
 }
 
@@ -302,6 +368,8 @@ impl Drop for InflightGuard {
             b.outstanding_prefill_sq_units
                 .fetch_sub(prefill_sq_units(self.prompt_tokens), Ordering::Relaxed);
         }
+        b.kv_reserved_tokens
+            .fetch_sub(self.kv_tokens, Ordering::Relaxed);
         let n = b.inflight.fetch_sub(1, Ordering::Relaxed) - 1;
         b.metrics
             .backend_inflight
@@ -332,12 +400,19 @@ mod tests {
     fn guard_accounts_prefill_then_decode_then_nothing() {
         let b = backend();
         let now = Instant::now();
-        let mut g = b.start_request(100);
+        let load = RequestLoad {
+            prefill_tokens: 100,
+            prompt_tokens: 400,
+            output_tokens: 50,
+        };
+        let mut g = b.start_request(load, now);
         let v = b.view(now);
         assert_eq!(
             (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
             (1, 100, 0)
         );
+        assert_eq!((v.kv_reserved_tokens, v.kv_capacity_tokens), (450, None));
+        assert!(v.cache_residency_s.is_infinite(), "capacity unknown");
         g.first_token();
         g.first_token();
         let v = b.view(now);
@@ -351,9 +426,58 @@ mod tests {
             (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
             (0, 0, 0)
         );
-        let g2 = b.start_request(7);
+        assert_eq!(v.kv_reserved_tokens, 0);
+        let g2 = b.start_request(
+            RequestLoad {
+                prefill_tokens: 7,
+                ..load
+            },
+            now,
+        );
         drop(g2);
         assert_eq!(b.view(now).outstanding_prefill_tokens, 0);
+    }
+
+    #[test]
+    fn scraped_capacity_gives_a_finite_cache_residency_that_shrinks_with_load() {
+        let b = backend();
+        let t0 = Instant::now();
+        let sample = |cap| EngineSample {
+            waiting: 0.0,
+            running: 0.0,
+            kv_usage: 0.0,
+            prefix_queries: None,
+            prefix_hits: None,
+            cache_hit_rate: None,
+            kv_capacity_tokens: cap,
+            flavor: crate::backend::engine_metrics::EngineFlavor::Vllm,
+        };
+        b.record_engine_sample(sample(Some(100_000.0)), t0, Duration::from_secs(1));
+        // An unknown capacity in a later scrape keeps the known one.
+        b.record_engine_sample(sample(None), t0, Duration::from_secs(1));
+        let load = RequestLoad {
+            prefill_tokens: 1000,
+            prompt_tokens: 1000,
+            output_tokens: 0,
+        };
+        let mut guards = Vec::new();
+        for i in 0..100 {
+            guards.push(b.start_request(load, t0 + Duration::from_millis(100 * i)));
+        }
+        let now = t0 + Duration::from_secs(10);
+        let busy = b.view(now);
+        assert_eq!(busy.kv_capacity_tokens, Some(100_000));
+        assert!(busy.cache_residency_s.is_finite());
+        guards.truncate(10);
+        let calmer = b.view(now);
+        assert!(
+            calmer.cache_residency_s > busy.cache_residency_s,
+            "fewer pinned tokens leave more room for old prefixes"
+        );
+        assert!(
+            b.view(now + Duration::from_secs(60)).cache_residency_s > calmer.cache_residency_s,
+            "no allocations: the rate decays"
+        );
     }
 
     #[test]

@@ -28,10 +28,11 @@ use pingora_core::protocols::http::ServerSession;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_proxy::{ProxyHttp, Session};
 
+use crate::backend::RequestLoad;
 use crate::error::GatewayError;
 use crate::gateway::{GatewayState, Pool};
 use crate::request::{parse_request, Endpoint};
-use crate::routing::{Decision, Snapshot};
+use crate::routing::{expected_output_tokens, Decision, Snapshot};
 use crate::server::ActiveRequests;
 use crate::telemetry::{Metrics, NONE};
 use relay::{client_response_head, Relay, RelayEnd};
@@ -231,7 +232,12 @@ impl Proxy {
             let may_retry_status = retries < max_retries && others_left;
             let head = upstream_request_head(session.req_header(), backend, body.len())
                 .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
-            let mut guard = backend.start_request(inputs.uncached_tokens as u32);
+            let load = RequestLoad {
+                prefill_tokens: inputs.uncached_tokens as u32,
+                prompt_tokens: features.prompt_tokens,
+                output_tokens: expected_output_tokens(&features),
+            };
+            let mut guard = backend.start_request(load, now);
             let outcome = attempt(
                 &self.connector,
                 backend,

@@ -80,6 +80,14 @@ pub struct BackendView {
     pub engine: Option<EngineLoad>,
     /// Prompt tokens of *this* request expected to be in the backend's prefix cache.
     pub cached_tokens: u32,
+    /// KV-cache tokens the backend's in-flight requests will hold at most: Σ prompt +
+    /// expected output (router-side, updated at once).
+    pub kv_reserved_tokens: u64,
+    /// The engine's KV-cache capacity in tokens, when known (config hint or scrape).
+    pub kv_capacity_tokens: Option<u64>,
+    /// Seconds a prefix stays in the backend's cache after its last use (infinite: unknown);
+    /// prefix credit older than this is not given (see [`crate::affinity::residency`]).
+    pub cache_residency_s: f64,
     /// The backend's learned TTFT model, when the caller keeps one.
     pub ttft_model: Option<TtftModelView>,
 }
@@ -129,14 +137,64 @@ impl BackendView {
             running_decodes: 0,
             engine: None,
             cached_tokens: 0,
+            kv_reserved_tokens: 0,
+            kv_capacity_tokens: None,
+            cache_residency_s: f64::INFINITY,
             ttft_model: None,
         }
+    }
+
+    /// Whether `features` fits in the backend's KV cache next to what its in-flight requests
+    /// will hold (true when the capacity is unknown). A request that does not fit makes the
+    /// engine queue it or preempt running ones — a cost the TTFT model cannot see coming.
+    pub fn kv_fits(&self, features: &RequestFeatures) -> bool {
+        self.kv_capacity_tokens.is_none_or(|cap| {
+            let need =
+                u64::from(features.prompt_tokens) + u64::from(expected_output_tokens(features));
+            self.kv_reserved_tokens + need <= cap
+        })
     }
 
     /// Whether a policy may pick this backend.
     pub fn eligible(&self) -> bool {
         self.healthy && !self.excluded && self.max_inflight.is_none_or(|m| self.inflight < m)
     }
+}
+
+/// Shorten index matches (`matched[i]`, blocks) to what each backend's cache still holds after
+/// [`BackendView::cache_residency_s`] (see [`crate::affinity::PrefixIndex::limit_to_recent`]).
+/// Stack buffer for up to 64 backends, so the common case does not allocate.
+pub fn limit_to_resident(
+    index: &crate::affinity::PrefixIndex,
+    views: &[BackendView],
+    features: &RequestFeatures,
+    now: Instant,
+    matched: &mut [u32],
+) {
+    if features.block_hashes.is_empty() || views.iter().all(|v| !v.cache_residency_s.is_finite()) {
+        return;
+    }
+    let mut stack = [f64::INFINITY; 64];
+    let mut heap = Vec::new();
+    let ages: &mut [f64] = if views.len() <= stack.len() {
+        &mut stack[..views.len()]
+    } else {
+        heap.resize(views.len(), f64::INFINITY);
+        &mut heap
+    };
+    for (a, v) in ages.iter_mut().zip(views) {
+        *a = v.cache_residency_s;
+    }
+    index.limit_to_recent(&features.block_hashes, now, ages, matched);
+}
+
+/// Output tokens assumed for a request that does not say (`max_tokens` absent).
+pub const DEFAULT_OUTPUT_TOKENS: u32 = 256;
+
+/// Tokens a request is expected to generate: its `max_tokens`, or
+/// [`DEFAULT_OUTPUT_TOKENS`] when it sets none.
+pub fn expected_output_tokens(features: &RequestFeatures) -> u32 {
+    features.max_tokens.unwrap_or(DEFAULT_OUTPUT_TOKENS)
 }
 
 /// Set each view's expected prefix-cache hit from the number of leading prompt blocks the

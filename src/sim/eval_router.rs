@@ -11,10 +11,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::affinity::{IndexConfig, PrefixIndex};
+use crate::affinity::{IndexConfig, PrefixIndex, Residency};
 use crate::predict::{Coefficients, TtftEstimator, TtftInputs};
 use crate::request::RequestFeatures;
-use crate::routing::{apply_prefix_matches, BackendView, TtftModelView};
+use crate::routing::{
+    apply_prefix_matches, limit_to_resident, BackendView, EngineLoad, TtftModelView,
+};
 use crate::tokens::BLOCK_TOKENS;
 
 /// Attention work of a prefill of `tokens` uncached tokens, in (thousands of tokens)².
@@ -30,6 +32,8 @@ pub struct Dispatch {
     pub inputs: TtftInputs,
     /// Prefill tokens charged to the backend's queue (the prompt's expected uncached part).
     pub prefill_tokens: u32,
+    /// KV-cache tokens reserved on the backend until the request finishes.
+    pub kv_tokens: u64,
 }
 
 /// Router-side state of a pool of backends.
@@ -40,6 +44,8 @@ pub struct RouterSideState {
     last_observation: Vec<Option<Instant>>,
     index: PrefixIndex,
     matched: Vec<u32>,
+    residency: Vec<Residency>,
+    scraped: Vec<Option<(Instant, EngineLoad)>>,
 }
 
 impl RouterSideState {
@@ -57,7 +63,24 @@ impl RouterSideState {
                 ..IndexConfig::default()
             }),
             matched: vec![0; names.len()],
+            residency: vec![Residency::new(None); names.len()],
+            scraped: vec![None; names.len()],
         }
+    }
+
+    /// Tell the router each backend's KV-cache capacity in tokens (as a scrape of the engine's
+    /// `cache_config_info` would), so prefix credit expires with the engine's LRU residency.
+    pub fn with_kv_capacities(mut self, capacities: &[Option<f64>]) -> RouterSideState {
+        for ((r, v), &c) in self
+            .residency
+            .iter_mut()
+            .zip(&mut self.views)
+            .zip(capacities)
+        {
+            r.set_capacity(c);
+            v.kv_capacity_tokens = c.map(|c| c as u64);
+        }
+        self
     }
 
     /// Number of backends.
@@ -75,6 +98,12 @@ impl RouterSideState {
         self.views.iter().map(|v| &v.name)
     }
 
+    /// A scrape of `backend`'s engine metrics at `at` read `load` (its `age_s` is ignored:
+    /// views compute the age at decision time).
+    pub fn on_scrape(&mut self, backend: usize, load: EngineLoad, at: Instant) {
+        self.scraped[backend] = Some((at, load));
+    }
+
     /// A request was routed to `backend` (whose view, as the policy saw it, is in the last
     /// [`RouterSideState::views`]): charge its expected uncached prefill to the backend and
     /// remember that the backend now holds its prefix.
@@ -88,12 +117,20 @@ impl RouterSideState {
         let v = &mut self.views[backend];
         let inputs = v.ttft_inputs(features);
         let prefill_tokens = inputs.uncached_tokens as u32;
+        self.residency[backend].on_alloc(
+            inputs.uncached_tokens + f64::from(crate::routing::expected_output_tokens(features)),
+            now,
+        );
+        let kv_tokens = u64::from(features.prompt_tokens)
+            + u64::from(crate::routing::expected_output_tokens(features));
         v.inflight += 1;
         v.outstanding_prefill_tokens += u64::from(prefill_tokens);
         v.outstanding_prefill_sq += sq(prefill_tokens);
+        v.kv_reserved_tokens += kv_tokens;
         Dispatch {
             inputs,
             prefill_tokens,
+            kv_tokens,
         }
     }
 
@@ -121,6 +158,7 @@ impl RouterSideState {
     pub fn on_finish(&mut self, backend: usize, d: &Dispatch, saw_first_token: bool) {
         let v = &mut self.views[backend];
         v.inflight = v.inflight.saturating_sub(1);
+        v.kv_reserved_tokens = v.kv_reserved_tokens.saturating_sub(d.kv_tokens);
         if saw_first_token {
             v.running_decodes = v.running_decodes.saturating_sub(1);
         } else {
@@ -136,6 +174,10 @@ impl RouterSideState {
     pub fn views(&mut self, features: &RequestFeatures, now: Instant) -> &[BackendView] {
         self.index
             .match_lengths(&features.block_hashes, now, &mut self.matched);
+        for (v, r) in self.views.iter_mut().zip(&self.residency) {
+            v.cache_residency_s = r.residency_s(now, v.kv_reserved_tokens as f64);
+        }
+        limit_to_resident(&self.index, &self.views, features, now, &mut self.matched);
         apply_prefix_matches(
             &mut self.views,
             &self.matched,
@@ -143,6 +185,10 @@ impl RouterSideState {
             features.prompt_tokens,
         );
         for (i, v) in self.views.iter_mut().enumerate() {
+            v.engine = self.scraped[i].map(|(at, load)| EngineLoad {
+                age_s: now.saturating_duration_since(at).as_secs_f64(),
+                ..load
+            });
             let e = &self.estimators[i];
             v.ttft_model = Some(TtftModelView {
                 coefficients: e.coefficients(),

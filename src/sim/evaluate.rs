@@ -46,11 +46,14 @@ use super::fleet_config::FleetConfig;
 use super::profile::StepWork;
 use crate::replay::trace::{self, spread_ties, SyntheticWorkload, TraceFormat, TraceRequest};
 use crate::request::RequestFeatures;
-use crate::routing::{Policy, PolicyKind};
+use crate::routing::{EngineLoad, Policy, PolicyKind};
 use crate::tokens::{block_hashes, BlockHash, BLOCK_TOKENS};
 
 /// Requests in a `--load` calibration run.
 pub const CALIBRATION_SAMPLE: usize = 400;
+
+/// Seconds between the router's (simulated) scrapes of engine metrics, as the gateway's default.
+const SCRAPE_INTERVAL_S: f64 = 0.25;
 
 /// Name of the evaluator-only policy that reads true engine state.
 pub const ORACLE: &str = "oracle";
@@ -213,7 +216,11 @@ pub fn evaluate(
         Chooser::Policy(kind.build())
     };
     let names: Vec<&str> = fleet.iter().map(|b| b.name.as_str()).collect();
-    let mut router = RouterSideState::new(&names);
+    let capacities: Vec<Option<f64>> = fleet
+        .iter()
+        .map(|b| Some((b.config.num_kv_blocks * b.config.block_size) as f64))
+        .collect();
+    let mut router = RouterSideState::new(&names).with_kv_capacities(&capacities);
     let mut backends: Vec<Backend> = fleet
         .iter()
         .map(|b| Backend {
@@ -232,6 +239,7 @@ pub fn evaluate(
     let base = Instant::now();
     let mut next = 0usize;
     let mut ids = Vec::new();
+    let mut next_scrape_s = f64::NEG_INFINITY;
     loop {
         let step_end = backends
             .iter()
@@ -272,6 +280,21 @@ pub fn evaluate(
                 start_step(&mut backends[b], t);
             }
             (_, Some(t)) => {
+                if t >= next_scrape_s {
+                    // The gateway scrapes every backend's /metrics every SCRAPE_INTERVAL_S.
+                    let at = base + Duration::from_secs_f64(t);
+                    for (i, b) in backends.iter().enumerate() {
+                        let st = b.engine.stats();
+                        let load = EngineLoad {
+                            waiting: st.waiting as f64,
+                            running: st.running as f64,
+                            kv_usage: st.kv_usage,
+                            age_s: 0.0,
+                        };
+                        router.on_scrape(i, load, at);
+                    }
+                    next_scrape_s = t + SCRAPE_INTERVAL_S;
+                }
                 let r = &reqs[next];
                 let id = next as u64;
                 next += 1;

@@ -1,0 +1,158 @@
+//! How long a prefix stays in a backend's KV cache after its last use.
+//!
+//! An engine's prefix cache is bounded (vLLM: `num_gpu_blocks × block_size` tokens) and evicts
+//! least recently used blocks when it needs room. The router's index remembers far longer (its
+//! TTL is minutes), so a prefix the index still credits to a busy backend may long be gone —
+//! and a policy that trusts the credit sends a long prompt to a queue it will not skip.
+//!
+//! Every token the engine computes takes a block: a prompt's uncached part and each generated
+//! token. So a block unused for `t` seconds has been pushed down the LRU by every allocation
+//! since, and is gone once those fill the cache: residency ≈ `capacity / allocation rate`. The
+//! router knows both parts of the rate (it dispatched the prompts and asked for the outputs),
+//! so [`Residency`] keeps an exponentially decayed sum of allocated tokens (time constant
+//! [`RATE_TAU_S`]) and answers `capacity / rate`. Unknown capacity or no traffic yet → infinite
+//! (the index's TTL alone applies). Pure: the caller passes the time in.
+
+use std::time::Instant;
+
+/// Time constant of the allocation-rate average, seconds.
+pub const RATE_TAU_S: f64 = 30.0;
+
+/// Residency estimator of one backend's prefix cache.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Residency {
+    capacity_tokens: Option<f64>,
+    /// Σ tokens · exp(−age/τ) at `last`.
+    decayed_tokens: f64,
+    last: Option<Instant>,
+    first: Option<Instant>,
+}
+
+impl Residency {
+    /// An estimator for a cache of `capacity_tokens` (None: unknown).
+    pub fn new(capacity_tokens: Option<f64>) -> Residency {
+        Residency {
+            capacity_tokens: capacity_tokens.filter(|c| c.is_finite() && *c > 0.0),
+            decayed_tokens: 0.0,
+            last: None,
+            first: None,
+        }
+    }
+
+    /// Change the known capacity (e.g. a scrape found the engine's block count).
+    pub fn set_capacity(&mut self, capacity_tokens: Option<f64>) {
+        self.capacity_tokens = capacity_tokens.filter(|c| c.is_finite() && *c > 0.0);
+    }
+
+    /// The known capacity in tokens.
+    pub fn capacity_tokens(&self) -> Option<f64> {
+        self.capacity_tokens
+    }
+
+    /// `tokens` will take KV blocks on the backend from `now` (a dispatched prompt's uncached
+    /// part plus its expected output).
+    pub fn on_alloc(&mut self, tokens: f64, now: Instant) {
+        self.decay_to(now);
+        self.first.get_or_insert(now);
+        if tokens.is_finite() && tokens > 0.0 {
+            self.decayed_tokens += tokens;
+        }
+    }
+
+    /// Tokens allocated per second, averaged over about [`RATE_TAU_S`] (over the time since
+    /// the first allocation while that is shorter, so a cold start is not read as idle).
+    pub fn rate(&self, now: Instant) -> f64 {
+        let (Some(last), Some(first)) = (self.last, self.first) else {
+            return 0.0;
+        };
+        let dt = now.saturating_duration_since(last).as_secs_f64();
+        let sum = self.decayed_tokens * (-dt / RATE_TAU_S).exp();
+        let span = now.saturating_duration_since(first).as_secs_f64();
+        // ∫ exp(−s/τ) ds over the observed span: the weight a constant rate would have.
+        let weight = RATE_TAU_S * (1.0 - (-span.max(1.0) / RATE_TAU_S).exp());
+        sum / weight
+    }
+
+    /// Seconds a block survives in the cache after its last use (infinite when unknown), with
+    /// `pinned_tokens` of the cache held by running requests (not evictable, so not room for
+    /// old prefixes).
+    pub fn residency_s(&self, now: Instant, pinned_tokens: f64) -> f64 {
+        residency_s(self.capacity_tokens, pinned_tokens, self.rate(now))
+    }
+
+    fn decay_to(&mut self, now: Instant) {
+        if let Some(last) = self.last {
+            let dt = now.saturating_duration_since(last).as_secs_f64();
+            self.decayed_tokens *= (-dt / RATE_TAU_S).exp();
+        }
+        self.last = Some(self.last.map_or(now, |l| l.max(now)));
+    }
+}
+
+/// `(capacity − pinned) / rate`: seconds until allocations at `rate_tokens_per_s` have cycled
+/// the evictable part of a cache; infinite when the capacity is unknown or nothing allocates.
+pub fn residency_s(
+    capacity_tokens: Option<f64>,
+    pinned_tokens: f64,
+    rate_tokens_per_s: f64,
+) -> f64 {
+    match capacity_tokens {
+        Some(c) if rate_tokens_per_s > 0.0 => (c - pinned_tokens).max(0.0) / rate_tokens_per_s,
+        _ => f64::INFINITY,
+    }
+}
+
+/// A published rate, `age_s` seconds old, decayed as [`Residency::rate`] would decay it with no
+/// allocation since.
+pub fn decayed_rate(rate_tokens_per_s: f64, age_s: f64) -> f64 {
+    rate_tokens_per_s * (-age_s.max(0.0) / RATE_TAU_S).exp()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn steady_rate_gives_capacity_over_rate() {
+        let t0 = Instant::now();
+        let mut r = Residency::new(Some(100_000.0));
+        // 1000 tokens every 100 ms = 10k tokens/s for 5 minutes.
+        for i in 0..3000 {
+            r.on_alloc(1000.0, t0 + Duration::from_millis(100 * i));
+        }
+        let now = t0 + Duration::from_secs(300);
+        let rate = r.rate(now);
+        assert!((rate - 10_000.0).abs() / 10_000.0 < 0.05, "rate {rate}");
+        let res = r.residency_s(now, 0.0);
+        assert!((res - 10.0).abs() < 0.6, "residency {res}");
+        // Traffic stops: the rate decays, the residency grows.
+        let later = now + Duration::from_secs(60);
+        assert!(r.residency_s(later, 0.0) > 5.0 * res);
+    }
+
+    #[test]
+    fn cold_start_is_not_read_as_idle() {
+        let t0 = Instant::now();
+        let mut r = Residency::new(Some(50_000.0));
+        for i in 0..20 {
+            r.on_alloc(500.0, t0 + Duration::from_millis(100 * i));
+        }
+        // 10k tokens in 2 s (5k tokens/s): residency ≈ 10 s, not the 30-s-average's 3×.
+        let res = r.residency_s(t0 + Duration::from_secs(2), 0.0);
+        assert!((5.0..15.0).contains(&res), "residency {res}");
+    }
+
+    #[test]
+    fn unknown_capacity_or_no_traffic_is_infinite() {
+        let t0 = Instant::now();
+        let mut r = Residency::new(None);
+        r.on_alloc(1e6, t0);
+        assert!(r.residency_s(t0, 0.0).is_infinite());
+        r.set_capacity(Some(0.0));
+        assert!(r.residency_s(t0, 0.0).is_infinite());
+        let r = Residency::new(Some(1e5));
+        assert!(r.residency_s(t0, 0.0).is_infinite());
+        assert_eq!(r.rate(t0), 0.0);
+    }
+}
