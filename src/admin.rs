@@ -49,27 +49,31 @@ impl Admin {
     /// `POST /admin/reload`: status and JSON body. Runs the reload on the blocking pool.
     pub async fn reload(&self) -> (StatusCode, &'static str, Vec<u8>) {
         let reloader = Arc::clone(&self.reloader);
-        let (status, body) =
-            match tokio::task::spawn_blocking(move || reloader.reload(Trigger::Admin)).await {
-                Ok(Ok(report)) => {
-                    let status = if report.result == ReloadResult::Error {
-                        StatusCode::BAD_REQUEST
-                    } else {
-                        StatusCode::OK
-                    };
-                    let body = serde_json::to_value(&report)
-                        .unwrap_or_else(|e| serde_json::json!({ "result": "error", "error": e.to_string() }));
-                    (status, body)
-                }
-                Ok(Err(no_file)) => (
-                    StatusCode::CONFLICT,
-                    serde_json::json!({ "result": "error", "error": no_file.to_string() }),
-                ),
-                Err(e) => (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    serde_json::json!({ "result": "error", "error": format!("reload task failed: {e}") }),
-                ),
-            };
+        let (status, body) = match tokio::task::spawn_blocking(move || {
+            reloader.reload(Trigger::Admin)
+        })
+        .await
+        {
+            Ok(Ok(report)) => {
+                let status = if report.result == ReloadResult::Error {
+                    StatusCode::BAD_REQUEST
+                } else {
+                    StatusCode::OK
+                };
+                let body = serde_json::to_value(&report).unwrap_or_else(
+                    |e| serde_json::json!({ "result": "error", "error": e.to_string() }),
+                );
+                (status, body)
+            }
+            Ok(Err(no_file)) => (
+                StatusCode::CONFLICT,
+                serde_json::json!({ "result": "error", "error": no_file.to_string() }),
+            ),
+            Err(e) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                serde_json::json!({ "result": "error", "error": format!("reload task failed: {e}") }),
+            ),
+        };
         (status, JSON, body.to_string().into_bytes())
     }
 

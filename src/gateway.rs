@@ -180,7 +180,11 @@ impl GatewayState {
                 .collect();
             let identical = old.is_some_and(|(pool, _, _)| {
                 pool.backends.len() == backends.len()
-                    && pool.backends.iter().zip(&backends).all(|(a, b)| Arc::ptr_eq(a, b))
+                    && pool
+                        .backends
+                        .iter()
+                        .zip(&backends)
+                        .all(|(a, b)| Arc::ptr_eq(a, b))
             });
             let policy = match old {
                 Some((pool, spec, _)) if identical && *spec == p.policy => {
@@ -193,7 +197,10 @@ impl GatewayState {
                 Some((pool, _, _)) if backends.len() <= index_capacity(pool.backends.len()) => {
                     carried.indexes_kept += 1;
                     for i in 0..pool.backends.len() {
-                        if backends.get(i).is_none_or(|b| !Arc::ptr_eq(b, &pool.backends[i])) {
+                        if backends
+                            .get(i)
+                            .is_none_or(|b| !Arc::ptr_eq(b, &pool.backends[i]))
+                        {
                             pool.index.forget_backend(i);
                         }
                     }
@@ -250,5 +257,139 @@ impl GatewayState {
             })
             .collect();
         serde_json::json!({ "object": "list", "data": data })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokens::BlockHash;
+
+    fn config(policy: &str, backends: &[(&str, u16)]) -> Arc<Config> {
+        let mut yaml = format!(
+            "retry: {{max_retries: 0}}\npools:\n  m:\n    policy: {policy}\n    backends:\n"
+        );
+        for (name, port) in backends {
+            yaml.push_str(&format!(
+                "      - {{name: {name}, url: 'http://127.0.0.1:{port}'}}\n"
+            ));
+        }
+        Arc::new(Config::from_yaml_str(&yaml, "t").unwrap())
+    }
+
+    /// Match lengths of one two-block chain that every backend position was sent.
+    fn matched(pool: &Pool, now: Instant) -> Vec<u32> {
+        let mut out = vec![0; pool.backends.len()];
+        pool.index.match_lengths(&CHAIN, now, &mut out);
+        out
+    }
+
+    const CHAIN: [BlockHash; 2] = [BlockHash(11), BlockHash(22)];
+
+    fn state_with_history(backends: &[(&str, u16)], now: Instant) -> (Metrics, GatewayState) {
+        let metrics = Metrics::new();
+        let s = GatewayState::new(config("round_robin", backends), &metrics);
+        let pool = s.pool("m").unwrap();
+        for i in 0..pool.backends.len() {
+            pool.index.record(i, &CHAIN, now);
+        }
+        (metrics, s)
+    }
+
+    #[test]
+    fn identical_config_keeps_everything() {
+        let now = Instant::now();
+        let backends = [("a", 1), ("b", 2)];
+        let (metrics, old) = state_with_history(&backends, now);
+        let (new, carried) = old.rebuild(config("round_robin", &backends), &metrics);
+        let (p, q) = (old.pool("m").unwrap(), new.pool("m").unwrap());
+        assert!(Arc::ptr_eq(&p.index, &q.index));
+        assert!(Arc::ptr_eq(&p.policy, &q.policy));
+        assert!(p
+            .backends
+            .iter()
+            .zip(&q.backends)
+            .all(|(x, y)| Arc::ptr_eq(x, y)));
+        assert_eq!(matched(q, now), [2, 2]);
+        assert_eq!(
+            carried,
+            Carried {
+                backends_kept: 2,
+                backends_new: 0,
+                backends_removed: vec![],
+                indexes_kept: 1,
+                policies_kept: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn appending_keeps_the_index_entries_and_builds_a_new_policy() {
+        let now = Instant::now();
+        let (metrics, old) = state_with_history(&[("a", 1), ("b", 2)], now);
+        let (new, carried) = old.rebuild(
+            config("round_robin", &[("a", 1), ("b", 2), ("c", 3)]),
+            &metrics,
+        );
+        let q = new.pool("m").unwrap();
+        assert!(Arc::ptr_eq(&old.pool("m").unwrap().index, &q.index));
+        assert!(!Arc::ptr_eq(&old.pool("m").unwrap().policy, &q.policy));
+        assert_eq!(matched(q, now), [2, 2, 0]);
+        assert_eq!((carried.backends_kept, carried.backends_new), (2, 1));
+    }
+
+    #[test]
+    fn a_removal_forgets_the_shifted_positions_only() {
+        let now = Instant::now();
+        let (metrics, old) = state_with_history(&[("a", 1), ("b", 2), ("c", 3)], now);
+        let (new, carried) = old.rebuild(config("round_robin", &[("a", 1), ("c", 3)]), &metrics);
+        let q = new.pool("m").unwrap();
+        assert!(Arc::ptr_eq(&old.pool("m").unwrap().index, &q.index));
+        // `a` kept position 0; `c` moved from 2 to 1 and starts cold.
+        assert_eq!(matched(q, now), [2, 0]);
+        assert!(Arc::ptr_eq(
+            &q.backends[1],
+            &old.pool("m").unwrap().backends[2]
+        ));
+        assert_eq!(carried.backends_removed, [Arc::<str>::from("b")]);
+        // Nothing is left at the removed position either.
+        let mut out = [0u32; 3];
+        q.index.match_lengths(&CHAIN, now, &mut out);
+        assert_eq!(out, [2, 0, 0]);
+    }
+
+    #[test]
+    fn a_changed_backend_or_timeout_is_a_new_backend() {
+        let now = Instant::now();
+        let (metrics, old) = state_with_history(&[("a", 1), ("b", 2)], now);
+        let (new, carried) = old.rebuild(config("round_robin", &[("a", 1), ("b", 9)]), &metrics);
+        let q = new.pool("m").unwrap();
+        assert!(Arc::ptr_eq(&q.backends[0], &old.backends[0]));
+        assert!(!Arc::ptr_eq(&q.backends[1], &old.backends[1]));
+        assert_eq!(matched(q, now), [2, 0]);
+        assert_eq!(carried.backends_removed, [Arc::<str>::from("b")]);
+
+        let mut slower = (*config("round_robin", &[("a", 1), ("b", 9)])).clone();
+        slower.limits.connect_timeout *= 2;
+        let (newer, carried) = new.rebuild(Arc::new(slower), &metrics);
+        assert_eq!((carried.backends_kept, carried.backends_new), (0, 2));
+        assert!(!Arc::ptr_eq(&newer.backends[0], &new.backends[0]));
+    }
+
+    #[test]
+    fn a_new_model_gets_a_fresh_pool() {
+        let now = Instant::now();
+        let (metrics, old) = state_with_history(&[("a", 1)], now);
+        let yaml = "pools:\n  other:\n    backends: [{name: a, url: 'http://127.0.0.1:1'}]\n";
+        let (new, carried) = old.rebuild(
+            Arc::new(Config::from_yaml_str(yaml, "t").unwrap()),
+            &metrics,
+        );
+        assert!(new.pool("m").is_none());
+        assert_eq!((carried.backends_kept, carried.indexes_kept), (0, 0));
+        assert!(
+            !Arc::ptr_eq(&new.backends[0], &old.backends[0]),
+            "identity includes the pool"
+        );
     }
 }

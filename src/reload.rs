@@ -211,7 +211,11 @@ impl Reloader {
         status.last_error = None;
         status.last_attempt = Some((trigger, ReloadResult::Unchanged, SystemTime::now()));
         self.count(ReloadResult::Unchanged);
-        tracing::info!(?trigger, version = status.version, "config reload: file unchanged");
+        tracing::info!(
+            ?trigger,
+            version = status.version,
+            "config reload: file unchanged"
+        );
         self.report(&status, trigger, ReloadResult::Unchanged)
     }
 
@@ -249,7 +253,11 @@ impl Reloader {
                 )
             })
             .collect();
-        warnings.extend(new.warnings.iter().map(|w| w.display(&new.origin).to_string()));
+        warnings.extend(
+            new.warnings
+                .iter()
+                .map(|w| w.display(&new.origin).to_string()),
+        );
         let mut effective = new.clone();
         effective.listen = running.listen;
         effective.admin_listen = running.admin_listen;

@@ -68,7 +68,10 @@ fn unchanged_file_is_not_swapped() {
     let (_file, state, metrics, r) = setup(TWO);
     let before = state.load_full();
     let report = r.reload(Trigger::Admin).unwrap();
-    assert_eq!((report.result, report.version), (ReloadResult::Unchanged, 1));
+    assert_eq!(
+        (report.result, report.version),
+        (ReloadResult::Unchanged, 1)
+    );
     assert!(Arc::ptr_eq(&before, &state.load_full()));
     assert_eq!(reloads(&metrics, ReloadResult::Unchanged), 1);
 }
@@ -78,7 +81,10 @@ fn valid_change_swaps_and_keeps_unchanged_backends() {
     let (file, state, metrics, r) = setup(TWO);
     let a = Arc::clone(&state.load().backends[0]);
     let b = Arc::clone(&state.load().backends[1]);
-    let new = TWO.replace("{name: b, url: 'http://127.0.0.1:2'}", "{name: c, url: 'http://127.0.0.1:3'}");
+    let new = TWO.replace(
+        "{name: b, url: 'http://127.0.0.1:2'}",
+        "{name: c, url: 'http://127.0.0.1:3'}",
+    );
     file.write(&new);
     let report = r.reload(Trigger::Signal).unwrap();
     assert_eq!(report.result, ReloadResult::Ok, "{report:?}");
@@ -104,7 +110,10 @@ fn invalid_file_changes_nothing_and_is_located() {
     let before = state.load_full();
     for (bad, expect) in [
         ("pools:\n  m:\n    backends: [}\n", ":3:"),
-        (&*TWO.replace("name: a,", "name: a, wieght: 2,"), ":5:19: pools.m.backends[0]: unknown field `wieght`"),
+        (
+            &*TWO.replace("name: a,", "name: a, wieght: 2,"),
+            ":5:19: pools.m.backends[0]: unknown field `wieght`",
+        ),
         (&*TWO.replace("127.0.0.1:2", "127.0.0.1:99999"), ":6:"),
     ] {
         file.write(bad);
@@ -117,13 +126,19 @@ fn invalid_file_changes_nothing_and_is_located() {
         assert!(Arc::ptr_eq(&before, &state.load_full()));
         let status = r.status_json();
         assert_eq!(status["last_error"]["message"], error.as_str());
-        assert!(!r.is_news(&config::text_hash(bad)), "a rejected file is reported once");
+        assert!(
+            !r.is_news(&config::text_hash(bad)),
+            "a rejected file is reported once"
+        );
     }
     assert_eq!(reloads(&metrics, ReloadResult::Error), 3);
     assert_eq!(metrics.config_last_reload_successful.get(), 0);
     // Back to the active text: unchanged, and the error is resolved.
     file.write(TWO);
-    assert_eq!(r.reload(Trigger::Watch).unwrap().result, ReloadResult::Unchanged);
+    assert_eq!(
+        r.reload(Trigger::Watch).unwrap().result,
+        ReloadResult::Unchanged
+    );
     assert!(r.status_json()["last_error"].is_null());
     assert_eq!(metrics.config_last_reload_successful.get(), 1);
 }
@@ -188,7 +203,10 @@ fn labels_do_not_matter_to_unrelated_backends() {
     let (file, state, _m, r) = setup(TWO);
     let a = Arc::clone(&state.load().backends[0]);
     let b = Arc::clone(&state.load().backends[1]);
-    file.write(&TWO.replace("url: 'http://127.0.0.1:2'}", "url: 'http://127.0.0.1:2', labels: {gpu: a100}}"));
+    file.write(&TWO.replace(
+        "url: 'http://127.0.0.1:2'}",
+        "url: 'http://127.0.0.1:2', labels: {gpu: a100}}",
+    ));
     let report = r.reload(Trigger::Admin).unwrap();
     assert_eq!((report.backends_kept, report.backends_new), (1, 1));
     assert!(report.backends_removed.len() == 1 && report.backends_removed[0] == "b");

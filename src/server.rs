@@ -105,8 +105,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         app.server_options = Some(opts);
     }
 
-    let mut admin_app =
-        pingora_core::apps::http_app::HttpServer::new_app(Admin::new(
+    let mut admin_app = pingora_core::apps::http_app::HttpServer::new_app(Admin::new(
         Arc::clone(&state),
         metrics,
         reloader,

@@ -233,7 +233,9 @@ fn check(root: &Value, schema: &Value, v: &Value, path: &str, out: &mut Vec<Stri
             })
             .count();
         if passing != 1 {
-            out.push(format!("{path}: {v} matches {passing} branches of oneOf, not 1"));
+            out.push(format!(
+                "{path}: {v} matches {passing} branches of oneOf, not 1"
+            ));
         }
     }
     if let Some(items) = v.as_array() {
@@ -254,7 +256,12 @@ fn check(root: &Value, schema: &Value, v: &Value, path: &str, out: &mut Vec<Stri
                 out.push(format!("{path}: fewer than {min} properties"));
             }
         }
-        for r in s.get("required").and_then(Value::as_array).into_iter().flatten() {
+        for r in s
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             if !map.contains_key(r.as_str().unwrap()) {
                 out.push(format!("{path}: missing {r}"));
             }
@@ -296,21 +303,42 @@ fn the_schema_rejects_what_the_loader_rejects() {
     let ok = "pools:\n  m:\n    policy: {name: cache_aware, cache_threshold: 0.5}\n    backends: [{name: a, url: 'http://h:1'}]\n";
     assert_eq!(schema_errors(ok), Vec::<String>::new());
     for (bad, expected) in [
-        (ok.replace("name: a,", "name: a, wieght: 2,"), "$.pools.m.backends[0].wieght: not allowed"),
-        (format!("threads: four\n{ok}"), "$.threads: expected \"integer\""),
+        (
+            ok.replace("name: a,", "name: a, wieght: 2,"),
+            "$.pools.m.backends[0].wieght: not allowed",
+        ),
+        (
+            format!("threads: four\n{ok}"),
+            "$.threads: expected \"integer\"",
+        ),
         (format!("threads: 0\n{ok}"), "$.threads: 0 < 1"),
-        (format!("relaod: {{watch: true}}\n{ok}"), "$.relaod: not allowed"),
-        (ok.replace("cache_threshold: 0.5", "virtual_nodes: 3"), "$.pools.m.policy:"),
+        (
+            format!("relaod: {{watch: true}}\n{ok}"),
+            "$.relaod: not allowed",
+        ),
+        (
+            ok.replace("cache_threshold: 0.5", "virtual_nodes: 3"),
+            "$.pools.m.policy:",
+        ),
         (ok.replace("cache_aware", "fastest"), "$.pools.m.policy:"),
-        ("pools: {}\n".to_string(), "$.pools: fewer than 1 properties"),
-        (ok.replace("[{name: a, url: 'http://h:1'}]", "[]"), "$.pools.m.backends: fewer than 1 items"),
+        (
+            "pools: {}\n".to_string(),
+            "$.pools: fewer than 1 properties",
+        ),
+        (
+            ok.replace("[{name: a, url: 'http://h:1'}]", "[]"),
+            "$.pools.m.backends: fewer than 1 items",
+        ),
     ] {
         let errors = schema_errors(&bad);
         assert!(
             errors.iter().any(|e| e.starts_with(expected)),
             "{bad}\nexpected {expected}, got {errors:?}"
         );
-        assert!(Config::from_yaml_str(&bad, "bad").is_err(), "the loader rejects it too: {bad}");
+        assert!(
+            Config::from_yaml_str(&bad, "bad").is_err(),
+            "the loader rejects it too: {bad}"
+        );
     }
 }
 
@@ -319,7 +347,11 @@ fn schema_paths(root: &Value, s: &Value, prefix: &str, out: &mut Vec<String>) {
     let s = resolve(root, s);
     if let Some(props) = s.get("properties").and_then(Value::as_object) {
         for (k, p) in props {
-            let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+            let path = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
             out.push(path.clone());
             if path.ends_with(".policy") {
                 continue; // parameters per policy: covered by the routing spec's own list
@@ -340,8 +372,16 @@ fn yaml_paths(v: &Value, prefix: &str, out: &mut Vec<String>) {
     match v {
         Value::Object(map) => {
             for (k, x) in map {
-                let key = if prefix == "pools" || prefix.ends_with(".labels") { "*" } else { k };
-                let path = if prefix.is_empty() { key.to_string() } else { format!("{prefix}.{key}") };
+                let key = if prefix == "pools" || prefix.ends_with(".labels") {
+                    "*"
+                } else {
+                    k
+                };
+                let path = if prefix.is_empty() {
+                    key.to_string()
+                } else {
+                    format!("{prefix}.{key}")
+                };
                 if !path.ends_with(".*") {
                     out.push(path.clone());
                 }

@@ -224,7 +224,10 @@ async fn hundred_reloads_under_streaming_load_lose_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_files_change_nothing_and_say_where() {
     let b0 = TestBackend::start("b0", Behavior::default()).await;
-    let good = config(&pool_m("round_robin", &[("b0", b0.url(), "")]), "{watch: false}");
+    let good = config(
+        &pool_m("round_robin", &[("b0", b0.url(), "")]),
+        "{watch: false}",
+    );
     let gw = Gateway::start(&good);
     let before = admin_config(&gw).await;
     let head = format!("listen: {}\nadmin_listen: {}\n", gw.listen, gw.admin);
@@ -239,7 +242,10 @@ async fn invalid_files_change_nothing_and_say_where() {
             "pools.m.backends[0]: unknown field `wieght`".to_string(),
         ),
         (
-            good.replace("policy: round_robin", "policy: {name: cache_aware, cache_threshold: 2}"),
+            good.replace(
+                "policy: round_robin",
+                "policy: {name: cache_aware, cache_threshold: 2}",
+            ),
             "pools.m.policy.cache_threshold: must be in 0..=1".to_string(),
         ),
     ];
@@ -258,7 +264,10 @@ async fn invalid_files_change_nothing_and_say_where() {
         println!("as a user sees it: {error}");
         let path = gw.config_path.display().to_string();
         assert!(error.starts_with(&format!("{path}:")), "{error}");
-        assert!(error.contains(expected.as_str()), "{error} lacks {expected}");
+        assert!(
+            error.contains(expected.as_str()),
+            "{error} lacks {expected}"
+        );
         let status = admin_config(&gw).await;
         assert_eq!(status["last_error"]["message"], error);
         assert_eq!(status["version"], 1);
@@ -319,20 +328,30 @@ async fn removing_the_backend_of_an_open_stream_lets_it_finish() {
     assert_eq!((status, report["result"].as_str()), (200, Some("ok")));
     assert_eq!(report["backends_removed"], serde_json::json!(["slow"]));
     let sent_at_reload = slow.state.seen.tokens_sent.load(Ordering::SeqCst);
-    assert!(sent_at_reload < TOKENS, "the stream was open across the reload");
+    assert!(
+        sent_at_reload < TOKENS,
+        "the stream was open across the reload"
+    );
 
     for _ in 0..5 {
         let (backend, done) = stream_once(&client, &gw).await.unwrap();
         assert_eq!((backend.as_str(), done), ("fast", true));
     }
-    assert_eq!(slow.requests(), 1, "no new request reached the removed backend");
+    assert_eq!(
+        slow.requests(),
+        1,
+        "no new request reached the removed backend"
+    );
 
     let mut rest = first.to_vec();
     while let Some(chunk) = body.next().await {
         rest.extend_from_slice(&chunk.unwrap());
     }
     let text = String::from_utf8(rest).unwrap();
-    assert!(text.ends_with("data: [DONE]\n\n"), "stream completed: {text}");
+    assert!(
+        text.ends_with("data: [DONE]\n\n"),
+        "stream completed: {text}"
+    );
     assert_eq!(text.matches("\"content\":\"t").count(), TOKENS);
     assert_eq!(slow.state.seen.cancelled.load(Ordering::SeqCst), 0);
 }
@@ -342,21 +361,35 @@ async fn sighup_reloads_once() {
     let b0 = TestBackend::start("b0", Behavior::default()).await;
     let pools = pool_m("round_robin", &[("b0", b0.url(), "")]);
     let gw = Gateway::start(&config(&pools, "{watch: false}"));
-    gw.write_config(&config(&pools.replace("round_robin", "least_inflight"), "{watch: false}"));
+    gw.write_config(&config(
+        &pools.replace("round_robin", "least_inflight"),
+        "{watch: false}",
+    ));
     gw.signal("HUP");
     let status = config_when(&gw, |s| s["version"] == 2).await;
     assert_eq!(status["last_reload"]["trigger"], "signal");
-    assert_eq!(status["config"]["pools"]["m"]["policy"]["name"], "least_inflight");
+    assert_eq!(
+        status["config"]["pools"]["m"]["policy"]["name"],
+        "least_inflight"
+    );
     // Unchanged file: the signal is answered, nothing swapped.
     gw.signal("HUP");
     let m = common::metrics_when(&gw, |m| reloads(m, "unchanged") >= 1.0).await;
     assert_eq!(
-        (reloads(&m, "ok"), reloads(&m, "unchanged"), reloads(&m, "error")),
+        (
+            reloads(&m, "ok"),
+            reloads(&m, "unchanged"),
+            reloads(&m, "error")
+        ),
         (1.0, 1.0, 0.0)
     );
     assert_eq!(admin_config(&gw).await["version"], 2);
     let (backend, done) = stream_once(&common::client(false), &gw).await.unwrap();
-    assert_eq!((backend.as_str(), done), ("b0", true), "still serving after SIGHUP");
+    assert_eq!(
+        (backend.as_str(), done),
+        ("b0", true),
+        "still serving after SIGHUP"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -365,11 +398,17 @@ async fn file_watch_reloads_each_change_once() {
     let pools = pool_m("round_robin", &[("b0", b0.url(), "")]);
     let watch = "{watch: true, watch_interval: 100ms}";
     let gw = Gateway::start(&config(&pools, watch));
-    gw.write_config(&config(&pools.replace("round_robin", "least_inflight"), watch));
+    gw.write_config(&config(
+        &pools.replace("round_robin", "least_inflight"),
+        watch,
+    ));
     let status = config_when(&gw, |s| s["version"] == 2).await;
     assert_eq!(status["last_reload"]["trigger"], "watch");
     // A broken file is reported once, however many polls see it.
-    gw.write_config(&config(&pools.replace("round_robin", "no_such_policy"), watch));
+    gw.write_config(&config(
+        &pools.replace("round_robin", "no_such_policy"),
+        watch,
+    ));
     let status = config_when(&gw, |s| !s["last_error"].is_null()).await;
     assert!(
         status["last_error"]["message"]
@@ -382,7 +421,11 @@ async fn file_watch_reloads_each_change_once() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let m = metrics(&gw).await;
     assert_eq!(
-        (reloads(&m, "ok"), reloads(&m, "unchanged"), reloads(&m, "error")),
+        (
+            reloads(&m, "ok"),
+            reloads(&m, "unchanged"),
+            reloads(&m, "error")
+        ),
         (1.0, 0.0, 1.0)
     );
     assert_eq!(admin_config(&gw).await["version"], 2);
@@ -425,7 +468,13 @@ async fn unchanged_backends_keep_what_they_learned() {
     ));
     let (status, report) = post_reload(&gw).await;
     assert_eq!(status, 200, "{report:#}");
-    assert_eq!((report["backends_kept"].as_u64(), report["backends_new"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(
+        (
+            report["backends_kept"].as_u64(),
+            report["backends_new"].as_u64()
+        ),
+        (Some(1), Some(2))
+    );
     assert_eq!(
         ttft_samples(&gw).await,
         [

@@ -49,7 +49,7 @@ impl Config {
 
 fn pool_json(pool: &Pool) -> Value {
     // A tagged enum serializes to an object with its `name`: the file's map form.
-    let policy = serde_json::to_value(&pool.policy).unwrap_or(Value::Null);
+    let policy = serde_json::to_value(pool.policy).unwrap_or(Value::Null);
     let backends: Vec<Value> = pool.backends.iter().map(backend_json).collect();
     json!({ "policy": policy, "backends": backends })
 }
@@ -95,7 +95,10 @@ pools:
         assert_eq!(json["limits"]["max_body_bytes"], "2MiB");
         assert_eq!(json["health"]["readmit_after"], "1m");
         assert_eq!(json["pools"]["meta/llama"]["policy"]["name"], "cache_aware");
-        assert_eq!(json["pools"]["meta/llama"]["backends"][1]["url"], "http://10.0.0.2:80");
+        assert_eq!(
+            json["pools"]["meta/llama"]["backends"][1]["url"],
+            "http://10.0.0.2:80"
+        );
         let text = serde_yaml_ng::to_string(&json).unwrap();
         let again = Config::from_yaml_str(&text, "effective").unwrap();
         let strip = |c: &Config| Config {

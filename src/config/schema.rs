@@ -236,11 +236,10 @@ mod tests {
     #[test]
     fn schema_is_draft_2020_12_json_with_every_policy() {
         let v: Value = serde_json::from_str(&config_schema()).unwrap();
-        assert_eq!(
-            v["$schema"],
-            "https://json-schema.org/draft/2020-12/schema"
-        );
-        let branches = v["$defs"]["policy"]["oneOf"][1]["oneOf"].as_array().unwrap();
+        assert_eq!(v["$schema"], "https://json-schema.org/draft/2020-12/schema");
+        let branches = v["$defs"]["policy"]["oneOf"][1]["oneOf"]
+            .as_array()
+            .unwrap();
         assert_eq!(branches.len(), PolicyKind::ALL.len());
         let cache_aware = branches
             .iter()
@@ -250,7 +249,13 @@ mod tests {
             cache_aware["properties"]["balance_abs_threshold"]["type"],
             "integer"
         );
-        assert_eq!(cache_aware["properties"]["cache_threshold"]["type"], "number");
-        assert_eq!(v["properties"]["limits"]["properties"]["connect_timeout"]["default"], "2s");
+        assert_eq!(
+            cache_aware["properties"]["cache_threshold"]["type"],
+            "number"
+        );
+        assert_eq!(
+            v["properties"]["limits"]["properties"]["connect_timeout"]["default"],
+            "2s"
+        );
     }
 }

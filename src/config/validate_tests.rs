@@ -607,7 +607,8 @@ pools:
         ]
     );
     // The default retry budget (2) in a two-backend pool is fine.
-    let yaml = "pools:\n  two: {backends: [{name: a, url: 'http://h:1'}, {name: b, url: 'http://h:2'}]}\n";
+    let yaml =
+        "pools:\n  two: {backends: [{name: a, url: 'http://h:1'}, {name: b, url: 'http://h:2'}]}\n";
     assert!(warnings(yaml).is_empty());
 }
 
