@@ -328,6 +328,16 @@ async fn removing_the_backend_of_an_open_stream_lets_it_finish() {
     assert_eq!((status, report["result"].as_str()), (200, Some("ok")));
     assert_eq!(report["backends_removed"], serde_json::json!(["slow"]));
     let sent_at_reload = slow.state.seen.tokens_sent.load(Ordering::SeqCst);
+    let m = metrics(&gw).await;
+    assert_eq!(
+        metric_value(&m, "pronto_backend_healthy{backend=\"slow\"}"),
+        None,
+        "a removed backend's gauges are withdrawn"
+    );
+    assert_eq!(
+        metric_value(&m, "pronto_backend_healthy{backend=\"fast\"}"),
+        Some(1.0)
+    );
     assert!(
         sent_at_reload < TOKENS,
         "the stream was open across the reload"
@@ -483,4 +493,74 @@ async fn unchanged_backends_keep_what_they_learned() {
             ("b2".to_string(), 0)
         ]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_config_file_reload_is_refused_and_sighup_ignored() {
+    let b0 = TestBackend::start("b0", Behavior::default()).await;
+    let port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    let (listen, admin) = (port(), port());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pronto"))
+        .args(["serve", "--backend", &b0.url(), "--model", "m"])
+        .args([
+            "--listen",
+            &listen.to_string(),
+            "--admin-listen",
+            &admin.to_string(),
+        ])
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("spawn pronto");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(admin).is_err()
+        || std::net::TcpStream::connect(listen).is_err()
+    {
+        assert!(Instant::now() < deadline, "gateway did not start");
+        assert!(child.try_wait().unwrap().is_none(), "gateway exited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = reqwest::Client::new()
+        .post(format!("http://{admin}/admin/reload"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 409);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["result"], "error");
+    assert!(
+        body["error"].as_str().unwrap().contains("--config"),
+        "{body}"
+    );
+    let status: Value = reqwest::get(format!("http://{admin}/admin/config"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(status["path"].is_null());
+    assert_eq!(status["version"], 1);
+    std::process::Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    // Still alive and serving after the signal.
+    let r = common::client(false)
+        .post(format!("http://{listen}/v1/chat/completions"))
+        .body(streaming_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.text().await.unwrap().contains("[DONE]"));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "SIGHUP did not kill it"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
 }
