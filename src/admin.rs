@@ -3,7 +3,12 @@
 //! Binds to loopback unless configured otherwise. Routes:
 //! `GET /healthz` (the process is up), `GET /readyz` (200 when every pool has a healthy
 //! backend, else 503 with the pools that have none), `GET /metrics` (Prometheus text),
-//! `GET /admin/backends` (JSON state of every backend).
+//! `GET /admin/backends` (JSON state of every backend), `GET /admin/config` (the active
+//! config, its version and hash, the last reload error; see [`Reloader::status_json`]) and
+//! `POST /admin/reload` (reload the config file now: 200 with
+//! `{result: "ok"|"unchanged", version, hash, error: null, warnings, ...}`, 400 with
+//! `result: "error"` and the located problems when the file is invalid — the old config
+//! keeps serving — and 409 when the gateway was started without a config file).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,23 +20,65 @@ use pingora_core::apps::http_app::ServeHttp;
 use pingora_core::protocols::http::ServerSession;
 
 use crate::gateway::GatewayState;
-use crate::telemetry::Metrics;
+use crate::reload::{Reloader, Trigger};
+use crate::telemetry::{Metrics, ReloadResult};
+
+const JSON: &str = "application/json";
 
 /// The admin HTTP app.
 pub struct Admin {
     state: Arc<ArcSwap<GatewayState>>,
     metrics: Metrics,
+    reloader: Arc<Reloader>,
 }
 
 impl Admin {
-    /// An admin app over the given state.
-    pub fn new(state: Arc<ArcSwap<GatewayState>>, metrics: Metrics) -> Admin {
-        Admin { state, metrics }
+    /// An admin app over the given state, reloading through `reloader`.
+    pub fn new(
+        state: Arc<ArcSwap<GatewayState>>,
+        metrics: Metrics,
+        reloader: Arc<Reloader>,
+    ) -> Admin {
+        Admin {
+            state,
+            metrics,
+            reloader,
+        }
     }
 
-    /// Status and body for `method path`.
+    /// `POST /admin/reload`: status and JSON body. Runs the reload on the blocking pool.
+    pub async fn reload(&self) -> (StatusCode, &'static str, Vec<u8>) {
+        let reloader = Arc::clone(&self.reloader);
+        let (status, body) = match tokio::task::spawn_blocking(move || {
+            reloader.reload(Trigger::Admin)
+        })
+        .await
+        {
+            Ok(Ok(report)) => {
+                let status = if report.result == ReloadResult::Error {
+                    StatusCode::BAD_REQUEST
+                } else {
+                    StatusCode::OK
+                };
+                let body = serde_json::to_value(&report).unwrap_or_else(
+                    |e| serde_json::json!({ "result": "error", "error": e.to_string() }),
+                );
+                (status, body)
+            }
+            Ok(Err(no_file)) => (
+                StatusCode::CONFLICT,
+                serde_json::json!({ "result": "error", "error": no_file.to_string() }),
+            ),
+            Err(e) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                serde_json::json!({ "result": "error", "error": format!("reload task failed: {e}") }),
+            ),
+        };
+        (status, JSON, body.to_string().into_bytes())
+    }
+
+    /// Status and body for `method path`, except `POST /admin/reload` ([`Admin::reload`]).
     pub fn route(&self, method: &http::Method, path: &str) -> (StatusCode, &'static str, Vec<u8>) {
-        const JSON: &str = "application/json";
         if method != http::Method::GET {
             return (
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -63,6 +110,11 @@ impl Admin {
                 "text/plain; version=0.0.4",
                 self.metrics.render().into_bytes(),
             ),
+            "/admin/config" => (
+                StatusCode::OK,
+                JSON,
+                self.reloader.status_json().to_string().into_bytes(),
+            ),
             "/admin/backends" => {
                 let state = self.state.load();
                 let backends: Vec<serde_json::Value> = state
@@ -74,6 +126,9 @@ impl Admin {
                         pool.backends.iter().map(move |b| {
                             let mut v = b.admin_json(now);
                             v["pool"] = serde_json::Value::from(&*p.model);
+                            let ttft = b.ttft.view(now).quality;
+                            v["ttft_samples"] = serde_json::Value::from(ttft.samples);
+                            v["ttft_rel_error"] = serde_json::Value::from(ttft.rel_error);
                             v
                         })
                     })
@@ -84,7 +139,7 @@ impl Admin {
             _ => (
                 StatusCode::NOT_FOUND,
                 JSON,
-                br#"{"error":"not found: admin serves /healthz, /readyz, /metrics, /admin/backends"}"#
+                br#"{"error":"not found: admin serves GET /healthz, /readyz, /metrics, /admin/backends, /admin/config and POST /admin/reload"}"#
                     .to_vec(),
             ),
         }
@@ -96,7 +151,19 @@ impl ServeHttp for Admin {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let method = session.req_header().method.clone();
         let path = session.req_header().uri.path().to_string();
-        let (status, content_type, body) = self.route(&method, &path);
+        let (status, content_type, body) = if path == "/admin/reload" {
+            if method == http::Method::POST {
+                self.reload().await
+            } else {
+                (
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    JSON,
+                    br#"{"error":"use POST /admin/reload"}"#.to_vec(),
+                )
+            }
+        } else {
+            self.route(&method, &path)
+        };
         Response::builder()
             .status(status)
             .header("content-type", content_type)

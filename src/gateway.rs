@@ -2,12 +2,33 @@
 //!
 //! Built from a validated [`Config`]; held behind an `ArcSwap` so a reload can replace it
 //! atomically while in-flight requests keep the `Arc`s they started with.
+//!
+//! ## Rebuilding on reload: what is carried over
+//! [`GatewayState::rebuild`] builds the state for a new config from the current one, keeping
+//! what the gateway has learned wherever the config did not change it:
+//! - **Backends.** A backend's identity is *(pool model name, backend name, its whole static
+//!   config — URL, weight, max_inflight, labels — and `limits.connect_timeout`)*. An identical
+//!   backend keeps its `Arc<Backend>`: TTFT model, in-flight and prefill counters, health,
+//!   ejection, scraped engine state. Anything else is a new backend with fresh state (editing
+//!   a backend's weight or labels re-creates it; the pingora peer carries the connect
+//!   timeout, so changing it re-creates every backend). In-flight requests hold the `Arc` of
+//!   the backend they were sent to, so a removed backend drains: its streams finish, and no
+//!   new request can reach it because it is in no pool of the new state.
+//! - **Prefix index** (keyed by a backend's position in its pool). A pool keeps its index
+//!   when it exists under the same model name and its new backend list fits the index's
+//!   capacity (backends rounded up to a multiple of 64, which costs no memory). Positions
+//!   whose occupant changed are forgotten, so appending or removing the last backend keeps
+//!   every other backend's entries, and an unchanged pool keeps them all; a removal in the
+//!   middle shifts the later backends, which start cold. (Requests still in flight on the old
+//!   state may record one prompt's prefix under a re-used position: the index is a guess.)
+//! - **Policy** object (round-robin cursor, seeded random stream, hash ring): kept when the
+//!   policy spec is equal and the backend list is identical, else built fresh.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::affinity::{IndexConfig, PrefixIndex};
+use crate::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::request::RequestFeatures;
@@ -20,6 +41,12 @@ const INDEX_MAX_BLOCKS: usize = 4 << 20;
 /// Index entries unused this long are forgotten (engines evict long before).
 const INDEX_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// Backend positions a pool's prefix index holds for `backends`: rounded up to a whole
+/// 64-bit word of its bitsets (no extra memory), so a reload can add backends and keep it.
+fn index_capacity(backends: usize) -> usize {
+    backends.max(1).next_multiple_of(64).min(MAX_BACKENDS)
+}
+
 /// One model's pool.
 #[derive(Debug)]
 pub struct Pool {
@@ -29,8 +56,9 @@ pub struct Pool {
     pub policy: Arc<dyn Policy>,
     /// Backends, in config order.
     pub backends: Vec<Arc<Backend>>,
-    /// Which backend was sent which prompt prefixes (index = position in `backends`).
-    pub index: PrefixIndex,
+    /// Which backend was sent which prompt prefixes (index = position in `backends`); shared
+    /// with the previous state when a reload keeps it.
+    pub index: Arc<PrefixIndex>,
 }
 
 impl Pool {
@@ -85,43 +113,131 @@ pub struct GatewayState {
     pub backends: Vec<Arc<Backend>>,
 }
 
+/// What [`GatewayState::rebuild`] carried over from the previous state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Carried {
+    /// Backends that kept their `Arc<Backend>` and everything learned on it.
+    pub backends_kept: usize,
+    /// Backends built fresh (new, or changed).
+    pub backends_new: usize,
+    /// Backends of the previous state that are in no pool any more, by name (a name may
+    /// come back as a new backend when only its settings changed).
+    pub backends_removed: Vec<Arc<str>>,
+    /// Pools that kept their prefix index.
+    pub indexes_kept: usize,
+    /// Pools that kept their policy object.
+    pub policies_kept: usize,
+}
+
 impl GatewayState {
     /// Build the state for `config`.
     pub fn new(config: Arc<Config>, metrics: &Metrics) -> GatewayState {
+        GatewayState::build(config, metrics, None).0
+    }
+
+    /// Build the state for `config`, carrying over from `self` every backend, prefix index
+    /// and policy the new config leaves unchanged (see the module docs). `self` is not
+    /// modified except that its prefix indexes forget the positions whose backend changed
+    /// (an index is shared with the new state only when kept).
+    pub fn rebuild(&self, config: Arc<Config>, metrics: &Metrics) -> (GatewayState, Carried) {
+        GatewayState::build(config, metrics, Some(self))
+    }
+
+    fn build(
+        config: Arc<Config>,
+        metrics: &Metrics,
+        previous: Option<&GatewayState>,
+    ) -> (GatewayState, Carried) {
+        let mut carried = Carried::default();
         let mut pools = HashMap::new();
-        let mut all = Vec::new();
+        let mut all: Vec<Arc<Backend>> = Vec::new();
+        let connect_timeout = config.limits.connect_timeout;
         for p in &config.pools {
+            let old = previous.and_then(|prev| {
+                let pool = prev.pools.get(&p.model)?;
+                let spec = &prev.config.pool(&p.model)?.policy;
+                Some((pool, spec, prev.config.limits.connect_timeout))
+            });
             let backends: Vec<Arc<Backend>> = p
                 .backends
                 .iter()
                 .map(|b| {
-                    Arc::new(Backend::new(
-                        b.clone(),
-                        config.limits.connect_timeout,
-                        metrics.clone(),
-                    ))
+                    let same = old.and_then(|(pool, _, old_timeout)| {
+                        (old_timeout == connect_timeout)
+                            .then(|| pool.backends.iter().find(|o| o.config == *b))
+                            .flatten()
+                    });
+                    match same {
+                        Some(o) => {
+                            carried.backends_kept += 1;
+                            Arc::clone(o)
+                        }
+                        None => {
+                            carried.backends_new += 1;
+                            Arc::new(Backend::new(b.clone(), connect_timeout, metrics.clone()))
+                        }
+                    }
                 })
                 .collect();
+            let identical = old.is_some_and(|(pool, _, _)| {
+                pool.backends.len() == backends.len()
+                    && pool
+                        .backends
+                        .iter()
+                        .zip(&backends)
+                        .all(|(a, b)| Arc::ptr_eq(a, b))
+            });
+            let policy = match old {
+                Some((pool, spec, _)) if identical && *spec == p.policy => {
+                    carried.policies_kept += 1;
+                    Arc::clone(&pool.policy)
+                }
+                _ => p.policy.build(),
+            };
+            let index = match old {
+                Some((pool, _, _)) if backends.len() <= index_capacity(pool.backends.len()) => {
+                    carried.indexes_kept += 1;
+                    for i in 0..pool.backends.len() {
+                        if backends
+                            .get(i)
+                            .is_none_or(|b| !Arc::ptr_eq(b, &pool.backends[i]))
+                        {
+                            pool.index.forget_backend(i);
+                        }
+                    }
+                    Arc::clone(&pool.index)
+                }
+                _ => Arc::new(PrefixIndex::new(IndexConfig {
+                    max_blocks: INDEX_MAX_BLOCKS,
+                    ttl: INDEX_TTL,
+                    max_backends: index_capacity(backends.len()),
+                })),
+            };
             all.extend(backends.iter().cloned());
             pools.insert(
                 p.model.clone(),
                 Pool {
                     model: p.model.clone(),
-                    policy: p.policy.build(),
-                    index: PrefixIndex::new(IndexConfig {
-                        max_blocks: INDEX_MAX_BLOCKS,
-                        ttl: INDEX_TTL,
-                        max_backends: backends.len().max(1),
-                    }),
+                    policy,
+                    index,
                     backends,
                 },
             );
         }
-        GatewayState {
+        if let Some(prev) = previous {
+            carried.backends_removed = prev
+                .backends
+                .iter()
+                .filter(|o| !all.iter().any(|b| Arc::ptr_eq(b, o)))
+                .map(|o| o.config.name.clone())
+                .collect();
+        }
+        let state = GatewayState {
             config,
             pools,
             backends: all,
-        }
+        };
+        (state, carried)
     }
 
     /// The pool serving `model`.
@@ -142,5 +258,139 @@ impl GatewayState {
             })
             .collect();
         serde_json::json!({ "object": "list", "data": data })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokens::BlockHash;
+
+    fn config(policy: &str, backends: &[(&str, u16)]) -> Arc<Config> {
+        let mut yaml = format!(
+            "retry: {{max_retries: 0}}\npools:\n  m:\n    policy: {policy}\n    backends:\n"
+        );
+        for (name, port) in backends {
+            yaml.push_str(&format!(
+                "      - {{name: {name}, url: 'http://127.0.0.1:{port}'}}\n"
+            ));
+        }
+        Arc::new(Config::from_yaml_str(&yaml, "t").unwrap())
+    }
+
+    /// Match lengths of one two-block chain that every backend position was sent.
+    fn matched(pool: &Pool, now: Instant) -> Vec<u32> {
+        let mut out = vec![0; pool.backends.len()];
+        pool.index.match_lengths(&CHAIN, now, &mut out);
+        out
+    }
+
+    const CHAIN: [BlockHash; 2] = [BlockHash(11), BlockHash(22)];
+
+    fn state_with_history(backends: &[(&str, u16)], now: Instant) -> (Metrics, GatewayState) {
+        let metrics = Metrics::new();
+        let s = GatewayState::new(config("round_robin", backends), &metrics);
+        let pool = s.pool("m").unwrap();
+        for i in 0..pool.backends.len() {
+            pool.index.record(i, &CHAIN, now);
+        }
+        (metrics, s)
+    }
+
+    #[test]
+    fn identical_config_keeps_everything() {
+        let now = Instant::now();
+        let backends = [("a", 1), ("b", 2)];
+        let (metrics, old) = state_with_history(&backends, now);
+        let (new, carried) = old.rebuild(config("round_robin", &backends), &metrics);
+        let (p, q) = (old.pool("m").unwrap(), new.pool("m").unwrap());
+        assert!(Arc::ptr_eq(&p.index, &q.index));
+        assert!(Arc::ptr_eq(&p.policy, &q.policy));
+        assert!(p
+            .backends
+            .iter()
+            .zip(&q.backends)
+            .all(|(x, y)| Arc::ptr_eq(x, y)));
+        assert_eq!(matched(q, now), [2, 2]);
+        assert_eq!(
+            carried,
+            Carried {
+                backends_kept: 2,
+                backends_new: 0,
+                backends_removed: vec![],
+                indexes_kept: 1,
+                policies_kept: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn appending_keeps_the_index_entries_and_builds_a_new_policy() {
+        let now = Instant::now();
+        let (metrics, old) = state_with_history(&[("a", 1), ("b", 2)], now);
+        let (new, carried) = old.rebuild(
+            config("round_robin", &[("a", 1), ("b", 2), ("c", 3)]),
+            &metrics,
+        );
+        let q = new.pool("m").unwrap();
+        assert!(Arc::ptr_eq(&old.pool("m").unwrap().index, &q.index));
+        assert!(!Arc::ptr_eq(&old.pool("m").unwrap().policy, &q.policy));
+        assert_eq!(matched(q, now), [2, 2, 0]);
+        assert_eq!((carried.backends_kept, carried.backends_new), (2, 1));
+    }
+
+    #[test]
+    fn a_removal_forgets_the_shifted_positions_only() {
+        let now = Instant::now();
+        let (metrics, old) = state_with_history(&[("a", 1), ("b", 2), ("c", 3)], now);
+        let (new, carried) = old.rebuild(config("round_robin", &[("a", 1), ("c", 3)]), &metrics);
+        let q = new.pool("m").unwrap();
+        assert!(Arc::ptr_eq(&old.pool("m").unwrap().index, &q.index));
+        // `a` kept position 0; `c` moved from 2 to 1 and starts cold.
+        assert_eq!(matched(q, now), [2, 0]);
+        assert!(Arc::ptr_eq(
+            &q.backends[1],
+            &old.pool("m").unwrap().backends[2]
+        ));
+        assert_eq!(carried.backends_removed, [Arc::<str>::from("b")]);
+        // Nothing is left at the removed position either.
+        let mut out = [0u32; 3];
+        q.index.match_lengths(&CHAIN, now, &mut out);
+        assert_eq!(out, [2, 0, 0]);
+    }
+
+    #[test]
+    fn a_changed_backend_or_timeout_is_a_new_backend() {
+        let now = Instant::now();
+        let (metrics, old) = state_with_history(&[("a", 1), ("b", 2)], now);
+        let (new, carried) = old.rebuild(config("round_robin", &[("a", 1), ("b", 9)]), &metrics);
+        let q = new.pool("m").unwrap();
+        assert!(Arc::ptr_eq(&q.backends[0], &old.backends[0]));
+        assert!(!Arc::ptr_eq(&q.backends[1], &old.backends[1]));
+        assert_eq!(matched(q, now), [2, 0]);
+        assert_eq!(carried.backends_removed, [Arc::<str>::from("b")]);
+
+        let mut slower = (*config("round_robin", &[("a", 1), ("b", 9)])).clone();
+        slower.limits.connect_timeout *= 2;
+        let (newer, carried) = new.rebuild(Arc::new(slower), &metrics);
+        assert_eq!((carried.backends_kept, carried.backends_new), (0, 2));
+        assert!(!Arc::ptr_eq(&newer.backends[0], &new.backends[0]));
+    }
+
+    #[test]
+    fn a_new_model_gets_a_fresh_pool() {
+        let now = Instant::now();
+        let (metrics, old) = state_with_history(&[("a", 1)], now);
+        let yaml = "pools:\n  other:\n    backends: [{name: a, url: 'http://127.0.0.1:1'}]\n";
+        let (new, carried) = old.rebuild(
+            Arc::new(Config::from_yaml_str(yaml, "t").unwrap()),
+            &metrics,
+        );
+        assert!(new.pool("m").is_none());
+        assert_eq!((carried.backends_kept, carried.indexes_kept), (0, 0));
+        assert!(
+            !Arc::ptr_eq(&new.backends[0], &old.backends[0]),
+            "identity includes the pool"
+        );
     }
 }

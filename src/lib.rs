@@ -15,6 +15,7 @@ pub mod error;
 pub mod gateway;
 pub mod predict;
 pub mod proxy;
+pub mod reload;
 pub mod replay;
 pub mod request;
 pub mod routing;

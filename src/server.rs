@@ -1,6 +1,11 @@
 //! The composition root: builds the pingora server with its services — the proxy listener, the
 //! admin listener, the active health checker, the engine metrics scraper — and runs it.
 //!
+//! Live reload ([`crate::reload`]) runs on a thread of its own (`pronto-reload`, a one-thread
+//! tokio runtime) that polls the config file and listens for `SIGHUP`; its signal handler is
+//! installed here, before any listener opens. Reload applies only to a config loaded from a
+//! file ([`Config::source_path`]).
+//!
 //! Shutdown: SIGTERM stops the listeners; in-flight requests keep going until they finish or
 //! `grace_period` passes, whichever comes first, then the process exits. SIGINT exits at once.
 
@@ -20,6 +25,7 @@ use crate::backend::{EngineScraper, HealthChecker};
 use crate::config::Config;
 use crate::gateway::GatewayState;
 use crate::proxy::Proxy;
+use crate::reload::{hangup_signal, Reloader};
 use crate::telemetry::Metrics;
 
 /// Requests currently being handled, across all proxy threads.
@@ -62,6 +68,19 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         &metrics,
     )));
     let active = Arc::new(ActiveRequests::default());
+    for w in &state.load().config.warnings {
+        tracing::warn!("config: {}", w.display(&state.load().config.origin));
+    }
+    let reloader = Arc::new(Reloader::new(Arc::clone(&state), metrics.clone()));
+    let reload_runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("pronto-reload")
+        .build()?;
+    let hup = hangup_signal(&reload_runtime)?;
+    let watcher = Arc::clone(&reloader);
+    std::thread::Builder::new()
+        .name("pronto-reload".into())
+        .spawn(move || reload_runtime.block_on(watcher.run(hup)))?;
 
     let conf = ServerConf {
         threads,
@@ -86,8 +105,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         app.server_options = Some(opts);
     }
 
-    let mut admin_app =
-        pingora_core::apps::http_app::HttpServer::new_app(Admin::new(Arc::clone(&state), metrics));
+    let mut admin_app = pingora_core::apps::http_app::HttpServer::new_app(Admin::new(
+        Arc::clone(&state),
+        metrics,
+        reloader,
+    ));
     let mut opts = HttpServerOptions::default();
     opts.h2c = true;
     admin_app.server_options = Some(opts);

@@ -1,9 +1,15 @@
 //! Every YAML file under `config/` loads. Gateway configs are validated and must load without
 //! warnings; `config/sim/` holds simulator configs (another schema) and is skipped here.
+//!
+//! The JSON Schema (`pronto config schema`) is kept in step with the file structs: every
+//! gateway config validates against it (checked by a small validator for the keywords the
+//! schema uses), broken files do not, and every property it names is set in
+//! `config/pronto.yaml` — which must set every field and load with unknown keys denied.
 
 use std::path::{Path, PathBuf};
 
-use pronto::config::{file, Config};
+use pronto::config::{config_schema, file, Config};
+use serde_json::Value;
 
 fn config_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("config")
@@ -41,6 +47,7 @@ fn every_gateway_config_in_the_repo_loads_cleanly() {
         "examples/single-pool.yaml",
         "examples/multi-model.yaml",
         "examples/cache-aware.yaml",
+        "examples/hetero-fleet.yaml",
     ] {
         assert!(
             files.contains(&config_dir().join(required)),
@@ -82,6 +89,7 @@ fn annotated_example_sets_every_field() {
         retry,
         health,
         explain_headers,
+        reload,
         pools,
     } = f;
     assert!(listen.is_some() && admin_listen.is_some() && threads.is_some());
@@ -95,6 +103,11 @@ fn annotated_example_sets_every_field() {
     assert!(max_body_bytes.is_some() && connect_timeout.is_some());
     assert!(first_token_timeout.is_some() && idle_timeout.is_some());
     assert!(retry.expect("retry").max_retries.is_some());
+    let file::ReloadFile {
+        watch,
+        watch_interval,
+    } = reload.expect("reload");
+    assert!(watch.is_some() && watch_interval.is_some());
     let file::HealthFile {
         path,
         interval,
@@ -135,5 +148,269 @@ fn annotated_example_values_equal_the_defaults() {
     assert_eq!(example.retry, minimal.retry);
     assert_eq!(example.health, minimal.health);
     assert_eq!(example.explain_headers, minimal.explain_headers);
+    assert_eq!(example.reload, minimal.reload);
     assert_eq!(example.pools[0].policy, minimal.pools[0].policy);
+}
+
+// === the JSON Schema ===
+
+fn schema() -> Value {
+    serde_json::from_str(&config_schema()).expect("the schema is JSON")
+}
+
+/// Follow a local `$ref` (`#/$defs/name`).
+fn resolve<'a>(root: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema.get("$ref").and_then(Value::as_str) {
+        Some(r) => {
+            let name = r.strip_prefix("#/$defs/").expect("local $defs reference");
+            &root["$defs"][name]
+        }
+        None => schema,
+    }
+}
+
+fn type_matches(ty: &str, v: &Value) -> bool {
+    match ty {
+        "object" => v.is_object(),
+        "array" => v.is_array(),
+        "string" => v.is_string(),
+        "boolean" => v.is_boolean(),
+        "integer" => v.is_i64() || v.is_u64(),
+        "number" => v.is_number(),
+        other => panic!("schema uses type {other}, unknown to this validator"),
+    }
+}
+
+/// Problems with `v` at `path` against `schema`: a validator for the keywords the config
+/// schema uses (type, enum, const, properties, additionalProperties, required, items,
+/// minItems, minProperties, minimum, maximum, oneOf, $ref). `pattern` and `propertyNames`
+/// are not checked (no regex engine in the test dependencies).
+fn check(root: &Value, schema: &Value, v: &Value, path: &str, out: &mut Vec<String>) {
+    let s = resolve(root, schema);
+    if s.get("$ref").is_some() {
+        return check(root, s, v, path, out);
+    }
+    // Sibling keywords of a $ref in the referring schema (description, default) constrain
+    // nothing; the referenced schema was checked above.
+    if let Some(ty) = s.get("type") {
+        let ok = match ty {
+            Value::String(t) => type_matches(t, v),
+            Value::Array(ts) => ts.iter().any(|t| type_matches(t.as_str().unwrap(), v)),
+            _ => panic!("bad type keyword at {path}"),
+        };
+        if !ok {
+            out.push(format!("{path}: expected {ty}, got {v}"));
+            return;
+        }
+    }
+    if let Some(c) = s.get("const") {
+        if c != v {
+            out.push(format!("{path}: expected {c}, got {v}"));
+        }
+    }
+    if let Some(e) = s.get("enum").and_then(Value::as_array) {
+        if !e.contains(v) {
+            out.push(format!("{path}: {v} is not one of {e:?}"));
+        }
+    }
+    if let (Some(min), Some(n)) = (s.get("minimum").and_then(Value::as_f64), v.as_f64()) {
+        if n < min {
+            out.push(format!("{path}: {n} < {min}"));
+        }
+    }
+    if let (Some(max), Some(n)) = (s.get("maximum").and_then(Value::as_f64), v.as_f64()) {
+        if n > max {
+            out.push(format!("{path}: {n} > {max}"));
+        }
+    }
+    if let Some(branches) = s.get("oneOf").and_then(Value::as_array) {
+        let passing = branches
+            .iter()
+            .filter(|b| {
+                let mut errs = Vec::new();
+                check(root, b, v, path, &mut errs);
+                errs.is_empty()
+            })
+            .count();
+        if passing != 1 {
+            out.push(format!(
+                "{path}: {v} matches {passing} branches of oneOf, not 1"
+            ));
+        }
+    }
+    if let Some(items) = v.as_array() {
+        if let Some(min) = s.get("minItems").and_then(Value::as_u64) {
+            if (items.len() as u64) < min {
+                out.push(format!("{path}: fewer than {min} items"));
+            }
+        }
+        if let Some(item) = s.get("items") {
+            for (i, x) in items.iter().enumerate() {
+                check(root, item, x, &format!("{path}[{i}]"), out);
+            }
+        }
+    }
+    if let Some(map) = v.as_object() {
+        if let Some(min) = s.get("minProperties").and_then(Value::as_u64) {
+            if (map.len() as u64) < min {
+                out.push(format!("{path}: fewer than {min} properties"));
+            }
+        }
+        for r in s
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if !map.contains_key(r.as_str().unwrap()) {
+                out.push(format!("{path}: missing {r}"));
+            }
+        }
+        let props = s.get("properties").and_then(Value::as_object);
+        for (k, x) in map {
+            let sub = format!("{path}.{k}");
+            match (props.and_then(|p| p.get(k)), s.get("additionalProperties")) {
+                (Some(p), _) => check(root, p, x, &sub, out),
+                (None, Some(Value::Bool(false))) => out.push(format!("{sub}: not allowed")),
+                (None, Some(extra)) if extra.is_object() => check(root, extra, x, &sub, out),
+                (None, _) => {}
+            }
+        }
+    }
+}
+
+fn schema_errors(yaml: &str) -> Vec<String> {
+    let v: Value = serde_yaml_ng::from_str(yaml).expect("YAML");
+    let root = schema();
+    let mut out = Vec::new();
+    check(&root, &root, &v, "$", &mut out);
+    out
+}
+
+#[test]
+fn every_gateway_config_validates_against_the_schema() {
+    let mut files = Vec::new();
+    yaml_files(&config_dir(), &mut files);
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        let errors = schema_errors(&text);
+        assert!(errors.is_empty(), "{}: {errors:#?}", path.display());
+    }
+}
+
+#[test]
+fn the_schema_rejects_what_the_loader_rejects() {
+    let ok = "pools:\n  m:\n    policy: {name: cache_aware, cache_threshold: 0.5}\n    backends: [{name: a, url: 'http://h:1'}]\n";
+    assert_eq!(schema_errors(ok), Vec::<String>::new());
+    for (bad, expected) in [
+        (
+            ok.replace("name: a,", "name: a, wieght: 2,"),
+            "$.pools.m.backends[0].wieght: not allowed",
+        ),
+        (
+            format!("threads: four\n{ok}"),
+            "$.threads: expected \"integer\"",
+        ),
+        (format!("threads: 0\n{ok}"), "$.threads: 0 < 1"),
+        (
+            format!("relaod: {{watch: true}}\n{ok}"),
+            "$.relaod: not allowed",
+        ),
+        (
+            ok.replace("cache_threshold: 0.5", "virtual_nodes: 3"),
+            "$.pools.m.policy:",
+        ),
+        (ok.replace("cache_aware", "fastest"), "$.pools.m.policy:"),
+        (
+            "pools: {}\n".to_string(),
+            "$.pools: fewer than 1 properties",
+        ),
+        (
+            ok.replace("[{name: a, url: 'http://h:1'}]", "[]"),
+            "$.pools.m.backends: fewer than 1 items",
+        ),
+    ] {
+        let errors = schema_errors(&bad);
+        assert!(
+            errors.iter().any(|e| e.starts_with(expected)),
+            "{bad}\nexpected {expected}, got {errors:?}"
+        );
+        assert!(
+            Config::from_yaml_str(&bad, "bad").is_err(),
+            "the loader rejects it too: {bad}"
+        );
+    }
+}
+
+/// Every property path in the schema (`limits.connect_timeout`, `pools.*.backends[].url`).
+fn schema_paths(root: &Value, s: &Value, prefix: &str, out: &mut Vec<String>) {
+    let s = resolve(root, s);
+    if let Some(props) = s.get("properties").and_then(Value::as_object) {
+        for (k, p) in props {
+            let path = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            out.push(path.clone());
+            if path.ends_with(".policy") {
+                continue; // parameters per policy: covered by the routing spec's own list
+            }
+            schema_paths(root, p, &path, out);
+        }
+    }
+    if let Some(extra) = s.get("additionalProperties").filter(|a| a.is_object()) {
+        schema_paths(root, extra, &format!("{prefix}.*"), out);
+    }
+    if let Some(items) = s.get("items") {
+        schema_paths(root, items, &format!("{prefix}[]"), out);
+    }
+}
+
+/// Every key path set in a YAML value, in the same notation.
+fn yaml_paths(v: &Value, prefix: &str, out: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, x) in map {
+                let key = if prefix == "pools" || prefix.ends_with(".labels") {
+                    "*"
+                } else {
+                    k
+                };
+                let path = if prefix.is_empty() {
+                    key.to_string()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                if !path.ends_with(".*") {
+                    out.push(path.clone());
+                }
+                if !path.ends_with(".policy") {
+                    yaml_paths(x, &path, out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for x in items {
+                yaml_paths(x, &format!("{prefix}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn the_schema_names_exactly_the_fields_the_annotated_example_sets() {
+    let root = schema();
+    let mut in_schema = Vec::new();
+    schema_paths(&root, &root, "", &mut in_schema);
+    in_schema.sort();
+    in_schema.dedup();
+    let text = std::fs::read_to_string(config_dir().join("pronto.yaml")).unwrap();
+    let v: Value = serde_yaml_ng::from_str(&text).unwrap();
+    let mut in_example = Vec::new();
+    yaml_paths(&v, "", &mut in_example);
+    in_example.sort();
+    in_example.dedup();
+    assert_eq!(in_schema, in_example);
 }

@@ -102,6 +102,27 @@ pub fn format_size(bytes: u64) -> String {
     format!("{bytes}B")
 }
 
+/// Format a duration with the largest unit that divides it exactly (`2s`, `250ms`, `90s`),
+/// so [`parse_duration`] reads it back unchanged.
+pub fn format_duration(d: Duration) -> String {
+    let ns = d.as_nanos();
+    if ns == 0 {
+        return "0s".to_string();
+    }
+    for (unit_ns, unit) in [
+        (3_600_000_000_000u128, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+    ] {
+        if ns % unit_ns == 0 {
+            return format!("{}{unit}", ns / unit_ns);
+        }
+    }
+    format!("{ns}ns")
+}
+
 /// A non-negative decimal number as written: integer part and fractional digits.
 #[derive(Debug, Clone, Copy)]
 struct Number<'a> {
@@ -298,5 +319,25 @@ mod tests {
         assert_eq!(format_size(1536), "1536B");
         assert_eq!(format_size(2048), "2KiB");
         assert_eq!(format_size(0), "0B");
+    }
+
+    #[test]
+    fn format_duration_round_trips() {
+        for (d, text) in [
+            (Duration::ZERO, "0s"),
+            (Duration::from_secs(2), "2s"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_millis(1500), "1500ms"),
+            (Duration::from_secs(90), "90s"),
+            (Duration::from_secs(120), "2m"),
+            (Duration::from_secs(7200), "2h"),
+            (Duration::from_micros(3), "3us"),
+            (Duration::from_nanos(1_000_000_001), "1000000001ns"),
+        ] {
+            assert_eq!(format_duration(d), text);
+            if !d.is_zero() {
+                assert_eq!(parse_duration(text), Ok(d));
+            }
+        }
     }
 }

@@ -40,6 +40,8 @@ pub struct ConfigFile {
     pub health: Option<HealthFile>,
     /// Add `x-pronto-*` explanation headers to responses.
     pub explain_headers: Option<bool>,
+    /// Live reload of this file.
+    pub reload: Option<ReloadFile>,
     /// Backend pools keyed by model name.
     pub pools: Option<Pools>,
 }
@@ -80,6 +82,16 @@ pub struct HealthFile {
     pub eject_after_failures: Option<u64>,
     /// Delay before an ejected backend is probed again.
     pub readmit_after: Option<Quantity>,
+}
+
+/// `reload:` section.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReloadFile {
+    /// Poll the file for changes and reload it.
+    pub watch: Option<bool>,
+    /// Time between two polls.
+    pub watch_interval: Option<Quantity>,
 }
 
 /// One pool: the backends serving one model name.

@@ -20,16 +20,24 @@
 
 mod check;
 pub mod duration;
+mod effective;
 pub mod file;
 pub mod locate;
 pub mod model;
+mod schema;
 pub mod validate;
 
 use std::fmt;
 use std::path::Path;
 
 pub use check::{check_config, run_check_config, CheckConfigArgs};
-pub use model::{Backend, Config, Health, Limits, Pool, Retry};
+pub use model::{Backend, Config, Health, Limits, Pool, ReloadSettings, Retry};
+pub use schema::config_schema;
+
+/// [`Config::hash`] of a file whose text is `text`: equal hashes mean an identical file.
+pub fn text_hash(text: &str) -> String {
+    format!("{:016x}", model::fnv1a(text.as_bytes()))
+}
 pub use validate::{validate, ConfigError, ConfigWarning};
 
 use crate::routing::PolicySpec;
@@ -131,7 +139,15 @@ impl Config {
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(path)
             .map_err(|e| LoadError::single(&origin, None, format!("cannot read: {e}")))?;
-        Config::from_yaml_str(&text, &origin)
+        Config::from_file_text(path, &text)
+    }
+
+    /// Parse and validate `text`, already read from the file at `path` (which becomes the
+    /// config's origin and [`Config::source_path`]).
+    pub fn from_file_text(path: &Path, text: &str) -> Result<Config, LoadError> {
+        let mut config = Config::from_yaml_str(text, &path.display().to_string())?;
+        config.source_path = Some(path.to_path_buf());
+        Ok(config)
     }
 
     /// Parse and validate YAML `text`; `origin` (usually the file path) prefixes messages.

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +46,10 @@ pub const DEFAULT_EJECT_AFTER_FAILURES: u32 = 3;
 pub const DEFAULT_READMIT_AFTER: Duration = Duration::from_secs(10);
 /// Default backend weight.
 pub const DEFAULT_WEIGHT: u32 = 1;
+/// Default for watching the config file for changes.
+pub const DEFAULT_RELOAD_WATCH: bool = true;
+/// Default time between two looks at the config file.
+pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The gateway's validated configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,10 +70,15 @@ pub struct Config {
     pub health: Health,
     /// Add `x-pronto-backend` / `x-pronto-predicted-ttft-ms` to responses.
     pub explain_headers: bool,
+    /// Live reload of the config file.
+    pub reload: ReloadSettings,
     /// Pools in file order; each model name appears once.
     pub pools: Vec<Pool>,
     /// Where the config came from (a file path, or `--backend` for the quick start).
     pub origin: String,
+    /// The file this config was read from by [`Config::load`]; `None` for a config built from
+    /// text or from `--backend` flags (such a gateway cannot reload).
+    pub source_path: Option<PathBuf>,
     /// Suspicious-but-valid settings, located where possible. Log them at load.
     pub warnings: Vec<Diagnostic>,
     /// Stable hash of the source text (see [`Config::hash`]).
@@ -108,6 +118,24 @@ pub struct Health {
     pub eject_after_failures: u32,
     /// Delay before an ejected backend is probed again.
     pub readmit_after: Duration,
+}
+
+/// Live reload of the config file (see [`crate::reload`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReloadSettings {
+    /// Poll the file for changes (modification time and size, then a content hash).
+    pub watch: bool,
+    /// Time between two polls.
+    pub watch_interval: Duration,
+}
+
+impl Default for ReloadSettings {
+    fn default() -> ReloadSettings {
+        ReloadSettings {
+            watch: DEFAULT_RELOAD_WATCH,
+            watch_interval: DEFAULT_WATCH_INTERVAL,
+        }
+    }
 }
 
 /// The backends serving one model name.

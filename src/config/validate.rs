@@ -8,7 +8,10 @@
 //!
 //! Errors make the config unusable. Warnings flag settings that are valid but probably not
 //! what was meant (an admin listener open to the network, a first-token timeout shorter than
-//! the connect timeout, retries in a one-backend pool); the config still loads.
+//! the connect timeout, retries in a one-backend pool or more retries than a pool has other
+//! backends, an explicit policy for a one-backend pool, a health interval longer than the
+//! readmission delay, a probe timeout not shorter than the interval, one server listed twice);
+//! the config still loads.
 //!
 //! What is checked: addresses are `IP:port` and the two listeners cannot collide; `threads`
 //! 1..=256; every duration parses and is positive; `max_body_bytes` 1 KiB..=1 GiB; the health
@@ -181,6 +184,7 @@ impl Checker {
             ),
         };
         let health = self.health(f);
+        let reload = self.reload(f);
         let pools = self.pools(f, retry);
         Config {
             listen,
@@ -191,8 +195,10 @@ impl Checker {
             retry,
             health,
             explain_headers: f.explain_headers.unwrap_or(false),
+            reload,
             pools,
             origin: String::new(),
+            source_path: None,
             warnings: Vec::new(),
             source_hash: 0,
         }
@@ -341,6 +347,16 @@ impl Checker {
                 DEFAULT_READMIT_AFTER,
             ),
         };
+        if health.interval > health.readmit_after {
+            self.warn(
+                "health.interval",
+                format!(
+                    "{:?} is longer than health.readmit_after ({:?}): an ejected backend is \
+                     readmitted on the strength of a probe up to {:?} old",
+                    health.interval, health.readmit_after, health.interval
+                ),
+            );
+        }
         if health.timeout >= health.interval {
             self.warn(
                 "health.timeout",
@@ -351,6 +367,18 @@ impl Checker {
             );
         }
         health
+    }
+
+    fn reload(&mut self, f: &ConfigFile) -> ReloadSettings {
+        let r = f.reload.clone().unwrap_or_default();
+        ReloadSettings {
+            watch: r.watch.unwrap_or(DEFAULT_RELOAD_WATCH),
+            watch_interval: self.duration(
+                r.watch_interval.as_ref(),
+                "reload.watch_interval",
+                DEFAULT_WATCH_INTERVAL,
+            ),
+        }
     }
 
     fn pools(&mut self, f: &ConfigFile, retry: Retry) -> Vec<Pool> {
@@ -415,6 +443,27 @@ impl Checker {
                 format!(
                     "only one backend, so retry.max_retries = {} has no other backend to try",
                     retry.max_retries
+                ),
+            );
+        }
+        if entries.len() > 1 && retry.max_retries as usize > entries.len() {
+            self.warn(
+                &backends_path,
+                format!(
+                    "retry.max_retries = {} exceeds the pool's {} backends: each retry goes to a \
+                     backend not yet tried, so at most {} can happen",
+                    retry.max_retries,
+                    entries.len(),
+                    entries.len() - 1
+                ),
+            );
+        }
+        if let (1, Some(file)) = (entries.len(), &pool.policy) {
+            self.warn(
+                format!("{path}.policy"),
+                format!(
+                    "policy `{}` balances between backends, but the pool has only one",
+                    file.name
                 ),
             );
         }

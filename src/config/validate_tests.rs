@@ -83,6 +83,7 @@ explain_headers: true
 limits: {max_body_bytes: 1GiB, connect_timeout: 250ms, first_token_timeout: 10s, idle_timeout: 1h}
 retry: {max_retries: 0}
 health: {path: /v1/models, interval: 2s, timeout: 500ms, eject_after_failures: 5, readmit_after: 1m}
+reload: {watch: false, watch_interval: 250ms}
 pools:
   m:
     policy: {name: round_robin}
@@ -92,6 +93,7 @@ pools:
         weight: 3
         max_inflight: 64
         labels: {zone: a, gpu_kind: h100}
+      - {name: gpu-1, url: 'http://gpu1.internal'}
 ";
     let (c, w) = run(yaml).unwrap();
     assert!(w.is_empty(), "{w:?}");
@@ -113,6 +115,13 @@ pools:
     assert_eq!(c.health.path, "/v1/models");
     assert_eq!(c.health.eject_after_failures, 5);
     assert_eq!(c.health.readmit_after, Duration::from_secs(60));
+    assert_eq!(
+        c.reload,
+        ReloadSettings {
+            watch: false,
+            watch_interval: Duration::from_millis(250)
+        }
+    );
     let p = &c.pools[0];
     assert_eq!(p.policy, PolicySpec::RoundRobin);
     let b = &p.backends[0];
@@ -562,6 +571,44 @@ pools:
     // No retries, no warning about them.
     let yaml =
         "retry: {max_retries: 0}\npools:\n  solo: {backends: [{name: a, url: 'http://h:1'}]}\n";
+    assert!(warnings(yaml).is_empty());
+    // A retry budget beyond the pool, a policy for a single backend, a slow readmission probe.
+    let yaml = "
+retry: {max_retries: 4}
+health: {interval: 20s, timeout: 1s, readmit_after: 10s}
+pools:
+  three:
+    backends: [{name: a, url: 'http://h:1'}, {name: b, url: 'http://h:2'}, {name: c, url: 'http://h:3'}]
+  one:
+    policy: cache_aware
+    backends: [{name: d, url: 'http://h:4'}]
+";
+    assert_eq!(
+        warnings(yaml),
+        vec![
+            pair(
+                "health.interval",
+                "20s is longer than health.readmit_after (10s): an ejected backend is readmitted \
+                 on the strength of a probe up to 20s old"
+            ),
+            pair(
+                "pools.three.backends",
+                "retry.max_retries = 4 exceeds the pool's 3 backends: each retry goes to a \
+                 backend not yet tried, so at most 2 can happen"
+            ),
+            pair(
+                "pools.one.backends",
+                "only one backend, so retry.max_retries = 4 has no other backend to try"
+            ),
+            pair(
+                "pools.one.policy",
+                "policy `cache_aware` balances between backends, but the pool has only one"
+            ),
+        ]
+    );
+    // The default retry budget (2) in a two-backend pool is fine.
+    let yaml =
+        "pools:\n  two: {backends: [{name: a, url: 'http://h:1'}, {name: b, url: 'http://h:2'}]}\n";
     assert!(warnings(yaml).is_empty());
 }
 

@@ -5,8 +5,8 @@
 //! input (a request for an unknown model is counted under pool `none`).
 
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Label value for requests that matched no pool or reached no backend.
@@ -42,6 +42,29 @@ impl RetryReason {
             RetryReason::Io => "io",
             RetryReason::Status5xx => "status_5xx",
             RetryReason::Status429 => "status_429",
+        }
+    }
+}
+
+/// How a config reload attempt ended (a bounded label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReloadResult {
+    /// A new config was validated and swapped in.
+    Ok,
+    /// The file is identical to the active config; nothing was swapped.
+    Unchanged,
+    /// The file could not be read or is invalid; the active config stays.
+    Error,
+}
+
+impl ReloadResult {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReloadResult::Ok => "ok",
+            ReloadResult::Unchanged => "unchanged",
+            ReloadResult::Error => "error",
         }
     }
 }
@@ -83,6 +106,15 @@ pub struct Metrics {
     /// `pronto_prefix_match_ratio{pool}`: expected cached share of the prompt on the chosen
     /// backend.
     pub prefix_match_ratio: HistogramVec,
+    /// `pronto_config_reloads_total{result}`: reload attempts by [`ReloadResult`].
+    pub config_reloads_total: IntCounterVec,
+    /// `pronto_config_version`: the active config's version (1 at start, +1 per applied
+    /// reload).
+    pub config_version: IntGauge,
+    /// `pronto_config_info{hash}`: 1 for the active config's source hash (one series).
+    pub config_info: IntGaugeVec,
+    /// `pronto_config_last_reload_successful`: 0 after a failed reload attempt, else 1.
+    pub config_last_reload_successful: IntGauge,
 }
 
 impl Default for Metrics {
@@ -99,6 +131,12 @@ fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterV
 
 fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
+    r.register(Box::new(g.clone())).expect("unique metric");
+    g
+}
+
+fn plain_gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("valid gauge");
     r.register(Box::new(g.clone())).expect("unique metric");
     g
 }
@@ -240,8 +278,47 @@ impl Metrics {
                 &["pool"],
                 RATIO_BUCKETS,
             ),
+            config_reloads_total: counter(
+                &r,
+                "pronto_config_reloads_total",
+                "Config reload attempts by result (ok, unchanged, error)",
+                &["result"],
+            ),
+            config_version: plain_gauge(
+                &r,
+                "pronto_config_version",
+                "Version of the active config: 1 at start, +1 per applied reload",
+            ),
+            config_info: gauge(
+                &r,
+                "pronto_config_info",
+                "1 for the source hash of the active config",
+                &["hash"],
+            ),
+            config_last_reload_successful: plain_gauge(
+                &r,
+                "pronto_config_last_reload_successful",
+                "0 when the last reload attempt failed, else 1",
+            ),
             registry: r,
         }
+    }
+
+    /// Withdraw the per-backend gauges of a backend that left the config, so dashboards do
+    /// not show it frozen. Counters and histograms keep their history.
+    pub fn forget_backend(&self, backend: &str) {
+        // Absent series are not an error: a gauge may never have been set.
+        let _ = self.backend_inflight.remove_label_values(&[backend]);
+        let _ = self.backend_healthy.remove_label_values(&[backend]);
+        let _ = self.backend_queue_depth.remove_label_values(&[backend]);
+        let _ = self.backend_kv_usage_ratio.remove_label_values(&[backend]);
+    }
+
+    /// Publish `version` and `hash` as the active config (replacing the previous hash series).
+    pub fn set_active_config(&self, version: u64, hash: &str) {
+        self.config_version.set(version as i64);
+        self.config_info.reset();
+        self.config_info.with_label_values(&[hash]).set(1);
     }
 
     /// The Prometheus text exposition of every family.

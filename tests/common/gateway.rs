@@ -127,6 +127,36 @@ impl Gateway {
         false
     }
 
+    /// Replace the config file with `listen`/`admin_listen` (kept) + `yaml_without_listeners`,
+    /// atomically (write a sibling, then rename), so a watcher never reads half a file.
+    pub fn write_config(&self, yaml_without_listeners: &str) {
+        let tmp = self.config_path.with_extension("yaml.tmp");
+        std::fs::write(
+            &tmp,
+            format!(
+                "listen: {}\nadmin_listen: {}\n{yaml_without_listeners}",
+                self.listen, self.admin
+            ),
+        )
+        .unwrap();
+        std::fs::rename(&tmp, &self.config_path).unwrap();
+    }
+
+    /// Replace the config file with exactly `text` (atomically).
+    pub fn write_raw_config(&self, text: &str) {
+        let tmp = self.config_path.with_extension("yaml.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &self.config_path).unwrap();
+    }
+
+    /// Send a signal (`HUP`, `TERM`, ...) to the gateway process.
+    pub fn signal(&self, name: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status();
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.listen)
     }

@@ -1,0 +1,112 @@
+//! The effective config as JSON, for `GET /admin/config`.
+//!
+//! The shape is the file's (same keys, same nesting), with every default filled in, durations
+//! written back as human strings (`2s`, `250ms`) and sizes in their largest exact binary unit
+//! (`32MiB`): converted to YAML it is a valid config file that loads to the same [`Config`].
+
+use serde_json::{json, Map, Value};
+
+use super::duration::{format_duration, format_size};
+use super::model::{Backend, Config, Pool};
+
+// === impl Config ===
+
+impl Config {
+    /// Every setting, defaults included, in the config file's shape.
+    pub fn to_json(&self) -> Value {
+        let mut pools = Map::new();
+        for pool in &self.pools {
+            pools.insert(pool.model.to_string(), pool_json(pool));
+        }
+        json!({
+            "listen": self.listen.to_string(),
+            "admin_listen": self.admin_listen.to_string(),
+            "threads": self.threads,
+            "grace_period": format_duration(self.grace_period),
+            "limits": {
+                "max_body_bytes": format_size(self.limits.max_body_bytes),
+                "connect_timeout": format_duration(self.limits.connect_timeout),
+                "first_token_timeout": format_duration(self.limits.first_token_timeout),
+                "idle_timeout": format_duration(self.limits.idle_timeout),
+            },
+            "retry": { "max_retries": self.retry.max_retries },
+            "health": {
+                "path": self.health.path,
+                "interval": format_duration(self.health.interval),
+                "timeout": format_duration(self.health.timeout),
+                "eject_after_failures": self.health.eject_after_failures,
+                "readmit_after": format_duration(self.health.readmit_after),
+            },
+            "explain_headers": self.explain_headers,
+            "reload": {
+                "watch": self.reload.watch,
+                "watch_interval": format_duration(self.reload.watch_interval),
+            },
+            "pools": pools,
+        })
+    }
+}
+
+fn pool_json(pool: &Pool) -> Value {
+    // A tagged enum serializes to an object with its `name`: the file's map form.
+    let policy = serde_json::to_value(pool.policy).unwrap_or(Value::Null);
+    let backends: Vec<Value> = pool.backends.iter().map(backend_json).collect();
+    json!({ "policy": policy, "backends": backends })
+}
+
+fn backend_json(b: &Backend) -> Value {
+    let mut v = json!({
+        "name": &*b.name,
+        "url": b.base_url(),
+        "weight": b.weight,
+    });
+    if let Some(cap) = b.max_inflight {
+        v["max_inflight"] = Value::from(cap);
+    }
+    if !b.labels.is_empty() {
+        v["labels"] = json!(b.labels);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn effective_config_reloads_to_the_same_config() {
+        let yaml = "
+threads: 3
+limits: {max_body_bytes: 2MiB, first_token_timeout: 1500ms}
+health: {interval: 2s, readmit_after: 1m}
+reload: {watch: false}
+pools:
+  \"meta/llama\":
+    policy: {name: cache_aware, cache_threshold: 0.5}
+    backends:
+      - {name: a, url: 'http://10.0.0.1:8000', weight: 2, max_inflight: 8, labels: {gpu: h100}}
+      - {name: b, url: 'http://10.0.0.2'}
+  other:
+    policy: round_robin
+    backends: [{name: c, url: 'http://h:1'}, {name: d, url: 'http://h:2'}]
+";
+        let config = Config::from_yaml_str(yaml, "t.yaml").unwrap();
+        let json = config.to_json();
+        assert_eq!(json["limits"]["max_body_bytes"], "2MiB");
+        assert_eq!(json["health"]["readmit_after"], "1m");
+        assert_eq!(json["pools"]["meta/llama"]["policy"]["name"], "cache_aware");
+        assert_eq!(
+            json["pools"]["meta/llama"]["backends"][1]["url"],
+            "http://10.0.0.2:80"
+        );
+        let text = serde_yaml_ng::to_string(&json).unwrap();
+        let again = Config::from_yaml_str(&text, "effective").unwrap();
+        let strip = |c: &Config| Config {
+            origin: String::new(),
+            source_hash: 0,
+            warnings: Vec::new(),
+            ..c.clone()
+        };
+        assert_eq!(strip(&again), strip(&config));
+    }
+}

@@ -1,0 +1,261 @@
+//! `pronto config schema`: a JSON Schema (draft 2020-12) of the config file, for editors
+//! (YAML language servers take a JSON Schema for completion and inline errors).
+//!
+//! Written by hand next to the file structs ([`super::file`]) rather than derived, so it can
+//! carry what serde does not know: descriptions, defaults (taken from the `DEFAULT_*`
+//! constants, so they cannot drift), ranges and the policy map's per-policy parameters, which
+//! are generated from [`PolicyKind::spec`] (each parameter's JSON type and default come from
+//! the policy's own defaults). The schema checks shape and types; the loader still checks
+//! what a schema cannot express (listener collisions, unique backend names across pools,
+//! URL details), so `pronto check-config` remains the authority.
+//!
+//! Kept in sync by `tests/config_files.rs`: every YAML file in `config/` validates against
+//! the schema, a typo'd key or a wrongly typed value does not, and every property the schema
+//! names appears in `config/pronto.yaml` (the file that documents every field and must load
+//! with `deny_unknown_fields`).
+
+use serde_json::{json, Map, Value};
+
+use super::duration::{format_duration, format_size};
+use super::model::*;
+use super::validate::{MAX_BODY_BYTES, MAX_THREADS, MIN_BODY_BYTES};
+use crate::routing::PolicyKind;
+
+/// The JSON Schema of the gateway config file, pretty-printed.
+pub fn config_schema() -> String {
+    serde_json::to_string_pretty(&schema_value()).expect("a JSON value always serializes")
+}
+
+/// The schema as a JSON value.
+fn schema_value() -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "urn:pronto:config",
+        "title": "Pronto gateway config",
+        "description": "Check a file with `pronto check-config FILE`. Unknown keys are errors.",
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["pools"],
+        "properties": {
+            "listen": address("Address clients connect to, IP:port", DEFAULT_LISTEN.to_string()),
+            "admin_listen": address(
+                "Admin listener (/metrics, /admin/*), IP:port; keep it on loopback",
+                DEFAULT_ADMIN_LISTEN.to_string()
+            ),
+            "threads": {
+                "description": "Worker threads for the proxy service (restart to change)",
+                "type": "integer", "minimum": 1, "maximum": MAX_THREADS,
+                "default": DEFAULT_THREADS,
+            },
+            "grace_period": duration(
+                "On SIGTERM, how long in-flight streams may continue",
+                DEFAULT_GRACE_PERIOD
+            ),
+            "limits": section("Request limits and timeouts", json!({
+                "max_body_bytes": {
+                    "description": format!(
+                        "Largest accepted request body, {}..={}",
+                        format_size(MIN_BODY_BYTES), format_size(MAX_BODY_BYTES)
+                    ),
+                    "$ref": "#/$defs/size",
+                    "default": format_size(DEFAULT_MAX_BODY_BYTES),
+                },
+                "connect_timeout": duration("TCP connect timeout to a backend", DEFAULT_CONNECT_TIMEOUT),
+                "first_token_timeout": duration(
+                    "No first byte of the answer within this: 504, or a retry while nothing was sent",
+                    DEFAULT_FIRST_TOKEN_TIMEOUT
+                ),
+                "idle_timeout": duration("Longest silence from a backend mid-stream", DEFAULT_IDLE_TIMEOUT),
+            })),
+            "retry": section("Retry policy", json!({
+                "max_retries": {
+                    "description": "Retries on another backend, only while no byte reached the client",
+                    "type": "integer", "minimum": 0, "default": DEFAULT_MAX_RETRIES,
+                },
+            })),
+            "health": section("Active and passive health checking", json!({
+                "path": {
+                    "description": "HTTP path probed with GET on each backend",
+                    "type": "string", "pattern": "^/\\S*$", "default": DEFAULT_HEALTH_PATH,
+                },
+                "interval": duration("Time between active probes", DEFAULT_HEALTH_INTERVAL),
+                "timeout": duration("Probe timeout", DEFAULT_HEALTH_TIMEOUT),
+                "eject_after_failures": {
+                    "description": "Consecutive failed requests that eject a backend",
+                    "type": "integer", "minimum": 1, "default": DEFAULT_EJECT_AFTER_FAILURES,
+                },
+                "readmit_after": duration(
+                    "Delay before an ejected backend may return",
+                    DEFAULT_READMIT_AFTER
+                ),
+            })),
+            "explain_headers": {
+                "description": "Add x-pronto-backend and x-pronto-predicted-ttft-ms to responses",
+                "type": "boolean", "default": false,
+            },
+            "reload": section("Live reload of this file (also on SIGHUP and POST /admin/reload)", json!({
+                "watch": {
+                    "description": "Poll the file and reload it when it changes",
+                    "type": "boolean", "default": DEFAULT_RELOAD_WATCH,
+                },
+                "watch_interval": duration("Time between two polls of the file", DEFAULT_WATCH_INTERVAL),
+            })),
+            "pools": {
+                "description": "Backend pools keyed by the model name clients send",
+                "type": "object",
+                "minProperties": 1,
+                "additionalProperties": { "$ref": "#/$defs/pool" },
+            },
+        },
+        "$defs": {
+            "duration": {
+                "description": "A duration with a unit: 250ms, 2s, 1m30s, 1.5s (ns, us, ms, s, m, h, d)",
+                "type": "string",
+                "pattern": "^\\s*([0-9]+(\\.[0-9]*)?\\s*(ns|us|µs|ms|s|m|h|d)\\s*)+$",
+            },
+            "size": {
+                "description": "Bytes, or a number with a unit: 32MiB, 512KiB, 1GB",
+                "oneOf": [
+                    { "type": "integer", "minimum": 0 },
+                    {
+                        "type": "string",
+                        "pattern": "^\\s*[0-9]+(\\.[0-9]*)?\\s*(B|KB|kB|MB|GB|TB|KiB|MiB|GiB|TiB)?\\s*$",
+                    },
+                ],
+            },
+            "pool": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["backends"],
+                "properties": {
+                    "policy": { "$ref": "#/$defs/policy" },
+                    "backends": {
+                        "type": "array", "minItems": 1,
+                        "items": { "$ref": "#/$defs/backend" },
+                    },
+                },
+            },
+            "backend": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["name", "url"],
+                "properties": {
+                    "name": {
+                        "description": "Unique across the file; the `backend` metric label",
+                        "type": "string", "pattern": "^[A-Za-z0-9_.-]+$",
+                    },
+                    "url": {
+                        "description": "Base URL of an OpenAI-compatible server, no path",
+                        "type": "string", "pattern": "^https?://",
+                    },
+                    "weight": {
+                        "description": "Relative share of traffic",
+                        "type": "integer", "minimum": 1, "default": DEFAULT_WEIGHT,
+                    },
+                    "max_inflight": {
+                        "description": "Cap on concurrent requests to this backend",
+                        "type": "integer", "minimum": 1,
+                    },
+                    "labels": {
+                        "description": "Free-form labels (scalar values, kept as text)",
+                        "type": "object",
+                        "propertyNames": { "pattern": "^[A-Za-z_][A-Za-z0-9_]*$" },
+                        "additionalProperties": { "type": ["string", "number", "boolean"] },
+                    },
+                },
+            },
+            "policy": policy_schema(),
+        },
+    })
+}
+
+fn address(description: &str, default: String) -> Value {
+    json!({ "description": description, "type": "string", "default": default })
+}
+
+fn duration(description: &str, default: std::time::Duration) -> Value {
+    json!({
+        "description": description,
+        "$ref": "#/$defs/duration",
+        "default": format_duration(default),
+    })
+}
+
+fn section(description: &str, properties: Value) -> Value {
+    json!({
+        "description": description,
+        "type": "object",
+        "additionalProperties": false,
+        "properties": properties,
+    })
+}
+
+/// A policy name, or a map with `name` and that policy's parameters (one branch per policy).
+fn policy_schema() -> Value {
+    let names: Vec<&str> = PolicyKind::ALL.to_vec();
+    let branches: Vec<Value> = PolicyKind::ALL
+        .iter()
+        .filter_map(|n| PolicyKind::parse(n))
+        .map(|kind| {
+            let mut properties = Map::new();
+            properties.insert("name".into(), json!({ "const": kind.as_str() }));
+            let defaults = serde_json::to_value(kind.spec()).unwrap_or(Value::Null);
+            for param in kind.params() {
+                let default = defaults.get(*param).cloned().unwrap_or(Value::Null);
+                let ty = match &default {
+                    Value::Number(n) if n.is_u64() => json!({ "type": "integer", "minimum": 0 }),
+                    Value::Number(_) => json!({ "type": "number" }),
+                    Value::Bool(_) => json!({ "type": "boolean" }),
+                    _ => json!({ "type": "string" }),
+                };
+                let mut p = ty;
+                p["default"] = default;
+                properties.insert((*param).to_string(), p);
+            }
+            json!({
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["name"],
+                "properties": properties,
+            })
+        })
+        .collect();
+    json!({
+        "description": "Routing policy: a name, or a map with `name` and the policy's parameters",
+        "oneOf": [
+            { "type": "string", "enum": names },
+            { "oneOf": branches },
+        ],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_is_draft_2020_12_json_with_every_policy() {
+        let v: Value = serde_json::from_str(&config_schema()).unwrap();
+        assert_eq!(v["$schema"], "https://json-schema.org/draft/2020-12/schema");
+        let branches = v["$defs"]["policy"]["oneOf"][1]["oneOf"]
+            .as_array()
+            .unwrap();
+        assert_eq!(branches.len(), PolicyKind::ALL.len());
+        let cache_aware = branches
+            .iter()
+            .find(|b| b["properties"]["name"]["const"] == "cache_aware")
+            .unwrap();
+        assert_eq!(
+            cache_aware["properties"]["balance_abs_threshold"]["type"],
+            "integer"
+        );
+        assert_eq!(
+            cache_aware["properties"]["cache_threshold"]["type"],
+            "number"
+        );
+        assert_eq!(
+            v["properties"]["limits"]["properties"]["connect_timeout"]["default"],
+            "2s"
+        );
+    }
+}
