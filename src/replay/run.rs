@@ -286,3 +286,7 @@ pub fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     eprintln!("wrote {}", args.out.display());
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "run_tests.rs"]
+mod tests;
