@@ -212,6 +212,7 @@ impl Sender {
         rec.output_events = scanner.output_events();
         if let Some(u) = scanner.usage() {
             rec.completion_tokens = Some(u.completion_tokens);
+            rec.prompt_tokens = Some(u.prompt_tokens);
             rec.cached_tokens = u.cached_tokens;
         }
         if let Some(e) = scanner.error() {

@@ -50,6 +50,8 @@ pub struct RequestRecord {
     pub output_events: u32,
     /// `usage.completion_tokens`, when the server reported usage.
     pub completion_tokens: Option<u32>,
+    /// `usage.prompt_tokens` (the prompt as the server counted it, template included).
+    pub prompt_tokens: Option<u32>,
     /// `usage.prompt_tokens_details.cached_tokens`, when reported.
     pub cached_tokens: Option<u32>,
     /// `x-pronto-backend` response header.
@@ -105,7 +107,7 @@ pub struct Summary {
     pub send_lag_p99_ms: Option<f64>,
     /// Largest send lag, ms.
     pub send_lag_max_ms: Option<f64>,
-    /// Prompt tokens served from the backends' prefix caches / prompt tokens, when reported.
+    /// Cached prompt tokens / prompt tokens, over successful requests whose usage reports both.
     pub cached_token_ratio: Option<f64>,
     /// Requests per `x-pronto-backend` value (successful and failed).
     pub backends: BTreeMap<String, usize>,
@@ -163,9 +165,9 @@ impl Summary {
         let out_tokens: u64 = ok.iter().map(|r| u64::from(r.output_tokens())).sum();
         let (mut cached, mut prompt) = (0u64, 0u64);
         for r in &ok {
-            if let Some(c) = r.cached_tokens {
+            if let (Some(c), Some(p)) = (r.cached_tokens, r.prompt_tokens) {
                 cached += u64::from(c);
-                prompt += u64::from(r.input_tokens);
+                prompt += u64::from(p);
             }
         }
         let mut backends = BTreeMap::new();
@@ -338,6 +340,8 @@ mod tests {
             ok(1, 1.0, 30.0, 230.0, 21),
             ok(2, 2.0, 20.0, 20.0, 1),
         ];
+        (recs[0].prompt_tokens, recs[0].cached_tokens) = (Some(100), Some(40));
+        (recs[1].prompt_tokens, recs[1].cached_tokens) = (Some(100), Some(0));
         recs.push(RequestRecord {
             index: 3,
             sent_s: 2.5,
@@ -367,6 +371,7 @@ mod tests {
         assert!((s.throughput_rps - 3.0 / 2.6).abs() < 1e-9);
         assert!((s.output_tokens_per_s - 33.0 / 2.6).abs() < 1e-9);
         assert_eq!(s.send_lag_max_ms, Some(9.0));
+        assert_eq!(s.cached_token_ratio, Some(0.2));
         assert_eq!(s.backends["b0"], 2);
         assert_eq!(s.backends["b1"], 2);
         assert_eq!(

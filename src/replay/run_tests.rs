@@ -198,7 +198,7 @@ async fn failures_are_recorded_with_their_reason() {
         (ok.status, ok.output_events, ok.completion_tokens),
         (Some(200), 5, Some(5))
     );
-    assert_eq!(ok.cached_tokens, Some(4));
+    assert_eq!((ok.prompt_tokens, ok.cached_tokens), (Some(10), Some(4)));
     assert_eq!(ok.backend.as_deref(), Some("b1"));
     assert_eq!(ok.predicted_ttft_ms, Some(12.5));
     let (ttft, e2e, tpot) = (ok.ttft_ms.unwrap(), ok.e2e_ms.unwrap(), ok.tpot_ms.unwrap());
