@@ -88,7 +88,10 @@ async fn synthetic_replay_through_the_gateway_records_every_request() {
     for r in &records {
         assert!(r.ok(), "request {} failed: {:?}", r.index, r.error);
         assert_eq!(r.status, Some(200));
-        let backend = r.backend.as_deref().expect("x-pronto-backend on every response");
+        let backend = r
+            .backend
+            .as_deref()
+            .expect("x-pronto-backend on every response");
         assert!(names.contains(backend), "unknown backend {backend}");
         assert!(r.predicted_ttft_ms.is_some_and(|p| p >= 0.0), "{r:?}");
         let (ttft, e2e) = (r.ttft_ms.unwrap(), r.e2e_ms.unwrap());
