@@ -114,7 +114,7 @@ if [[ -z "$requests" || "$requests" -eq 0 ]]; then
 fi
 if [[ -z "$errors" || "$errors" -ne 0 ]]; then
     echo "replay-smoke: FAILED: $errors of $requests requests failed; the first errors:" >&2
-    grep -m 5 -o '"error":"[^"]*"' "$OUT/results.jsonl" >&2 || true
+    grep -m 5 '"error":"' "$OUT/results.jsonl" | sed 's/.*"error":"//' | cut -c 1-240 >&2 || true
     exit 1
 fi
 echo "replay-smoke: OK: $requests requests, 0 errors"

@@ -115,19 +115,41 @@ impl Sender {
 
     /// The JSON body for `req` (the `index`-th request of its trace).
     pub fn body(&self, req: &TraceRequest, index: u64) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        struct Message<'a> {
+            role: &'static str,
+            content: &'a str,
+        }
+        #[derive(serde::Serialize)]
+        struct StreamOptions {
+            include_usage: bool,
+        }
+        #[derive(serde::Serialize)]
+        struct Body<'a> {
+            model: &'a str,
+            messages: [Message<'a>; 1],
+            max_tokens: u32,
+            stream: bool,
+            stream_options: StreamOptions,
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            ignore_eos: bool,
+        }
         let mut prompt = String::new();
         req.prompt_text(index, &mut prompt);
-        let mut body = serde_json::json!({
-            "model": self.model,
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": req.output_tokens,
-            "stream": true,
-            "stream_options": {"include_usage": true},
-        });
-        if self.ignore_eos {
-            body["ignore_eos"] = true.into();
-        }
-        serde_json::to_vec(&body).expect("a JSON value serialises")
+        let body = Body {
+            model: &self.model,
+            messages: [Message {
+                role: "user",
+                content: &prompt,
+            }],
+            max_tokens: req.output_tokens,
+            stream: true,
+            stream_options: StreamOptions {
+                include_usage: true,
+            },
+            ignore_eos: self.ignore_eos,
+        };
+        serde_json::to_vec(&body).expect("the body serialises")
     }
 
     /// Send `req` now and record what happened; `epoch` is the replay's start and

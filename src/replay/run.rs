@@ -6,7 +6,8 @@
 //! by `--seed`. Then, in this order: `--spread` spreads equal timestamps over their bucket
 //! ([`spread_ties`]; the Mooncake conversation trace is quantised to 3 s), `--limit N` keeps the
 //! first N requests, `--load-scale X` offers X times the trace's request rate (arrival times are
-//! divided by X via [`scale_arrivals`]), and `--duration D` drops requests scheduled after D.
+//! divided by X via [`scale_arrivals`]), `--duration D` drops requests scheduled after D, and
+//! `--max-input-tokens N` drops prompts longer than N tokens (a backend's context length).
 //! Each request keeps its position in the original trace as its index, so its prompt (and the
 //! ids no other request shares) does not depend on these options.
 //!
@@ -71,6 +72,10 @@ pub struct ReplayArgs {
     /// Conversations in the synthetic workload.
     #[arg(long, default_value_t = 200)]
     pub conversations: usize,
+    /// Skip requests whose prompt is longer than this many tokens (e.g. the backends'
+    /// context length); the number skipped is printed.
+    #[arg(long)]
+    pub max_input_tokens: Option<u32>,
     /// Spread runs of equal timestamps evenly over their bucket.
     #[arg(long)]
     pub spread: bool,
@@ -116,7 +121,18 @@ pub fn workload(args: &ReplayArgs) -> anyhow::Result<Vec<(u64, TraceRequest)>> {
         let end = d.as_secs_f64();
         reqs.retain(|r| r.arrival_s <= end);
     }
-    Ok((0u64..).zip(reqs).collect())
+    let mut out: Vec<(u64, TraceRequest)> = (0u64..).zip(reqs).collect();
+    if let Some(max) = args.max_input_tokens {
+        let before = out.len();
+        out.retain(|(_, r)| r.input_tokens <= max);
+        if out.len() < before {
+            eprintln!(
+                "skipping {} of {before} requests with more than {max} prompt tokens",
+                before - out.len()
+            );
+        }
+    }
+    Ok(out)
 }
 
 /// Counters shared by the request tasks and the progress display.

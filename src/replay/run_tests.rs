@@ -56,6 +56,13 @@ fn workload_options_cut_and_scale_but_keep_indices() {
         all.iter().filter(|(_, r)| r.arrival_s <= 20.0).count()
     );
 
+    let short = workload(&args(&["--max-input-tokens", "2500"])).unwrap();
+    assert!(!short.is_empty() && short.len() < all.len());
+    assert!(short.iter().all(|(_, r)| r.input_tokens <= 2500));
+    for (i, r) in &short {
+        assert_eq!(&all[*i as usize].1, r, "indices survive the filter");
+    }
+
     let other_seed = workload(&args(&["--seed", "2", "--conversations", "10"])).unwrap();
     assert_ne!(other_seed[0].1, all[0].1);
 
