@@ -176,10 +176,22 @@ fn y_label(out: &mut String, label: &str) {
     );
 }
 
-/// Legend entries (colour, text) in the lower right of the plot area.
-fn legend(out: &mut String, entries: &[(String, String)]) {
-    let top = Y1 - 12.0 - 18.0 * entries.len() as f64;
-    let x = X1 - 250.0;
+/// Where a legend goes inside the plot area.
+#[derive(Clone, Copy)]
+enum Corner {
+    /// Empty in a CDF: no curve is high before it has moved right.
+    TopLeft,
+    /// Clear of the error marks along a scatter's bottom edge.
+    TopRight,
+}
+
+/// Legend entries (colour, text) in a corner of the plot area.
+fn legend(out: &mut String, entries: &[(String, String)], corner: Corner) {
+    let top = Y0 + 14.0;
+    let x = match corner {
+        Corner::TopLeft => X0 + 16.0,
+        Corner::TopRight => X1 - 250.0,
+    };
     let _ = writeln!(
         out,
         "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"240\" height=\"{:.1}\" fill=\"white\" \
@@ -248,7 +260,7 @@ pub fn cdf_svg(series: &[(&str, &[f64])], title: &str) -> String {
             "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{pts}\"/>"
         );
     }
-    legend(&mut out, &entries);
+    legend(&mut out, &entries, Corner::TopLeft);
     out.push_str("</svg>\n");
     out
 }
@@ -366,6 +378,7 @@ pub fn over_time_svg(points: &[TimePoint], title: &str) -> String {
                 format!("error (n={})", errors.len()),
             ),
         ],
+        Corner::TopRight,
     );
     out.push_str("</svg>\n");
     out
