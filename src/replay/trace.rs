@@ -18,7 +18,7 @@ use std::path::Path;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::tokens::{mix64, synthetic_block_ids, TokenId};
+use crate::tokens::{mix64, synthetic_block_ids, synthetic_block_text, TokenId};
 
 /// Tokens per Mooncake `hash_id` block.
 pub const TRACE_BLOCK_TOKENS: usize = 512;
@@ -57,6 +57,26 @@ impl TraceRequest {
         let done = out.len() - start;
         if done < total {
             synthetic_block_ids(mix64(UNIQUE_SALT ^ index), total - done, out);
+        }
+    }
+
+    /// Append this request's prompt text to `out`: the text whose tokenization by
+    /// [`crate::tokens::token_ids`] is exactly [`TraceRequest::prompt_ids`]`(index)` (same
+    /// blocks, same salts, [`synthetic_block_text`] in place of [`synthetic_block_ids`]).
+    /// Every token is four bytes, so the text is `4 × input_tokens` bytes long.
+    pub fn prompt_text(&self, index: u64, out: &mut String) {
+        let total = self.input_tokens as usize;
+        let mut done = 0;
+        for &h in &self.hash_ids {
+            if done >= total {
+                break;
+            }
+            let n = (total - done).min(TRACE_BLOCK_TOKENS);
+            synthetic_block_text(h, n, out);
+            done += n;
+        }
+        if done < total {
+            synthetic_block_text(mix64(UNIQUE_SALT ^ index), total - done, out);
         }
     }
 }
@@ -367,6 +387,50 @@ mod tests {
         assert_ne!(a[512..600], b[512..600]);
         let err = parse_mooncake("{\"timestamp\": 1}\n", "f").unwrap_err();
         assert!(err.to_string().starts_with("f:1:"), "{err}");
+    }
+
+    #[test]
+    fn prompt_text_tokenizes_to_prompt_ids() {
+        let reqs = [
+            // Mooncake-like: full blocks, a partial last block.
+            (vec![0, 1, 2], 1100),
+            // More tokens than the hash ids cover: the rest is unique to the index.
+            (vec![5], 700),
+            // Fewer tokens than the hash ids cover.
+            (vec![7, 8, 9], 300),
+            // No prefix information (Azure), and an empty prompt.
+            (vec![], 90),
+            (vec![], 0),
+        ];
+        for (i, (hash_ids, input)) in reqs.into_iter().enumerate() {
+            let r = TraceRequest {
+                arrival_s: 0.0,
+                input_tokens: input,
+                output_tokens: 1,
+                hash_ids,
+                session: None,
+            };
+            let (mut text, mut ids) = (String::new(), Vec::new());
+            r.prompt_text(i as u64, &mut text);
+            r.prompt_ids(i as u64, &mut ids);
+            assert_eq!(ids.len(), input as usize);
+            assert_eq!(text.len(), 4 * input as usize);
+            assert_eq!(
+                crate::tokens::token_ids(text.as_bytes()),
+                ids,
+                "request {i}"
+            );
+        }
+        // The synthetic workload's turns share their conversation's leading text.
+        let w = SyntheticWorkload::default().generate();
+        let s0: Vec<&TraceRequest> = w.iter().filter(|r| r.session == w[0].session).collect();
+        if let [a, b, ..] = s0[..] {
+            let (mut ta, mut tb) = (String::new(), String::new());
+            a.prompt_text(0, &mut ta);
+            b.prompt_text(1, &mut tb);
+            let full = (a.hash_ids.len() - 1) * TRACE_BLOCK_TOKENS * 4;
+            assert_eq!(ta[..full], tb[..full]);
+        }
     }
 
     #[test]
