@@ -32,6 +32,17 @@ enum Command {
     SimFleet(pronto::sim::fleet::SimFleetArgs),
     /// Replay a trace through the engine model on a virtual clock, once per policy.
     Evaluate(pronto::sim::evaluate::EvaluateArgs),
+    /// Replay a trace open-loop against a live gateway or backend; write results and plots.
+    Replay(pronto::replay::ReplayArgs),
+    /// Config tooling.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the JSON Schema of the gateway config file (for editors).
+    Schema,
 }
 
 #[derive(Args)]
@@ -107,6 +118,11 @@ fn main() -> ExitCode {
             .and_then(|rt| rt.block_on(pronto::sim::fleet::run_sim_fleet(a)))
             .map(|()| ExitCode::SUCCESS),
         Command::Evaluate(a) => pronto::sim::evaluate::run_evaluate(a).map(|()| ExitCode::SUCCESS),
+        Command::Replay(a) => pronto::replay::run_replay(a).map(|()| ExitCode::SUCCESS),
+        Command::Config(ConfigCommand::Schema) => {
+            println!("{}", pronto::config::config_schema());
+            Ok(ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,
