@@ -8,6 +8,11 @@ trap 'rm -f "$log"' EXIT
 cargo build --locked --all-targets
 cargo test --locked --all-targets 2>&1 | tee -a "$log"
 cargo test --locked --doc 2>&1 | tee -a "$log"
+# The criterion benches compile (dev profile: the release build alone would take most of CI's
+# budget on two cores; `cargo bench` builds them optimised).
+cargo bench --locked --no-run --profile dev
+# One minute of the synthetic workload through the gateway in front of a simulated fleet.
+SKIP_BUILD=1 DURATION=${REPLAY_SMOKE_DURATION:-60s} ./scripts/replay-smoke.sh
 # One closing line over every test binary (each prints its own `test result:` line).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "Total: %d passed, %d failed\n", p, f }' "$log"

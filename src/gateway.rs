@@ -31,7 +31,7 @@ use std::time::Instant;
 use crate::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
 use crate::backend::Backend;
 use crate::config::Config;
-use crate::request::RequestFeatures;
+use crate::request::{RequestFeatures, TokenRatio};
 use crate::routing::{apply_prefix_matches, limit_to_resident, BackendView, Policy};
 use crate::telemetry::Metrics;
 use crate::tokens::BLOCK_TOKENS;
@@ -59,11 +59,16 @@ pub struct Pool {
     /// Which backend was sent which prompt prefixes (index = position in `backends`); shared
     /// with the previous state when a reload keeps it.
     pub index: Arc<PrefixIndex>,
+    /// Engine tokens per Pronto token for this model, learned from `usage`; kept across
+    /// reloads with the pool's model name.
+    pub token_ratio: Arc<TokenRatio>,
 }
 
 impl Pool {
     /// Routing views of every backend at `now` for `features`: load, engine stats, TTFT
     /// model, and the prefix-cache hit expected for this prompt; `tried` backends excluded.
+    /// `features.prompt_tokens` is in the engine's tokens (see [`Pool::token_ratio`]); a
+    /// matched block is worth `BLOCK_TOKENS × ratio` of them.
     pub fn views(
         &self,
         features: &RequestFeatures,
@@ -88,7 +93,7 @@ impl Pool {
             apply_prefix_matches(
                 &mut views,
                 &matched,
-                BLOCK_TOKENS as u32,
+                BLOCK_TOKENS as f64 * self.token_ratio.ratio(),
                 features.prompt_tokens,
             );
         }
@@ -220,6 +225,8 @@ impl GatewayState {
                     model: p.model.clone(),
                     policy,
                     index,
+                    token_ratio: old
+                        .map_or_else(Arc::default, |(pool, _, _)| Arc::clone(&pool.token_ratio)),
                     backends,
                 },
             );

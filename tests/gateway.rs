@@ -646,3 +646,48 @@ async fn backends_closing_pooled_connections_cost_no_request() {
         "each request served exactly once"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_token_ratio_is_learned_from_usage_without_touching_the_request() {
+    let backend = TestBackend::start(
+        "b",
+        Behavior {
+            prompt_token_factor: 1.6,
+            ..Behavior::default()
+        },
+    )
+    .await;
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "predicted_ttft", &[backend.url()]),
+        "",
+    ));
+    let ratio = |m: &str| metric_value(m, r#"pronto_prompt_token_ratio{pool="m"}"#);
+    let c = client(false);
+    let mut sent = Vec::new();
+    for i in 0..6 {
+        // Streams (this backend reports usage on them) and plain responses both teach it.
+        let body = chat_body(2000 + 100 * i, i % 2 == 0);
+        sent.push(body.len());
+        let resp = c
+            .post(gw.url("/v1/chat/completions"))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.bytes().await.unwrap();
+    }
+    let m = metrics_when(&gw, |m| ratio(m).is_some_and(|r| (r - 1.6).abs() < 0.01)).await;
+    assert!((ratio(&m).unwrap() - 1.6).abs() < 0.01, "{:?}", ratio(&m));
+    // The requests reached the backend as sent: nothing added (no stream_options).
+    let seen: Vec<usize> = backend
+        .state
+        .seen
+        .bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| b.0)
+        .collect();
+    assert_eq!(seen, sent);
+}

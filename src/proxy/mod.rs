@@ -177,7 +177,7 @@ impl Proxy {
         let session_header = session
             .get_header("x-session-id")
             .and_then(|v| v.to_str().ok());
-        let features = parse_request(endpoint, &body, session_header)
+        let mut features = parse_request(endpoint, &body, session_header)
             .map_err(|e| (None, GatewayError::BadRequest(e.to_string())))?;
         let Some(pool) = state.pool(&features.model) else {
             return Err((
@@ -188,6 +188,9 @@ impl Proxy {
             ));
         };
         let pool_err = |e| (Some(pool.model.clone()), e);
+        // Costs are in the engine's tokens: correct our count by what `usage` taught us.
+        let our_prompt_tokens = features.prompt_tokens;
+        features.prompt_tokens = pool.token_ratio.scale(our_prompt_tokens);
         let deadlines = Deadlines {
             first_token: limits.first_token_timeout,
             idle: limits.idle_timeout,
@@ -353,6 +356,13 @@ impl Proxy {
                             .client_ttft_seconds
                             .with_label_values(&[&pool.model])
                             .observe((t - arrived).as_secs_f64());
+                    }
+                    if let Some(u) = outcome.usage {
+                        pool.token_ratio.observe(u.prompt_tokens, our_prompt_tokens);
+                        self.metrics
+                            .prompt_token_ratio
+                            .with_label_values(&[&pool.model])
+                            .set(pool.token_ratio.ratio());
                     }
                     match outcome.end {
                         RelayEnd::Complete => {}

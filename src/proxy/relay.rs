@@ -18,7 +18,7 @@ use pingora_http::ResponseHeader;
 use super::upstream::is_hop_by_hop;
 use crate::backend::InflightGuard;
 use crate::error::GatewayError;
-use crate::sse::SseScanner;
+use crate::sse::{usage_from_body, SseScanner, Usage};
 
 /// How a relay ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +40,14 @@ pub struct RelayOutcome {
     pub first_token_at: Option<Instant>,
     /// The upstream connection is clean and may be pooled.
     pub reusable: bool,
+    /// The response's `usage`: the stream's last usage event, or a complete JSON body's (bodies
+    /// up to [`USAGE_BODY_LIMIT`] are kept for it).
+    pub usage: Option<Usage>,
 }
+
+/// Largest non-streamed response body copied to read its `usage` (typical chat completions
+/// are a few KiB; larger ones — embeddings — are relayed without a copy).
+pub const USAGE_BODY_LIMIT: usize = 256 << 10;
 
 /// The response head for the client: the backend's, minus hop-by-hop headers, plus our own.
 pub fn client_response_head(
@@ -96,7 +103,15 @@ impl Relay<'_> {
             end: RelayEnd::Complete,
             first_token_at: None,
             reusable: false,
+            usage: None,
         };
+        // A non-streamed body of known, small length is kept to read its `usage` at the end.
+        let mut kept: Option<Vec<u8>> = (!sse)
+            .then(|| head.headers.get(header::CONTENT_LENGTH))
+            .flatten()
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+            .filter(|&n| n <= USAGE_BODY_LIMIT)
+            .map(Vec::with_capacity);
         if client.write_response_header(Box::new(head)).await.is_err() {
             out.end = RelayEnd::ClientGone;
             return out;
@@ -107,6 +122,13 @@ impl Relay<'_> {
                 if sse && scanner.feed(&chunk).first_token {
                     out.first_token_at = Some(Instant::now());
                     guard.first_token();
+                }
+                if let Some(k) = kept.as_mut() {
+                    if k.len() + chunk.len() <= USAGE_BODY_LIMIT {
+                        k.extend_from_slice(&chunk);
+                    } else {
+                        kept = None;
+                    }
                 }
                 if client.write_response_body(chunk, false).await.is_err() {
                     out.end = RelayEnd::ClientGone;
@@ -162,6 +184,11 @@ impl Relay<'_> {
             return out;
         }
         out.reusable = up.response_done();
+        out.usage = if sse {
+            scanner.usage()
+        } else {
+            kept.as_deref().and_then(usage_from_body)
+        };
         out
     }
 }

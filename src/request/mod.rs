@@ -6,6 +6,8 @@
 mod features;
 mod json_str;
 mod parse;
+pub mod token_ratio;
 
 pub use features::{Endpoint, RequestFeatures};
 pub use parse::{parse_request, RequestError};
+pub use token_ratio::TokenRatio;

@@ -204,12 +204,12 @@ pub fn expected_output_tokens(features: &RequestFeatures) -> u32 {
 pub fn apply_prefix_matches(
     views: &mut [BackendView],
     matched_blocks: &[u32],
-    block_tokens: u32,
+    block_tokens: f64,
     prompt_tokens: u32,
 ) {
     let cap = prompt_tokens.saturating_sub(1);
     for (v, &m) in views.iter_mut().zip(matched_blocks) {
-        v.cached_tokens = m.saturating_mul(block_tokens).min(cap);
+        v.cached_tokens = (f64::from(m) * block_tokens).min(f64::from(cap)) as u32;
     }
 }
 

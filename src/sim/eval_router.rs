@@ -181,7 +181,7 @@ impl RouterSideState {
         apply_prefix_matches(
             &mut self.views,
             &self.matched,
-            BLOCK_TOKENS as u32,
+            BLOCK_TOKENS as f64,
             features.prompt_tokens,
         );
         for (i, v) in self.views.iter_mut().enumerate() {

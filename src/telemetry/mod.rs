@@ -106,6 +106,9 @@ pub struct Metrics {
     /// `pronto_prefix_match_ratio{pool}`: expected cached share of the prompt on the chosen
     /// backend.
     pub prefix_match_ratio: HistogramVec,
+    /// `pronto_prompt_token_ratio{pool}`: engine prompt tokens per Pronto-counted token,
+    /// learned from responses' `usage` (1 until one reports it).
+    pub prompt_token_ratio: GaugeVec,
     /// `pronto_config_reloads_total{result}`: reload attempts by [`ReloadResult`].
     pub config_reloads_total: IntCounterVec,
     /// `pronto_config_version`: the active config's version (1 at start, +1 per applied
@@ -277,6 +280,12 @@ impl Metrics {
                 "Expected prefix-cache share of the prompt on the chosen backend",
                 &["pool"],
                 RATIO_BUCKETS,
+            ),
+            prompt_token_ratio: float_gauge(
+                &r,
+                "pronto_prompt_token_ratio",
+                "Engine prompt tokens per Pronto-counted token, learned from usage",
+                &["pool"],
             ),
             config_reloads_total: counter(
                 &r,

@@ -32,6 +32,9 @@ pub struct Behavior {
     pub die_after: Option<usize>,
     /// `/health` answers 200 when true, else 503.
     pub healthy: bool,
+    /// `usage.prompt_tokens` reported = this × Pronto's own count of the prompt (an engine
+    /// whose tokenizer charges more or less than Pronto's).
+    pub prompt_token_factor: f64,
 }
 
 impl Default for Behavior {
@@ -45,6 +48,7 @@ impl Default for Behavior {
             tokens: 4,
             die_after: None,
             healthy: true,
+            prompt_token_factor: 1.0,
         }
     }
 }
@@ -218,17 +222,22 @@ async fn completion(
     }
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let stream = v["stream"].as_bool().unwrap_or(false);
+    let prompt_tokens =
+        pronto::request::parse_request(pronto::request::Endpoint::ChatCompletions, &body, None)
+            .map_or(10, |f| {
+                (f64::from(f.prompt_tokens) * b.prompt_token_factor).round() as u32
+            });
     let name = s.name.clone();
     if !stream {
         tokio::time::sleep(b.first_token_delay + b.token_delay * b.tokens as u32).await;
         let text = (0..b.tokens).map(|i| format!("t{i} ")).collect::<String>();
         let v = serde_json::json!({"id":"x","object":"chat.completion","model":"m","backend":name,
             "choices":[{"index":0,"message":{"role":"assistant","content":text},"finish_reason":"length"}],
-            "usage":{"prompt_tokens":10,"completion_tokens":b.tokens,"total_tokens":10+b.tokens}});
+            "usage":{"prompt_tokens":prompt_tokens,"completion_tokens":b.tokens,"total_tokens":prompt_tokens as usize+b.tokens}});
         return ([("content-type", "application/json")], v.to_string()).into_response();
     }
     let state = Arc::clone(&s);
-    let out = async_stream(state, b, name);
+    let out = async_stream(state, b, name, prompt_tokens);
     Response::builder()
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-cache")
@@ -240,6 +249,7 @@ fn async_stream(
     state: Arc<BackendState>,
     b: Behavior,
     name: String,
+    prompt_tokens: u32,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1);
     tokio::spawn(async move {
@@ -269,7 +279,7 @@ fn async_stream(
             state.seen.tokens_sent.fetch_add(1, Ordering::SeqCst);
         }
         let fin = serde_json::json!({"choices":[{"index":0,"delta":{},"finish_reason":"length"}],
-            "usage":{"prompt_tokens":10,"completion_tokens":b.tokens,"total_tokens":10+b.tokens}});
+            "usage":{"prompt_tokens":prompt_tokens,"completion_tokens":b.tokens,"total_tokens":prompt_tokens as usize+b.tokens}});
         if tx.send(Ok(chunk(fin))).await.is_err() {
             return;
         }
