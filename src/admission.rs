@@ -374,11 +374,7 @@ mod tests {
         let t1 = a.enqueue(pool("p"), pool("r"), 0, t0, 2).unwrap();
         let t2 = a.enqueue(pool("q"), pool("r"), 0, t0, 2).unwrap();
         assert!(a.enqueue(pool("p"), pool("r"), 0, t0, 2).is_none());
-        let gauge = || {
-            m.admission_queue_length
-                .with_label_values(&["r"])
-                .get()
-        };
+        let gauge = || m.admission_queue_length.with_label_values(&["r"]).get();
         assert_eq!(gauge(), 2);
         drop(t1);
         t2.dispatch();

@@ -100,7 +100,10 @@ async fn routes_match_by_key_header_model_glob_in_order() {
         - {name: exact, match: {model: mistral, path: '/v1/chat/*'}, pool: pb}\n";
     let gw = Gateway::start(&config_yaml(&pools, routes));
     let to = |r: Reply| (r.status, r.backend.unwrap_or_default());
-    assert_eq!(to(send(&gw, "llama-3-8b", &[]).await), (200, "pa-b0".into()));
+    assert_eq!(
+        to(send(&gw, "llama-3-8b", &[]).await),
+        (200, "pa-b0".into())
+    );
     assert_eq!(
         to(send(&gw, "llama-3-8b", &[("x-tenant", "acme")]).await),
         (200, "pb-b0".into()),
@@ -222,10 +225,7 @@ async fn queued_requests_wait_for_capacity_and_leave_when_their_client_hangs_up(
     metric_reaches(&gw, "pronto_admission_queue_length{route=\"q\"}", 0.0).await;
     assert_eq!(arrival_ids(&backend), ["first", "waiter"]);
     let m = metrics_when(&gw, |m| {
-        metric_value(
-            m,
-            "pronto_admission_queue_wait_seconds_count{route=\"q\"}",
-        ) == Some(2.0)
+        metric_value(m, "pronto_admission_queue_wait_seconds_count{route=\"q\"}") == Some(2.0)
     })
     .await;
     assert_eq!(

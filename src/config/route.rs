@@ -137,9 +137,9 @@ impl RouteMatch {
         let Some(token) = bearer_token(headers) else {
             return false;
         };
-        self.api_keys
-            .iter()
-            .fold(false, |found, key| found | constant_time_eq(key.as_bytes(), token))
+        self.api_keys.iter().fold(false, |found, key| {
+            found | constant_time_eq(key.as_bytes(), token)
+        })
     }
 
     /// Whether this matcher accepts every request.
@@ -330,7 +330,9 @@ impl Checker {
             if !valid_name(n) {
                 self.error(
                     path,
-                    format!("`{n}` is not a valid class name: use letters, digits, `_`, `.` and `-`"),
+                    format!(
+                        "`{n}` is not a valid class name: use letters, digits, `_`, `.` and `-`"
+                    ),
                 );
             } else if !seen.insert(n.as_str()) {
                 self.error(path, format!("class `{n}` is listed twice"));
@@ -399,9 +401,9 @@ impl Checker {
             }
         }
         for p in &pool_names {
-            let reached = entries.iter().any(|r| {
-                r.pool.as_deref() == Some(*p) || r.fallback_pool.as_deref() == Some(*p)
-            });
+            let reached = entries
+                .iter()
+                .any(|r| r.pool.as_deref() == Some(*p) || r.fallback_pool.as_deref() == Some(*p));
             if !reached && !entries.is_empty() {
                 self.warn(
                     key_path("pools", p),

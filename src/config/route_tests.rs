@@ -86,8 +86,11 @@ fn constant_time_eq_is_equality() {
 const POOLS: &str = "pools:\n  fast: {backends: [{name: a, url: 'http://h:1'}]}\n  spare: {backends: [{name: b, url: 'http://h:2'}]}\n";
 
 fn load(routes: &str) -> Result<Config, String> {
-    Config::from_yaml_str(&format!("retry: {{max_retries: 0}}\n{routes}{POOLS}"), "f.yaml")
-        .map_err(|e| e.to_string())
+    Config::from_yaml_str(
+        &format!("retry: {{max_retries: 0}}\n{routes}{POOLS}"),
+        "f.yaml",
+    )
+    .map_err(|e| e.to_string())
 }
 
 #[test]
@@ -99,8 +102,14 @@ fn a_full_route_loads() {
     assert_eq!(c.admission.queue_size, 8);
     assert_eq!(c.priority_classes.len(), 3);
     let r = &c.routes[0];
-    assert_eq!((&*r.name, &*r.pool, &*r.priority, r.rank), ("chat", "fast", "batch", 2));
-    assert_eq!(r.matcher.headers, [("x-tier".to_string(), "gold".to_string())]);
+    assert_eq!(
+        (&*r.name, &*r.pool, &*r.priority, r.rank),
+        ("chat", "fast", "batch", 2)
+    );
+    assert_eq!(
+        r.matcher.headers,
+        [("x-tier".to_string(), "gold".to_string())]
+    );
     assert_eq!(
         r.slo,
         Some(Slo {
@@ -111,7 +120,10 @@ fn a_full_route_loads() {
     assert_eq!(r.max_retries, Some(1));
     assert_eq!(r.first_token_timeout, Some(Duration::from_secs(5)));
     let rest = &c.routes[1];
-    assert_eq!((rest.slo.clone(), &*rest.priority, rest.rank), (None, "gold", 0));
+    assert_eq!(
+        (rest.slo.clone(), &*rest.priority, rest.rank),
+        (None, "gold", 0)
+    );
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
 }
 
@@ -183,15 +195,32 @@ fn each_invalid_route_class_has_its_message() {
     ];
     for (yaml, expected) in cases {
         let err = load(yaml).expect_err(yaml);
-        assert!(err.contains(expected), "{yaml}\n  got: {err}\n  want: {expected}");
+        assert!(
+            err.contains(expected),
+            "{yaml}\n  got: {err}\n  want: {expected}"
+        );
     }
 }
 
 #[test]
 fn shadowed_routes_and_unreached_pools_warn() {
-    let c = load("routes:\n  - {name: all, pool: fast}\n  - {name: late, pool: fast, match: {model: x}}\n")
-        .unwrap();
-    let w: Vec<String> = c.warnings.iter().map(|d| format!("{}: {}", d.path, d.message)).collect();
-    assert!(w.iter().any(|m| m.starts_with("routes[1]: never matches: routes[0]")), "{w:?}");
-    assert!(w.iter().any(|m| m == "pools.spare: no route sends requests to pool `spare`"), "{w:?}");
+    let c = load(
+        "routes:\n  - {name: all, pool: fast}\n  - {name: late, pool: fast, match: {model: x}}\n",
+    )
+    .unwrap();
+    let w: Vec<String> = c
+        .warnings
+        .iter()
+        .map(|d| format!("{}: {}", d.path, d.message))
+        .collect();
+    assert!(
+        w.iter()
+            .any(|m| m.starts_with("routes[1]: never matches: routes[0]")),
+        "{w:?}"
+    );
+    assert!(
+        w.iter()
+            .any(|m| m == "pools.spare: no route sends requests to pool `spare`"),
+        "{w:?}"
+    );
 }

@@ -229,7 +229,12 @@ impl Checker {
     }
 
     /// A positive duration; `default` when absent or invalid.
-    pub(super) fn duration(&mut self, q: Option<&Quantity>, path: &str, default: Duration) -> Duration {
+    pub(super) fn duration(
+        &mut self,
+        q: Option<&Quantity>,
+        path: &str,
+        default: Duration,
+    ) -> Duration {
         let parsed = match q {
             None => return default,
             Some(Quantity::Text(s)) => parse_duration(s),
