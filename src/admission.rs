@@ -318,7 +318,7 @@ mod tests {
         assert!(a.waiting_ahead("p", 1) && a.waiting_ahead("p", 0));
         assert!(!a.waiting_ahead("r", 1));
 
-        let mut waiting = vec![
+        let mut waiting = [
             ("batch", Some(late_batch)),
             ("i-late", Some(interactive_late)),
             ("i-early", Some(interactive_early)),
