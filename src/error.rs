@@ -60,6 +60,20 @@ pub enum GatewayError {
     /// The client was too slow sending its request body.
     #[error("Timed out reading the request body")]
     RequestTimeout,
+    /// SLO admission refused the request (its route's `on_slo_miss: shed`, a full queue, or
+    /// a queue deadline that passed with no backend free).
+    #[error("Route `{route}` cannot serve this request within its time-to-first-token objective now ({reason}); retry later")]
+    Overloaded {
+        /// Route name.
+        route: String,
+        /// Why (a [`crate::admission::ShedReason`] label).
+        reason: &'static str,
+        /// Suggested wait before retrying, seconds.
+        retry_after_s: u32,
+    },
+    /// The client hung up while its request waited in the admission queue.
+    #[error("The client closed the request before it was sent to a backend")]
+    ClientClosed,
     /// A bug or an unexpected local failure.
     #[error("Internal error: {0}")]
     Internal(String),
@@ -76,6 +90,9 @@ impl GatewayError {
             GatewayError::NoBackend { .. } => 503,
             GatewayError::FirstTokenTimeout { .. } => 504,
             GatewayError::RequestTimeout => 408,
+            GatewayError::Overloaded { .. } => 429,
+            // nginx's "client closed request": never seen by the client, only in metrics.
+            GatewayError::ClientClosed => 499,
             GatewayError::Internal(_) => 500,
         }
     }
@@ -88,7 +105,9 @@ impl GatewayError {
             | GatewayError::BadRequest(_)
             | GatewayError::ModelNotFound { .. }
             | GatewayError::BodyTooLarge { .. }
-            | GatewayError::RequestTimeout => "invalid_request_error",
+            | GatewayError::RequestTimeout
+            | GatewayError::ClientClosed => "invalid_request_error",
+            GatewayError::Overloaded { .. } => "rate_limit_error",
             GatewayError::NoBackend { .. } | GatewayError::FirstTokenTimeout { .. } => {
                 "service_unavailable_error"
             }
@@ -107,6 +126,8 @@ impl GatewayError {
             GatewayError::NoBackend { .. } => "no_backend_available",
             GatewayError::FirstTokenTimeout { .. } => "first_token_timeout",
             GatewayError::RequestTimeout => "request_timeout",
+            GatewayError::Overloaded { .. } => "slo_overloaded",
+            GatewayError::ClientClosed => "client_closed_request",
             GatewayError::Internal(_) => "internal_error",
         }
     }
@@ -115,6 +136,7 @@ impl GatewayError {
     pub fn retry_after(&self) -> Option<u32> {
         match self {
             GatewayError::NoBackend { .. } => Some(1),
+            GatewayError::Overloaded { retry_after_s, .. } => Some(*retry_after_s),
             _ => None,
         }
     }

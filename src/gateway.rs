@@ -30,7 +30,7 @@ use std::time::Instant;
 
 use crate::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
 use crate::backend::Backend;
-use crate::config::Config;
+use crate::config::{Config, Route};
 use crate::request::{RequestFeatures, TokenRatio};
 use crate::routing::{apply_prefix_matches, limit_to_resident, BackendView, Policy};
 use crate::telemetry::Metrics;
@@ -252,10 +252,42 @@ impl GatewayState {
         self.pools.get(model)
     }
 
+    /// Where a request goes: the first route matching `model`, `path` and `headers`, and its
+    /// pool; without `routes:` in the config, the pool named by `model` and no route. `None`:
+    /// nothing serves it (404).
+    pub fn route(
+        &self,
+        model: &str,
+        path: &str,
+        headers: &http::HeaderMap,
+    ) -> Option<(&Pool, Option<&Route>)> {
+        if self.config.routes.is_empty() {
+            return self.pool(model).map(|p| (p, None));
+        }
+        let route = self
+            .config
+            .routes
+            .iter()
+            .find(|r| r.matcher.matches(model, path, headers))?;
+        Some((self.pools.get(&route.pool)?, Some(route)))
+    }
+
     /// `GET /v1/models` body: one entry per pool, sorted by name.
+    ///
+    /// With `routes:`, the models are the routes' exact (wildcard-free) model names, since
+    /// pool names are then not model names.
     pub fn models_json(&self) -> serde_json::Value {
-        let mut names: Vec<&str> = self.pools.keys().map(|k| &**k).collect();
+        let mut names: Vec<String> = if self.config.routes.is_empty() {
+            self.pools.keys().map(|k| k.to_string()).collect()
+        } else {
+            self.config
+                .routes
+                .iter()
+                .filter_map(|r| r.matcher.model.as_ref()?.literal())
+                .collect()
+        };
         names.sort_unstable();
+        names.dedup();
         let data: Vec<serde_json::Value> = names
             .into_iter()
             .map(|m| {

@@ -90,8 +90,35 @@ fn annotated_example_sets_every_field() {
         health,
         explain_headers,
         reload,
+        priority_classes,
+        admission,
+        routes,
         pools,
     } = f;
+    assert!(priority_classes.is_some());
+    assert!(admission.expect("admission").queue_size.is_some());
+    let file::RouteFile {
+        name,
+        matches,
+        pool,
+        ttft_slo,
+        priority,
+        on_slo_miss,
+        fallback_pool,
+        max_retries,
+        first_token_timeout,
+        idle_timeout,
+    } = routes.expect("routes").remove(0);
+    assert!(name.is_some() && pool.is_some() && ttft_slo.is_some() && priority.is_some());
+    assert!(on_slo_miss.is_some() && fallback_pool.is_some() && max_retries.is_some());
+    assert!(first_token_timeout.is_some() && idle_timeout.is_some());
+    let file::MatchFile {
+        model,
+        path: route_path,
+        headers,
+        api_keys,
+    } = matches.expect("match");
+    assert!(model.is_some() && route_path.is_some() && headers.is_some() && api_keys.is_some());
     assert!(listen.is_some() && admin_listen.is_some() && threads.is_some());
     assert!(grace_period.is_some() && explain_headers.is_some());
     let file::LimitsFile {
@@ -372,7 +399,10 @@ fn yaml_paths(v: &Value, prefix: &str, out: &mut Vec<String>) {
     match v {
         Value::Object(map) => {
             for (k, x) in map {
-                let key = if prefix == "pools" || prefix.ends_with(".labels") {
+                let key = if prefix == "pools"
+                    || prefix.ends_with(".labels")
+                    || prefix.ends_with(".headers")
+                {
                     "*"
                 } else {
                     k

@@ -42,8 +42,63 @@ pub struct ConfigFile {
     pub explain_headers: Option<bool>,
     /// Live reload of this file.
     pub reload: Option<ReloadFile>,
-    /// Backend pools keyed by model name.
+    /// Priority classes, most urgent first (`[interactive, batch]` when absent).
+    pub priority_classes: Option<Vec<String>>,
+    /// The SLO admission queue.
+    pub admission: Option<AdmissionFile>,
+    /// Ordered routes: request → pool; the first match wins.
+    pub routes: Option<Vec<RouteFile>>,
+    /// Backend pools keyed by model name (or by pool name when `routes:` is present).
     pub pools: Option<Pools>,
+}
+
+/// `admission:` section.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionFile {
+    /// Requests the gateway queue holds at most, over all routes.
+    pub queue_size: Option<u64>,
+}
+
+/// One entry of `routes:`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteFile {
+    /// Unique route name, a metric label.
+    pub name: Option<String>,
+    /// What the request must look like; absent matches every request.
+    #[serde(rename = "match")]
+    pub matches: Option<MatchFile>,
+    /// Target pool (a key of `pools:`).
+    pub pool: Option<String>,
+    /// Time-to-first-token objective; enables admission control.
+    pub ttft_slo: Option<Quantity>,
+    /// Priority class (one of `priority_classes`).
+    pub priority: Option<String>,
+    /// `queue`, `fallback` or `shed`.
+    pub on_slo_miss: Option<String>,
+    /// Pool used by `on_slo_miss: fallback`.
+    pub fallback_pool: Option<String>,
+    /// Overrides `retry.max_retries`.
+    pub max_retries: Option<u64>,
+    /// Overrides `limits.first_token_timeout`.
+    pub first_token_timeout: Option<Quantity>,
+    /// Overrides `limits.idle_timeout`.
+    pub idle_timeout: Option<Quantity>,
+}
+
+/// A route's `match:` section; every condition given must hold.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchFile {
+    /// Model name, exact or a glob (`llama-*`).
+    pub model: Option<String>,
+    /// Request path, exact or a glob.
+    pub path: Option<String>,
+    /// Header name → exact value.
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Bearer tokens, any of which matches.
+    pub api_keys: Option<Vec<String>>,
 }
 
 /// `limits:` section.

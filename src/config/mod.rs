@@ -24,6 +24,7 @@ mod effective;
 pub mod file;
 pub mod locate;
 pub mod model;
+pub mod route;
 mod schema;
 pub mod validate;
 
@@ -32,6 +33,7 @@ use std::path::Path;
 
 pub use check::{check_config, run_check_config, CheckConfigArgs};
 pub use model::{Backend, Config, Health, Limits, Pool, ReloadSettings, Retry};
+pub use route::{AdmissionSettings, Glob, Route, RouteMatch, Slo, SloAction};
 pub use schema::config_schema;
 
 /// [`Config::hash`] of a file whose text is `text`: equal hashes mean an identical file.

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::routing::PolicySpec;
 
+use super::route::{AdmissionSettings, Route};
 use super::Diagnostic;
 
 /// Default client listener.
@@ -74,6 +75,12 @@ pub struct Config {
     pub reload: ReloadSettings,
     /// Pools in file order; each model name appears once.
     pub pools: Vec<Pool>,
+    /// Priority classes, most urgent first (rank = position).
+    pub priority_classes: Vec<Arc<str>>,
+    /// The SLO admission queue.
+    pub admission: AdmissionSettings,
+    /// Routes in file order; empty: a request goes to the pool named by its model.
+    pub routes: Vec<Route>,
     /// Where the config came from (a file path, or `--backend` for the quick start).
     pub origin: String,
     /// The file this config was read from by [`Config::load`]; `None` for a config built from

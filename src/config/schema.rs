@@ -18,6 +18,7 @@ use serde_json::{json, Map, Value};
 
 use super::duration::{format_duration, format_size};
 use super::model::*;
+use super::route::{DEFAULT_PRIORITY_CLASSES, DEFAULT_QUEUE_SIZE, MAX_QUEUE_SIZE};
 use super::validate::{MAX_BODY_BYTES, MAX_THREADS, MIN_BODY_BYTES};
 use crate::routing::PolicyKind;
 
@@ -100,6 +101,24 @@ fn schema_value() -> Value {
                 },
                 "watch_interval": duration("Time between two polls of the file", DEFAULT_WATCH_INTERVAL),
             })),
+            "priority_classes": {
+                "description": "Priority classes, most urgent first; queued requests of a class go before any of a later one",
+                "type": "array", "minItems": 1,
+                "items": { "type": "string", "pattern": "^[A-Za-z0-9_.-]+$" },
+                "default": DEFAULT_PRIORITY_CLASSES,
+            },
+            "admission": section("The SLO admission queue (routes with on_slo_miss: queue)", json!({
+                "queue_size": {
+                    "description": "Requests the queue holds at most, over all routes; beyond it, 429",
+                    "type": "integer", "minimum": 1, "maximum": MAX_QUEUE_SIZE,
+                    "default": DEFAULT_QUEUE_SIZE,
+                },
+            })),
+            "routes": {
+                "description": "Ordered routes, first match wins; without it a request goes to the pool named by its model",
+                "type": "array", "minItems": 1,
+                "items": { "$ref": "#/$defs/route" },
+            },
             "pools": {
                 "description": "Backend pools keyed by the model name clients send",
                 "type": "object",
@@ -165,6 +184,61 @@ fn schema_value() -> Value {
                 },
             },
             "policy": policy_schema(),
+            "route": route_schema(),
+        },
+    })
+}
+
+/// One entry of `routes:`.
+fn route_schema() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["name", "pool"],
+        "properties": {
+            "name": {
+                "description": "Unique route name; the `route` metric label",
+                "type": "string", "pattern": "^[A-Za-z0-9_.-]+$",
+            },
+            "match": section("Conditions, all of which must hold; absent: every request", json!({
+                "model": { "description": "Model name or glob (*, ?, [a-z], [!x])", "type": "string" },
+                "path": { "description": "Request path or glob, e.g. /v1/chat/*", "type": "string" },
+                "headers": {
+                    "description": "Header name -> exact value",
+                    "type": "object",
+                    "additionalProperties": { "type": "string" },
+                },
+                "api_keys": {
+                    "description": "Bearer tokens (Authorization: Bearer ...), any of which matches",
+                    "type": "array", "minItems": 1, "items": { "type": "string" },
+                },
+            })),
+            "pool": { "description": "Target pool (a key of pools)", "type": "string" },
+            "ttft_slo": {
+                "description": "Time-to-first-token objective; enables admission control",
+                "$ref": "#/$defs/duration",
+            },
+            "priority": {
+                "description": "Priority class (one of priority_classes); default: the first",
+                "type": "string",
+            },
+            "on_slo_miss": {
+                "description": "When the best predicted TTFT exceeds ttft_slo",
+                "type": "string", "enum": ["queue", "fallback", "shed"], "default": "queue",
+            },
+            "fallback_pool": { "description": "Pool for on_slo_miss: fallback", "type": "string" },
+            "max_retries": {
+                "description": "Overrides retry.max_retries for this route",
+                "type": "integer", "minimum": 0,
+            },
+            "first_token_timeout": {
+                "description": "Overrides limits.first_token_timeout for this route",
+                "$ref": "#/$defs/duration",
+            },
+            "idle_timeout": {
+                "description": "Overrides limits.idle_timeout for this route",
+                "$ref": "#/$defs/duration",
+            },
         },
     })
 }

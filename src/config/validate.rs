@@ -116,20 +116,24 @@ pub fn key_path(parent: &str, key: &str) -> String {
 
 /// Collects problems while building the model; on error, substitutes a default and goes on.
 #[derive(Default)]
-struct Checker {
+pub(super) struct Checker {
     errors: Vec<ConfigError>,
     warnings: Vec<ConfigWarning>,
 }
 
 impl Checker {
-    fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    pub(super) fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.errors.push(ConfigError {
             path: path.into(),
             message: message.into(),
         });
     }
 
-    fn warn(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    pub(super) fn error_count(&self) -> usize {
+        self.errors.len()
+    }
+
+    pub(super) fn warn(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.warnings.push(ConfigWarning {
             path: path.into(),
             message: message.into(),
@@ -186,6 +190,9 @@ impl Checker {
         let health = self.health(f);
         let reload = self.reload(f);
         let pools = self.pools(f, retry);
+        let priority_classes = self.priority_classes(f);
+        let admission = self.admission(f);
+        let routes = self.routes(f, &pools, &priority_classes);
         Config {
             listen,
             admin_listen,
@@ -197,6 +204,9 @@ impl Checker {
             explain_headers: f.explain_headers.unwrap_or(false),
             reload,
             pools,
+            priority_classes,
+            admission,
+            routes,
             origin: String::new(),
             source_path: None,
             warnings: Vec::new(),
@@ -219,7 +229,12 @@ impl Checker {
     }
 
     /// A positive duration; `default` when absent or invalid.
-    fn duration(&mut self, q: Option<&Quantity>, path: &str, default: Duration) -> Duration {
+    pub(super) fn duration(
+        &mut self,
+        q: Option<&Quantity>,
+        path: &str,
+        default: Duration,
+    ) -> Duration {
         let parsed = match q {
             None => return default,
             Some(Quantity::Text(s)) => parse_duration(s),
@@ -240,7 +255,7 @@ impl Checker {
     }
 
     /// An integer in `min..=u32::MAX`; `default` when absent or invalid.
-    fn count(&mut self, value: Option<u64>, path: &str, min: u64, default: u32) -> u32 {
+    pub(super) fn count(&mut self, value: Option<u64>, path: &str, min: u64, default: u32) -> u32 {
         match value {
             None => default,
             Some(n) if n < min => {
@@ -581,7 +596,7 @@ fn collide(a: SocketAddr, b: SocketAddr) -> bool {
 }
 
 /// `[A-Za-z0-9_.-]+`.
-fn valid_name(name: &str) -> bool {
+pub(super) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .bytes()

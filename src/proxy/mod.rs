@@ -11,6 +11,7 @@
 //! retried on another backend (at most `retry.max_retries` times, the full body sent again)
 //! while nothing has reached the client. Once the client has a byte, never.
 
+mod admit;
 mod body;
 mod relay;
 mod respond;
@@ -28,6 +29,7 @@ use pingora_core::protocols::http::ServerSession;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_proxy::{ProxyHttp, Session};
 
+use crate::admission::Admission;
 use crate::backend::RequestLoad;
 use crate::error::GatewayError;
 use crate::gateway::{GatewayState, Pool};
@@ -49,6 +51,9 @@ pub struct Proxy {
     metrics: Metrics,
     connector: Connector,
     active: Arc<ActiveRequests>,
+    /// The SLO admission queue; outlives reloads (requests queued under an old config keep
+    /// their place).
+    admission: Admission,
 }
 
 impl Proxy {
@@ -62,6 +67,7 @@ impl Proxy {
         opts.keepalive_pool_size = 1024;
         Proxy {
             state,
+            admission: Admission::new(metrics.clone()),
             metrics,
             connector: Connector::new(Some(opts)),
             active,
@@ -179,7 +185,11 @@ impl Proxy {
             .and_then(|v| v.to_str().ok());
         let mut features = parse_request(endpoint, &body, session_header)
             .map_err(|e| (None, GatewayError::BadRequest(e.to_string())))?;
-        let Some(pool) = state.pool(&features.model) else {
+        let Some((pool, route)) = state.route(
+            &features.model,
+            session.req_header().uri.path(),
+            &session.req_header().headers,
+        ) else {
             return Err((
                 None,
                 GatewayError::ModelNotFound {
@@ -187,15 +197,26 @@ impl Proxy {
                 },
             ));
         };
-        let pool_err = |e| (Some(pool.model.clone()), e);
-        // Costs are in the engine's tokens: correct our count by what `usage` taught us.
+        // Costs are in the engine's tokens: correct our count by what `usage` taught the pool
+        // (again after admission, which may fall back to another pool).
         let our_prompt_tokens = features.prompt_tokens;
         features.prompt_tokens = pool.token_ratio.scale(our_prompt_tokens);
+        let (pool, _departure) = self
+            .admit(session, state, pool, route, &features, arrived)
+            .await?;
+        features.prompt_tokens = pool.token_ratio.scale(our_prompt_tokens);
+        let pool_err = |e| (Some(pool.model.clone()), e);
         let deadlines = Deadlines {
-            first_token: limits.first_token_timeout,
-            idle: limits.idle_timeout,
+            first_token: route
+                .and_then(|r| r.first_token_timeout)
+                .unwrap_or(limits.first_token_timeout),
+            idle: route
+                .and_then(|r| r.idle_timeout)
+                .unwrap_or(limits.idle_timeout),
         };
-        let max_retries = state.config.retry.max_retries;
+        let max_retries = route
+            .and_then(|r| r.max_retries)
+            .unwrap_or(state.config.retry.max_retries);
         let health = &state.config.health;
         let mut tried: Vec<usize> = Vec::new();
         let mut retries = 0u32;

@@ -118,6 +118,12 @@ pub struct Metrics {
     pub config_info: IntGaugeVec,
     /// `pronto_config_last_reload_successful`: 0 after a failed reload attempt, else 1.
     pub config_last_reload_successful: IntGauge,
+    /// `pronto_admission_queue_length{route}`: requests waiting in the admission queue.
+    pub admission_queue_length: IntGaugeVec,
+    /// `pronto_admission_queue_wait_seconds{route}`: time spent in the admission queue.
+    pub admission_queue_wait_seconds: HistogramVec,
+    /// `pronto_admission_sheds_total{route,reason}`: requests refused with 429 by admission.
+    pub admission_sheds_total: IntCounterVec,
 }
 
 impl Default for Metrics {
@@ -308,6 +314,24 @@ impl Metrics {
                 &r,
                 "pronto_config_last_reload_successful",
                 "0 when the last reload attempt failed, else 1",
+            ),
+            admission_queue_length: gauge(
+                &r,
+                "pronto_admission_queue_length",
+                "Requests waiting in the SLO admission queue, by route",
+                &["route"],
+            ),
+            admission_queue_wait_seconds: histogram(
+                &r,
+                "pronto_admission_queue_wait_seconds",
+                "Time requests spent in the SLO admission queue, by route",
+                &["route"],
+            ),
+            admission_sheds_total: counter(
+                &r,
+                "pronto_admission_sheds_total",
+                "Requests refused with 429 by SLO admission, by route and reason",
+                &["route", "reason"],
             ),
             registry: r,
         }

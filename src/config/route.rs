@@ -1,0 +1,638 @@
+//! Routes: an ordered list of request matchers, each sending what it matches to a pool, with
+//! the route's TTFT objective and what to do when it cannot be met.
+//!
+//! ```yaml
+//! priority_classes: [interactive, batch]     # most urgent first
+//! admission: {queue_size: 1024}
+//! routes:
+//!   - name: chat
+//!     match: {model: "llama-*", headers: {x-tier: gold}, api_keys: [sk-live-1]}
+//!     pool: llama-fleet
+//!     ttft_slo: 800ms
+//!     priority: interactive
+//!     on_slo_miss: fallback                  # queue | fallback | shed
+//!     fallback_pool: llama-spare
+//! ```
+//!
+//! **Matching.** Routes are tried in file order and the first whose every given condition
+//! holds wins: `model` and `path` are globs (`*` any run of characters, `?` one character,
+//! `[a-z]` / `[!0-9]` a class, `\` escapes), `headers` are exact values (all must match),
+//! `api_keys` any one of the listed bearer tokens (`Authorization: Bearer …`), compared in
+//! constant time so response timing does not reveal how much of a key was right. A route with
+//! no `match:` matches everything. Without `routes:` a request goes to the pool named by its
+//! model, as before routes existed; with `routes:`, a request no route matches is a 404.
+//!
+//! **Admission settings** are validated here and enforced by [`crate::admission`]. A route
+//! without `ttft_slo` is not admission-controlled. `on_slo_miss` defaults to `queue`;
+//! `priority` defaults to the first class.
+//!
+//! **Validation** reports, with field paths: unknown target or fallback pools, a fallback to
+//! the route's own pool (a cycle), `fallback` without a `fallback_pool`, malformed globs,
+//! invalid header names, unknown priority classes, duplicate route or class names, admission
+//! keys without a `ttft_slo`; and warns about routes shadowed by an earlier catch-all and
+//! pools no route reaches.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::file::{ConfigFile, MatchFile, RouteFile};
+use super::model::Pool;
+use super::validate::{key_path, valid_name, Checker};
+
+/// Priority classes when the file names none, most urgent first.
+pub const DEFAULT_PRIORITY_CLASSES: [&str; 2] = ["interactive", "batch"];
+/// Default capacity of the admission queue (all routes together).
+pub const DEFAULT_QUEUE_SIZE: usize = 1024;
+/// Largest accepted `admission.queue_size`.
+pub const MAX_QUEUE_SIZE: u64 = 1 << 20;
+
+/// The SLO admission queue's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdmissionSettings {
+    /// Requests the queue holds at most, over all routes (>= 1).
+    pub queue_size: usize,
+}
+
+impl Default for AdmissionSettings {
+    fn default() -> AdmissionSettings {
+        AdmissionSettings {
+            queue_size: DEFAULT_QUEUE_SIZE,
+        }
+    }
+}
+
+/// What a route does with a request whose predicted TTFT misses its SLO.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SloAction {
+    /// Wait in the gateway queue (by priority, then deadline).
+    Queue,
+    /// Send it to this other pool instead (once).
+    Fallback(Arc<str>),
+    /// Answer 429 with `Retry-After`.
+    Shed,
+}
+
+/// A route's TTFT objective.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slo {
+    /// Objective for the time to first token (> 0); also the queue deadline.
+    pub ttft: Duration,
+    /// What to do when the best predicted TTFT exceeds it.
+    pub on_miss: SloAction,
+}
+
+/// One validated route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// Unique name; the `route` metric label.
+    pub name: Arc<str>,
+    /// What the request must look like.
+    pub matcher: RouteMatch,
+    /// Target pool (exists in the config).
+    pub pool: Arc<str>,
+    /// TTFT objective; `None`: no admission control.
+    pub slo: Option<Slo>,
+    /// Priority class name.
+    pub priority: Arc<str>,
+    /// The class's position in `priority_classes`: 0 is the most urgent.
+    pub rank: u32,
+    /// Overrides `retry.max_retries`.
+    pub max_retries: Option<u32>,
+    /// Overrides `limits.first_token_timeout`.
+    pub first_token_timeout: Option<Duration>,
+    /// Overrides `limits.idle_timeout`.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// A route's conditions; every one given must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouteMatch {
+    /// Model name glob.
+    pub model: Option<Glob>,
+    /// Request path glob.
+    pub path: Option<Glob>,
+    /// Lowercase header name → exact value.
+    pub headers: Vec<(String, String)>,
+    /// Accepted bearer tokens; empty: no key required.
+    pub api_keys: Vec<String>,
+}
+
+impl RouteMatch {
+    /// Whether a request for `model` on `path` with `headers` satisfies every condition.
+    pub fn matches(&self, model: &str, path: &str, headers: &http::HeaderMap) -> bool {
+        self.model.as_ref().is_none_or(|g| g.matches(model))
+            && self.path.as_ref().is_none_or(|g| g.matches(path))
+            && self.headers.iter().all(|(name, value)| {
+                headers
+                    .get(name.as_str())
+                    .is_some_and(|v| v.as_bytes() == value.as_bytes())
+            })
+            && (self.api_keys.is_empty() || self.key_matches(headers))
+    }
+
+    /// Whether the bearer token is one of the keys. Every key is compared, each in constant
+    /// time, so timing reveals neither which key matched nor a matching prefix.
+    fn key_matches(&self, headers: &http::HeaderMap) -> bool {
+        let Some(token) = bearer_token(headers) else {
+            return false;
+        };
+        self.api_keys.iter().fold(false, |found, key| {
+            found | constant_time_eq(key.as_bytes(), token)
+        })
+    }
+
+    /// Whether this matcher accepts every request.
+    pub fn is_catch_all(&self) -> bool {
+        self.model.as_ref().is_none_or(Glob::is_match_all)
+            && self.path.as_ref().is_none_or(Glob::is_match_all)
+            && self.headers.is_empty()
+            && self.api_keys.is_empty()
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer_token(headers: &http::HeaderMap) -> Option<&[u8]> {
+    let v = headers.get(http::header::AUTHORIZATION)?.as_bytes();
+    let (scheme, rest) = v.split_at(v.len().min(7));
+    scheme
+        .eq_ignore_ascii_case(b"bearer ")
+        .then(|| rest.trim_ascii())
+}
+
+/// Byte equality whose time depends only on the lengths.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+// === impl Glob ===
+
+/// A shell-style pattern: `*`, `?`, `[abc]`, `[a-z]`, `[!0-9]`, `\` escapes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Glob {
+    text: String,
+    tokens: Vec<Token>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    Literal(char),
+    AnyOne,
+    AnyRun,
+    Class {
+        negated: bool,
+        ranges: Vec<(char, char)>,
+    },
+}
+
+impl Glob {
+    /// Parse `text`, or say why it is not a valid pattern.
+    pub fn parse(text: &str) -> Result<Glob, String> {
+        if text.is_empty() {
+            return Err("empty pattern".to_string());
+        }
+        let mut tokens = Vec::new();
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
+            tokens.push(match c {
+                '*' => Token::AnyRun,
+                '?' => Token::AnyOne,
+                '\\' => Token::Literal(
+                    chars
+                        .next()
+                        .ok_or_else(|| format!("`{text}` ends with an unfinished `\\` escape"))?,
+                ),
+                '[' => {
+                    let negated = chars.next_if(|&c| c == '!' || c == '^').is_some();
+                    let mut ranges = Vec::new();
+                    loop {
+                        let lo = match chars.next() {
+                            None => return Err(format!("`{text}` has an unclosed `[`")),
+                            Some(']') if ranges.is_empty() => {
+                                return Err(format!("`{text}` has an empty class `[]`"))
+                            }
+                            Some(']') => break,
+                            Some(c) => c,
+                        };
+                        let hi = if chars.next_if_eq(&'-').is_some() {
+                            match chars.next() {
+                                None => return Err(format!("`{text}` has an unclosed `[`")),
+                                Some(hi) if hi < lo => {
+                                    return Err(format!(
+                                        "`{text}` has a reversed range `{lo}-{hi}`"
+                                    ))
+                                }
+                                Some(hi) => hi,
+                            }
+                        } else {
+                            lo
+                        };
+                        ranges.push((lo, hi));
+                    }
+                    Token::Class { negated, ranges }
+                }
+                c => Token::Literal(c),
+            });
+        }
+        Ok(Glob {
+            text: text.to_string(),
+            tokens,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether the pattern has no wildcard (it matches exactly one string, its text with
+    /// escapes removed); that string, if so.
+    pub fn literal(&self) -> Option<String> {
+        self.tokens
+            .iter()
+            .map(|t| match t {
+                Token::Literal(c) => Some(*c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn is_match_all(&self) -> bool {
+        self.tokens.iter().all(|t| *t == Token::AnyRun)
+    }
+
+    /// Whether `s` matches the whole pattern. Linear-time-ish: `*` backtracks only to the
+    /// last star (the classic two-pointer algorithm), so no pattern is exponential.
+    pub fn matches(&self, s: &str) -> bool {
+        let s: Vec<char> = s.chars().collect();
+        let (mut p, mut i) = (0usize, 0usize);
+        let mut star: Option<(usize, usize)> = None;
+        while i < s.len() {
+            match self.tokens.get(p) {
+                Some(Token::AnyRun) => {
+                    star = Some((p, i));
+                    p += 1;
+                    continue;
+                }
+                Some(t) if t.accepts(s[i]) => {
+                    p += 1;
+                    i += 1;
+                    continue;
+                }
+                _ => {}
+            }
+            match star {
+                Some((sp, si)) => {
+                    p = sp + 1;
+                    i = si + 1;
+                    star = Some((sp, si + 1));
+                }
+                None => return false,
+            }
+        }
+        self.tokens[p..].iter().all(|t| *t == Token::AnyRun)
+    }
+}
+
+impl Token {
+    fn accepts(&self, c: char) -> bool {
+        match self {
+            Token::Literal(l) => *l == c,
+            Token::AnyOne => true,
+            Token::AnyRun => false,
+            Token::Class { negated, ranges } => {
+                ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&c)) != *negated
+            }
+        }
+    }
+}
+
+// === validation ===
+
+impl Checker {
+    pub(super) fn priority_classes(&mut self, f: &ConfigFile) -> Vec<Arc<str>> {
+        let Some(names) = &f.priority_classes else {
+            return DEFAULT_PRIORITY_CLASSES.map(Arc::from).to_vec();
+        };
+        if names.is_empty() {
+            self.error(
+                "priority_classes",
+                "must name at least one class (most urgent first)",
+            );
+            return DEFAULT_PRIORITY_CLASSES.map(Arc::from).to_vec();
+        }
+        let mut seen = HashSet::new();
+        for (i, n) in names.iter().enumerate() {
+            let path = format!("priority_classes[{i}]");
+            if !valid_name(n) {
+                self.error(
+                    path,
+                    format!(
+                        "`{n}` is not a valid class name: use letters, digits, `_`, `.` and `-`"
+                    ),
+                );
+            } else if !seen.insert(n.as_str()) {
+                self.error(path, format!("class `{n}` is listed twice"));
+            }
+        }
+        names.iter().map(|n| Arc::from(n.as_str())).collect()
+    }
+
+    pub(super) fn admission(&mut self, f: &ConfigFile) -> AdmissionSettings {
+        let size = f.admission.as_ref().and_then(|a| a.queue_size);
+        match size {
+            None => AdmissionSettings::default(),
+            Some(n) if (1..=MAX_QUEUE_SIZE).contains(&n) => AdmissionSettings {
+                queue_size: n as usize,
+            },
+            Some(n) => {
+                self.error(
+                    "admission.queue_size",
+                    format!("must be between 1 and {MAX_QUEUE_SIZE}, got {n}"),
+                );
+                AdmissionSettings::default()
+            }
+        }
+    }
+
+    pub(super) fn routes(
+        &mut self,
+        f: &ConfigFile,
+        pools: &[Pool],
+        classes: &[Arc<str>],
+    ) -> Vec<Route> {
+        let Some(entries) = &f.routes else {
+            return Vec::new();
+        };
+        if entries.is_empty() {
+            self.error(
+                "routes",
+                "is empty, so no request could be served; remove it to route by model name",
+            );
+        }
+        let pool_names: Vec<&str> = pools.iter().map(|p| &*p.model).collect();
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        let mut routes = Vec::with_capacity(entries.len());
+        let mut catch_all: Option<usize> = None;
+        for (i, r) in entries.iter().enumerate() {
+            let path = format!("routes[{i}]");
+            if let Some(n) = &r.name {
+                if let Some(first) = names.insert(n, i) {
+                    self.error(
+                        format!("{path}.name"),
+                        format!("duplicate route name `{n}` (first used at routes[{first}])"),
+                    );
+                }
+            }
+            if let Some(first) = catch_all {
+                self.warn(
+                    &path,
+                    format!("never matches: routes[{first}] before it matches every request"),
+                );
+            }
+            if let Some(route) = self.route(&path, r, &pool_names, classes) {
+                if catch_all.is_none() && route.matcher.is_catch_all() {
+                    catch_all = Some(i);
+                }
+                routes.push(route);
+            }
+        }
+        for p in &pool_names {
+            let reached = entries
+                .iter()
+                .any(|r| r.pool.as_deref() == Some(*p) || r.fallback_pool.as_deref() == Some(*p));
+            if !reached && !entries.is_empty() {
+                self.warn(
+                    key_path("pools", p),
+                    format!("no route sends requests to pool `{p}`"),
+                );
+            }
+        }
+        routes
+    }
+
+    /// One route; `None` when a required part is missing or invalid (errors recorded).
+    fn route(
+        &mut self,
+        path: &str,
+        r: &RouteFile,
+        pools: &[&str],
+        classes: &[Arc<str>],
+    ) -> Option<Route> {
+        let name = match &r.name {
+            None => {
+                self.error(
+                    format!("{path}.name"),
+                    "missing; every route needs a unique name (it is a metric label)",
+                );
+                None
+            }
+            Some(n) if !valid_name(n) => {
+                self.error(
+                    format!("{path}.name"),
+                    format!("`{n}` is not a valid name: use letters, digits, `_`, `.` and `-`"),
+                );
+                None
+            }
+            Some(n) => Some(Arc::<str>::from(n.as_str())),
+        };
+        let pool = self.pool_ref(&format!("{path}.pool"), r.pool.as_deref(), pools, true);
+        let matcher = self.matcher(&format!("{path}.match"), r.matches.as_ref());
+        let (priority, rank) = match &r.priority {
+            None => (classes[0].clone(), 0),
+            Some(p) => match classes.iter().position(|c| **c == **p) {
+                Some(rank) => (classes[rank].clone(), rank as u32),
+                None => {
+                    let known: Vec<&str> = classes.iter().map(|c| &**c).collect();
+                    self.error(
+                        format!("{path}.priority"),
+                        format!(
+                            "unknown priority class `{p}`; priority_classes has: {}",
+                            known.join(", ")
+                        ),
+                    );
+                    (classes[0].clone(), 0)
+                }
+            },
+        };
+        let slo = self.slo(path, r, pools, pool.as_deref());
+        let max_retries = r
+            .max_retries
+            .map(|n| self.count(Some(n), &format!("{path}.max_retries"), 0, 0));
+        let first_token_timeout = r.first_token_timeout.as_ref().map(|q| {
+            self.duration(
+                Some(q),
+                &format!("{path}.first_token_timeout"),
+                Duration::from_secs(1),
+            )
+        });
+        let idle_timeout = r.idle_timeout.as_ref().map(|q| {
+            self.duration(
+                Some(q),
+                &format!("{path}.idle_timeout"),
+                Duration::from_secs(1),
+            )
+        });
+        Some(Route {
+            name: name?,
+            matcher: matcher?,
+            pool: pool?,
+            slo: slo?,
+            priority,
+            rank,
+            max_retries,
+            first_token_timeout,
+            idle_timeout,
+        })
+    }
+
+    /// A reference to a pool by name; `None` (error recorded) when missing or unknown.
+    fn pool_ref(
+        &mut self,
+        path: &str,
+        name: Option<&str>,
+        pools: &[&str],
+        required: bool,
+    ) -> Option<Arc<str>> {
+        match name {
+            None => {
+                if required {
+                    self.error(path, "missing; name the pool this route sends requests to");
+                }
+                None
+            }
+            Some(n) if pools.contains(&n) => Some(Arc::from(n)),
+            Some(n) => {
+                self.error(
+                    path,
+                    format!("unknown pool `{n}`; pools has: {}", pools.join(", ")),
+                );
+                None
+            }
+        }
+    }
+
+    /// `Some(slo)` when valid (`Some(None)`: no SLO), `None` on error.
+    fn slo(
+        &mut self,
+        path: &str,
+        r: &RouteFile,
+        pools: &[&str],
+        own_pool: Option<&str>,
+    ) -> Option<Option<Slo>> {
+        let before = self.error_count();
+        let fallback = match r.fallback_pool.as_deref() {
+            None => None,
+            Some(f) if Some(f) == own_pool => {
+                self.error(
+                    format!("{path}.fallback_pool"),
+                    format!("`{f}` is the route's own pool: a fallback cycle"),
+                );
+                None
+            }
+            Some(f) => self.pool_ref(&format!("{path}.fallback_pool"), Some(f), pools, false),
+        };
+        let action = match r.on_slo_miss.as_deref() {
+            None | Some("queue") => Some(SloAction::Queue),
+            Some("shed") => Some(SloAction::Shed),
+            Some("fallback") => match (&fallback, &r.fallback_pool) {
+                (Some(f), _) => Some(SloAction::Fallback(f.clone())),
+                (None, None) => {
+                    self.error(
+                        format!("{path}.on_slo_miss"),
+                        "`fallback` needs fallback_pool: the pool to send missed requests to",
+                    );
+                    None
+                }
+                // Already reported at fallback_pool.
+                (None, Some(_)) => None,
+            },
+            Some(other) => {
+                self.error(
+                    format!("{path}.on_slo_miss"),
+                    format!("unknown action `{other}`; use queue, fallback or shed"),
+                );
+                None
+            }
+        };
+        if r.fallback_pool.is_some() && r.on_slo_miss.as_deref() != Some("fallback") {
+            self.warn(
+                format!("{path}.fallback_pool"),
+                "unused: on_slo_miss is not `fallback`",
+            );
+        }
+        let Some(q) = &r.ttft_slo else {
+            if r.on_slo_miss.is_some() {
+                self.error(
+                    format!("{path}.on_slo_miss"),
+                    "has no effect without ttft_slo; set the route's ttft_slo",
+                );
+            }
+            return (self.error_count() == before).then_some(None);
+        };
+        let ttft = self.duration(Some(q), &format!("{path}.ttft_slo"), Duration::from_secs(1));
+        let on_miss = action?;
+        (self.error_count() == before).then_some(Some(Slo { ttft, on_miss }))
+    }
+
+    fn matcher(&mut self, path: &str, m: Option<&MatchFile>) -> Option<RouteMatch> {
+        let Some(m) = m else {
+            return Some(RouteMatch::default());
+        };
+        let before = self.error_count();
+        let glob = |c: &mut Checker, field: &str, text: &Option<String>| {
+            let text = text.as_ref()?;
+            Glob::parse(text)
+                .map_err(|e| c.error(format!("{path}.{field}"), format!("bad glob: {e}")))
+                .ok()
+        };
+        let model = glob(self, "model", &m.model);
+        let route_path = glob(self, "path", &m.path);
+        if let Some(p) = &m.path {
+            if !p.starts_with('/') && !p.starts_with('*') {
+                self.error(
+                    format!("{path}.path"),
+                    format!("`{p}` is not an absolute path pattern (e.g. `/v1/chat/*`)"),
+                );
+            }
+        }
+        let mut headers = Vec::new();
+        for (name, value) in m.headers.iter().flatten() {
+            let hpath = key_path(&format!("{path}.headers"), name);
+            match http::HeaderName::from_bytes(name.as_bytes()) {
+                Ok(h) => headers.push((h.as_str().to_string(), value.clone())),
+                Err(_) => self.error(hpath, format!("`{name}` is not a valid header name")),
+            }
+        }
+        let mut api_keys = Vec::new();
+        for (i, k) in m.api_keys.iter().flatten().enumerate() {
+            if k.trim().is_empty() || k.trim() != k {
+                self.error(
+                    format!("{path}.api_keys[{i}]"),
+                    "must be non-empty, without surrounding spaces",
+                );
+            } else {
+                api_keys.push(k.clone());
+            }
+        }
+        if m.api_keys.as_ref().is_some_and(Vec::is_empty) {
+            self.error(
+                format!("{path}.api_keys"),
+                "is empty, so no request could match; remove it to accept any key",
+            );
+        }
+        (self.error_count() == before).then_some(RouteMatch {
+            model,
+            path: route_path,
+            headers,
+            api_keys,
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "route_tests.rs"]
+mod tests;

@@ -1,0 +1,180 @@
+//! SLO admission on the request path: between the route match and the routing decision.
+//!
+//! The rules (miss conditions, actions, queue order, deadlines) are documented in
+//! [`crate::admission`]; this file applies them to one request and waits in the queue, racing
+//! the wait against the client hanging up.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use pingora_core::protocols::http::ServerSession;
+
+use super::Proxy;
+use crate::admission::{Departure, ShedReason};
+use crate::config::{Route, Slo, SloAction};
+use crate::error::GatewayError;
+use crate::gateway::{GatewayState, Pool};
+use crate::request::RequestFeatures;
+
+/// Longest `Retry-After` suggested for an SLO miss, seconds.
+const MAX_RETRY_AFTER_S: u32 = 60;
+
+type Failure = (Option<Arc<str>>, GatewayError);
+
+impl Proxy {
+    /// Apply `route`'s admission control: the pool to send the request to (its own or the
+    /// fallback) and the guard that marks its end on that pool, or a 429 / client-gone error.
+    /// A request without a route, or whose route has no SLO, passes at once.
+    pub(super) async fn admit<'s>(
+        &'s self,
+        session: &mut ServerSession,
+        state: &'s GatewayState,
+        pool: &'s Pool,
+        route: Option<&'s Route>,
+        features: &RequestFeatures,
+        arrived: Instant,
+    ) -> Result<(&'s Pool, Departure<'s>), Failure> {
+        let Some((route, slo)) = route.and_then(|r| Some((r, r.slo.as_ref()?))) else {
+            return Ok((pool, self.admission.departure(pool.model.clone())));
+        };
+        let Some((reason, predicted)) = self.slo_miss(pool, features, slo, route.rank, true) else {
+            return Ok((pool, self.admission.departure(pool.model.clone())));
+        };
+        match &slo.on_miss {
+            SloAction::Shed => Err(self.shed(pool, route, slo, reason, predicted)),
+            SloAction::Fallback(name) => match state.pool(name) {
+                Some(fallback) => {
+                    tracing::debug!(route = %route.name, reason = reason.as_str(), fallback = %name, "SLO miss: fallback");
+                    Ok((fallback, self.admission.departure(fallback.model.clone())))
+                }
+                // Validation guarantees the pool exists in the same config.
+                None => Err((
+                    Some(pool.model.clone()),
+                    GatewayError::Internal(format!("fallback pool `{name}` is missing")),
+                )),
+            },
+            SloAction::Queue => {
+                self.wait_in_queue(session, state, pool, route, slo, features, arrived)
+                    .await
+            }
+        }
+    }
+
+    /// Why `pool` cannot serve `features` within `slo` now, with the best predicted TTFT
+    /// (infinite when no backend is eligible); `None` when it can.
+    fn slo_miss(
+        &self,
+        pool: &Pool,
+        features: &RequestFeatures,
+        slo: &Slo,
+        rank: u32,
+        check_queue: bool,
+    ) -> Option<(ShedReason, f64)> {
+        let best = self.best_predicted_ttft(pool, features);
+        if check_queue && self.admission.waiting_ahead(&pool.model, rank) {
+            return Some((ShedReason::QueuedAhead, best.unwrap_or(f64::INFINITY)));
+        }
+        match best {
+            None => Some((ShedReason::NoCapacity, f64::INFINITY)),
+            Some(p) if p > slo.ttft.as_secs_f64() => Some((ShedReason::SloMiss, p)),
+            Some(_) => None,
+        }
+    }
+
+    /// The lowest predicted TTFT over the pool's eligible backends (0 for a backend without a
+    /// model); `None` when no backend is eligible.
+    fn best_predicted_ttft(&self, pool: &Pool, features: &RequestFeatures) -> Option<f64> {
+        pool.views(features, Instant::now(), &[])
+            .iter()
+            .filter(|v| v.eligible())
+            .map(|v| v.predicted_ttft(features).unwrap_or(0.0))
+            .min_by(f64::total_cmp)
+    }
+
+    /// Count and build the 429 for a shed request.
+    fn shed(
+        &self,
+        pool: &Pool,
+        route: &Route,
+        slo: &Slo,
+        reason: ShedReason,
+        predicted: f64,
+    ) -> Failure {
+        self.metrics
+            .admission_sheds_total
+            .with_label_values(&[&route.name, reason.as_str()])
+            .inc();
+        // For a prediction, the excess over the SLO is about how long the backlog takes to
+        // drain; otherwise one second.
+        let excess = predicted - slo.ttft.as_secs_f64();
+        let retry_after_s = if excess.is_finite() {
+            (excess.ceil() as u32).clamp(1, MAX_RETRY_AFTER_S)
+        } else {
+            1
+        };
+        (
+            Some(pool.model.clone()),
+            GatewayError::Overloaded {
+                route: route.name.to_string(),
+                reason: reason.as_str(),
+                retry_after_s,
+            },
+        )
+    }
+
+    /// Queue the request until it is the head of its pool's queue and the SLO can be met, or
+    /// its deadline (arrival + SLO) passes, or its client hangs up.
+    #[allow(clippy::too_many_arguments)]
+    async fn wait_in_queue<'s>(
+        &'s self,
+        session: &mut ServerSession,
+        state: &GatewayState,
+        pool: &'s Pool,
+        route: &Route,
+        slo: &Slo,
+        features: &RequestFeatures,
+        arrived: Instant,
+    ) -> Result<(&'s Pool, Departure<'s>), Failure> {
+        let deadline = arrived + slo.ttft;
+        let Some(ticket) = self.admission.enqueue(
+            pool.model.clone(),
+            route.name.clone(),
+            route.rank,
+            deadline,
+            state.config.admission.queue_size,
+        ) else {
+            return Err(self.shed(pool, route, slo, ShedReason::QueueFull, f64::NAN));
+        };
+        loop {
+            let deadline_passed = tokio::select! {
+                _ = ticket.woken() => false,
+                _ = tokio::time::sleep_until(deadline.into()) => true,
+                _ = session.read_body_or_idle(true) => {
+                    // Any outcome means the client went away (or broke protocol).
+                    self.metrics
+                        .client_disconnects_total
+                        .with_label_values(&[&pool.model])
+                        .inc();
+                    return Err((Some(pool.model.clone()), GatewayError::ClientClosed));
+                }
+            };
+            if deadline_passed {
+                // The SLO is lost either way: send late if a backend is free, else shed.
+                if self.best_predicted_ttft(pool, features).is_some() {
+                    ticket.dispatch();
+                    return Ok((pool, self.admission.departure(pool.model.clone())));
+                }
+                drop(ticket);
+                return Err(self.shed(pool, route, slo, ShedReason::Deadline, f64::NAN));
+            }
+            if ticket.claim()
+                && self
+                    .slo_miss(pool, features, slo, route.rank, false)
+                    .is_none()
+            {
+                ticket.dispatch();
+                return Ok((pool, self.admission.departure(pool.model.clone())));
+            }
+        }
+    }
+}
