@@ -18,8 +18,13 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 
+use super::seq_cell::SeqCell;
+
 use super::engine_metrics::EngineSample;
 use crate::routing::EngineLoad;
+
+/// `at_ns` of the routing snapshot when there is no sample.
+const ABSENT: u64 = u64::MAX;
 
 /// Consecutive failed scrapes after which the last sample is no longer trusted.
 pub const STALE_AFTER_FAILURES: u32 = 3;
@@ -40,6 +45,9 @@ pub struct Scraped {
 pub struct EngineState {
     epoch: Instant,
     last: ArcSwapOption<Scraped>,
+    /// What routing reads of `last`, without a pointer chase: waiting, running, kv_usage (f64
+    /// bits), at_ns, stale_after_ns; at_ns = [`ABSENT`] when there is no sample.
+    routing: SeqCell<5>,
     consecutive_failures: AtomicU32,
     /// Nanoseconds since `epoch` before which the backend is not scraped again (0 = due now).
     next_due_ns: AtomicU64,
@@ -53,6 +61,7 @@ impl EngineState {
         EngineState {
             epoch,
             last: ArcSwapOption::empty(),
+            routing: SeqCell::new([0, 0, 0, ABSENT, 0]),
             consecutive_failures: AtomicU32::new(0),
             next_due_ns: AtomicU64::new(0),
             no_metrics: AtomicBool::new(false),
@@ -65,11 +74,20 @@ impl EngineState {
 
     /// A successful scrape at `now`, trusted for `stale_after`.
     pub fn record_success(&self, sample: EngineSample, now: Instant, stale_after: Duration) {
+        let at_ns = self.ns(now).min(ABSENT - 1);
+        let stale_after_ns = stale_after.as_nanos() as u64;
         self.last.store(Some(Arc::new(Scraped {
             sample,
-            at_ns: self.ns(now),
-            stale_after_ns: stale_after.as_nanos() as u64,
+            at_ns,
+            stale_after_ns,
         })));
+        self.routing.store([
+            sample.waiting.to_bits(),
+            sample.running.to_bits(),
+            sample.kv_usage.to_bits(),
+            at_ns,
+            stale_after_ns,
+        ]);
         self.consecutive_failures.store(0, Ordering::Relaxed);
         self.no_metrics.store(false, Ordering::Relaxed);
         self.next_due_ns.store(0, Ordering::Relaxed);
@@ -85,6 +103,7 @@ impl EngineState {
     /// is dropped and it is not scraped again before `now + retry_after`.
     pub fn record_no_metrics(&self, now: Instant, retry_after: Duration) {
         self.last.store(None);
+        self.routing.store([0, 0, 0, ABSENT, 0]);
         self.no_metrics.store(true, Ordering::Relaxed);
         self.next_due_ns.store(
             self.ns(now) + retry_after.as_nanos() as u64,
@@ -126,11 +145,19 @@ impl EngineState {
     /// The routing view: engine load with its age, or `None` when there is no trustworthy
     /// scrape at `now`.
     pub fn load(&self, now: Instant) -> Option<EngineLoad> {
-        self.fresh(now).map(|(s, age_s)| EngineLoad {
-            waiting: s.waiting,
-            running: s.running,
-            kv_usage: s.kv_usage,
-            age_s,
+        if self.consecutive_failures() >= STALE_AFTER_FAILURES {
+            return None;
+        }
+        let [waiting, running, kv_usage, at_ns, stale_after_ns] = self.routing.load();
+        if at_ns == ABSENT {
+            return None;
+        }
+        let age_ns = self.ns(now).saturating_sub(at_ns);
+        (age_ns <= stale_after_ns).then(|| EngineLoad {
+            waiting: f64::from_bits(waiting),
+            running: f64::from_bits(running),
+            kv_usage: f64::from_bits(kv_usage),
+            age_s: age_ns as f64 * 1e-9,
         })
     }
 

@@ -13,6 +13,7 @@ pub mod engine_metrics;
 mod engine_state;
 mod health;
 mod scrape;
+mod seq_cell;
 mod ttft_model;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
