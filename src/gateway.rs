@@ -89,7 +89,9 @@ impl Pool {
             let mut matched = vec![0u32; views.len()];
             self.index
                 .match_lengths(&features.block_hashes, now, &mut matched);
-            limit_to_resident(&self.index, &views, features, now, &mut matched);
+            if self.policy.limits_prefix_credit_to_residency() {
+                limit_to_resident(&self.index, &views, features, now, &mut matched);
+            }
             apply_prefix_matches(
                 &mut views,
                 &matched,

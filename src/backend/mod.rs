@@ -253,12 +253,12 @@ impl Backend {
     }
 
     /// Account a request being sent at `now`: in flight, its expected uncached prefill
-    /// outstanding until [`InflightGuard::first_token`], its whole prompt plus expected output
+    /// outstanding until [`InflightGuard::first_token`], that prefill plus its expected output
     /// reserved in the KV cache until it finishes, and its allocations in the cache's residency
     /// estimate.
     pub fn start_request(self: &Arc<Self>, load: RequestLoad, now: Instant) -> InflightGuard {
         let prompt_tokens = load.prefill_tokens;
-        let kv_tokens = u64::from(load.prompt_tokens) + u64::from(load.output_tokens);
+        let kv_tokens = u64::from(load.prefill_tokens) + u64::from(load.output_tokens);
         let n = self.inflight.fetch_add(1, Ordering::Relaxed) + 1;
         self.kv_reserved_tokens
             .fetch_add(kv_tokens, Ordering::Relaxed);
@@ -321,8 +321,6 @@ fn prefill_sq_units(tokens: u32) -> u64 {
 pub struct RequestLoad {
     /// Prompt tokens expected to need prefill (not in the prefix cache).
     pub prefill_tokens: u32,
-    /// All prompt tokens.
-    pub prompt_tokens: u32,
     /// Tokens expected to be generated.
     pub output_tokens: u32,
 }
@@ -403,7 +401,6 @@ mod tests {
         let now = Instant::now();
         let load = RequestLoad {
             prefill_tokens: 100,
-            prompt_tokens: 400,
             output_tokens: 50,
         };
         let mut g = b.start_request(load, now);
@@ -412,7 +409,7 @@ mod tests {
             (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
             (1, 100, 0)
         );
-        assert_eq!((v.kv_reserved_tokens, v.kv_capacity_tokens), (450, None));
+        assert_eq!((v.kv_reserved_tokens, v.kv_capacity_tokens), (150, None));
         assert!(v.cache_residency_s.is_infinite(), "capacity unknown");
         g.first_token();
         g.first_token();
@@ -458,7 +455,6 @@ mod tests {
         b.record_engine_sample(sample(None), t0, Duration::from_secs(1));
         let load = RequestLoad {
             prefill_tokens: 1000,
-            prompt_tokens: 1000,
             output_tokens: 0,
         };
         let mut guards = Vec::new();

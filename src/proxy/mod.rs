@@ -258,7 +258,6 @@ impl Proxy {
                 .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
             let load = RequestLoad {
                 prefill_tokens: inputs.uncached_tokens as u32,
-                prompt_tokens: features.prompt_tokens,
                 output_tokens: expected_output_tokens(&features),
             };
             let mut guard = backend.start_request(load, now);

@@ -134,6 +134,10 @@ fn least_loaded<'a>(snapshot: &Snapshot<'a>, keep: impl Fn(&BackendView) -> bool
 }
 
 impl Policy for CacheAware {
+    fn limits_prefix_credit_to_residency(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &'static str {
         "cache_aware"
     }

@@ -80,8 +80,9 @@ pub struct BackendView {
     pub engine: Option<EngineLoad>,
     /// Prompt tokens of *this* request expected to be in the backend's prefix cache.
     pub cached_tokens: u32,
-    /// KV-cache tokens the backend's in-flight requests will hold at most: Σ prompt +
-    /// expected output (router-side, updated at once).
+    /// KV-cache tokens the backend's in-flight requests will add at most: Σ expected uncached
+    /// prompt + expected output (router-side, updated at once). Cached prefix blocks are not
+    /// counted: they are shared, already resident, and counted once when first sent.
     pub kv_reserved_tokens: u64,
     /// The engine's KV-cache capacity in tokens, when known (config hint or scrape).
     pub kv_capacity_tokens: Option<u64>,
@@ -145,12 +146,13 @@ impl BackendView {
     }
 
     /// Whether `features` fits in the backend's KV cache next to what its in-flight requests
-    /// will hold (true when the capacity is unknown). A request that does not fit makes the
-    /// engine queue it or preempt running ones — a cost the TTFT model cannot see coming.
+    /// will hold (true when the capacity is unknown): its uncached prompt here plus its expected
+    /// output. A request that does not fit makes the engine queue it or preempt running ones —
+    /// a cost the TTFT model cannot see coming.
     pub fn kv_fits(&self, features: &RequestFeatures) -> bool {
         self.kv_capacity_tokens.is_none_or(|cap| {
-            let need =
-                u64::from(features.prompt_tokens) + u64::from(expected_output_tokens(features));
+            let uncached = features.prompt_tokens.saturating_sub(self.cached_tokens);
+            let need = u64::from(uncached) + u64::from(expected_output_tokens(features));
             self.kv_reserved_tokens + need <= cap
         })
     }
@@ -325,6 +327,14 @@ pub trait Policy: Send + Sync + std::fmt::Debug {
         snapshot: &Snapshot<'_>,
         now: Instant,
     ) -> Result<Decision, NoBackend>;
+
+    /// Whether the prefix credit in this policy's views expires with each backend's KV-cache
+    /// residency ([`BackendView::cache_residency_s`]). `cache_aware` says no: it keeps SGLang's
+    /// semantics (an approximate tree that forgets only by size), so the two compare like for
+    /// like.
+    fn limits_prefix_credit_to_residency(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -121,8 +121,8 @@ impl RouterSideState {
             inputs.uncached_tokens + f64::from(crate::routing::expected_output_tokens(features)),
             now,
         );
-        let kv_tokens = u64::from(features.prompt_tokens)
-            + u64::from(crate::routing::expected_output_tokens(features));
+        let kv_tokens =
+            u64::from(prefill_tokens) + u64::from(crate::routing::expected_output_tokens(features));
         v.inflight += 1;
         v.outstanding_prefill_tokens += u64::from(prefill_tokens);
         v.outstanding_prefill_sq += sq(prefill_tokens);
@@ -170,14 +170,23 @@ impl RouterSideState {
     }
 
     /// The views for a decision on `features` at `now`: load counters, each backend's expected
-    /// prefix-cache hit for this prompt, and its current TTFT model.
-    pub fn views(&mut self, features: &RequestFeatures, now: Instant) -> &[BackendView] {
+    /// prefix-cache hit for this prompt (expiring with cache residency when `residency`, see
+    /// [`crate::routing::Policy::limits_prefix_credit_to_residency`]), and its current TTFT
+    /// model.
+    pub fn views(
+        &mut self,
+        features: &RequestFeatures,
+        now: Instant,
+        residency: bool,
+    ) -> &[BackendView] {
         self.index
             .match_lengths(&features.block_hashes, now, &mut self.matched);
         for (v, r) in self.views.iter_mut().zip(&self.residency) {
             v.cache_residency_s = r.residency_s(now, v.kv_reserved_tokens as f64);
         }
-        limit_to_resident(&self.index, &self.views, features, now, &mut self.matched);
+        if residency {
+            limit_to_resident(&self.index, &self.views, features, now, &mut self.matched);
+        }
         apply_prefix_matches(
             &mut self.views,
             &self.matched,
@@ -212,24 +221,24 @@ mod tests {
         let mut f = RequestFeatures::synthetic("m", "x".into(), None);
         let now = Instant::now();
         f.prompt_tokens = 100;
-        s.views(&f, now);
+        s.views(&f, now, true);
         let d1 = s.on_dispatch(1, &f, now);
         f.prompt_tokens = 50;
         let d2 = s.on_dispatch(1, &f, now);
-        let v = s.views(&f, now)[1].clone();
+        let v = s.views(&f, now, true)[1].clone();
         assert_eq!((v.inflight, v.outstanding_prefill_tokens), (2, 150));
         assert_eq!(d1.inputs.uncached_tokens, 100.0);
         assert_eq!(d2.inputs.queued_prefill_tokens, 100.0);
         s.on_first_token(1, &d1, 0.2, now);
         s.on_finish(1, &d2, false);
-        let v = s.views(&f, now)[1].clone();
+        let v = s.views(&f, now, true)[1].clone();
         assert_eq!(
             (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
             (1, 0, 1)
         );
         assert_eq!(v.ttft_model.unwrap().quality.samples, 1);
         s.on_finish(1, &d1, true);
-        let v = s.views(&f, now)[1].clone();
+        let v = s.views(&f, now, true)[1].clone();
         assert_eq!(
             (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
             (0, 0, 0)

@@ -309,7 +309,11 @@ pub fn evaluate(
                 });
                 let mut features = features_of(model, &ids, r);
                 let now = base + Duration::from_secs_f64(t);
-                let views = router.views(&features, now);
+                let residency = match &chooser {
+                    Chooser::Policy(p) => p.limits_prefix_credit_to_residency(),
+                    Chooser::Oracle => true,
+                };
+                let views = router.views(&features, now, residency);
                 let chosen = match &chooser {
                     Chooser::Oracle => Some(oracle_pick(&backends, &ids, id, r, t)),
                     Chooser::Policy(p) => {
