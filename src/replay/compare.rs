@@ -77,9 +77,13 @@ pub struct RouterStats {
     /// Routing policy.
     #[serde(default)]
     pub policy: Option<String>,
-    /// User + system CPU seconds of the router process (and its children) over its life.
+    /// User + system CPU seconds of the router process (and its children) from the moment it
+    /// answered its first request until the end of the replay (start-up excluded).
     #[serde(default)]
     pub cpu_s: Option<f64>,
+    /// CPU seconds it spent starting up (before it answered), for reference.
+    #[serde(default)]
+    pub cpu_startup_s: Option<f64>,
     /// Peak resident set (`VmHWM`), KiB.
     #[serde(default)]
     pub peak_rss_kib: Option<u64>,
@@ -319,8 +323,9 @@ impl Comparison {
         }
         s.push_str(
             "\nTTFT and TPOT in ms over successful requests; sheds are 429/503 answers, \
-             counted among the errors. Router CPU and peak RSS: the router process alone \
-             (fleet and load generator excluded).\n",
+             counted among the errors. Router CPU: seconds of the router process (children \
+             included) from ready to the end of the replay, start-up excluded; peak RSS: its \
+             VmHWM. Fleet and load generator are not counted.\n",
         );
         if let Some(b) = base {
             s.push_str(&format!("Ratios are to `{b}` (below 1 = faster).\n"));
@@ -451,6 +456,7 @@ mod tests {
             router: Some("r 1.0".into()),
             policy: Some("p".into()),
             cpu_s: Some(1.5),
+            cpu_startup_s: Some(0.5),
             peak_rss_kib: Some(20480),
             skipped: None,
         };
