@@ -65,6 +65,7 @@ fi
 [[ -x "$BIN" ]] || { echo "compare-routers: $BIN not found; run cargo build --release" >&2; exit 1; }
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+[[ -x "$REPORT_BIN" ]] && REPORT_BIN=$(realpath "$REPORT_BIN")
 START_S=$SECONDS
 
 PIDS=()
@@ -189,7 +190,7 @@ run_one() {
     name="$kind $policy"
     dir="$OUT/$kind-$policy"
     mkdir -p "$dir"
-    RUN_ARGS+=(--run "$name=$dir")
+    RUN_ARGS+=(--run "$name=$kind-$policy")
     local t0=$SECONDS
     if [[ $kind != pronto ]] && ! ensure_peer "$kind"; then
         echo "compare-routers: $name: skipped (${PEER_INSTALL_ERROR:-not installed})" >&2
@@ -204,7 +205,7 @@ run_one() {
     local fleet_pid=$!
     PIDS+=("$fleet_pid")
     for _ in $(seq 300); do
-        grep -E $'^[^\t]+\thttp://[^\t]+\t' "$dir/fleet.log" >"$dir/fleet.tsv" || true
+        grep -E $'^[^\t]+\thttp://[^\t]+\t' "$dir/fleet.log" >"$dir/fleet.tsv" 2>/dev/null || true
         [[ $(wc -l <"$dir/fleet.tsv") -ge $BACKENDS ]] && break
         kill -0 "$fleet_pid" 2>/dev/null || { echo "compare-routers: sim-fleet exited" >&2; exit 1; }
         sleep 0.1
@@ -287,13 +288,15 @@ done
 
 # --- the report ----------------------------------------------------------------------------
 ELAPSED=$((SECONDS - START_S))
-report=("$REPORT_BIN" compare-report "${RUN_ARGS[@]}" --out "$OUT" --title "Router comparison"
+# Run directories are named relative to OUT, so comparison.json does not depend on where OUT is.
+report=("$REPORT_BIN" compare-report "${RUN_ARGS[@]}" --out . --title "Router comparison"
     --note "$NOTE Run time: $((ELAPSED / 60)) min $((ELAPSED % 60)) s.")
 case " $CONTENDERS " in *" ${BASELINE/ /:} "*) report+=(--baseline "$BASELINE") ;; esac
 if ! "$REPORT_BIN" compare-report --help >/dev/null 2>&1; then
     echo "compare-routers: $REPORT_BIN has no compare-report subcommand; run by hand:" >&2
+    echo "cd $(printf '%q' "$OUT") &&" >&2
     printf '%q ' "${report[@]}" >&2; echo >&2
     exit 1
 fi
-"${report[@]}"
+(cd "$OUT" && "${report[@]}")
 echo "compare-routers: $OUT (comparison.md, comparison.json, ttft_cdf.svg) in $((ELAPSED / 60)) min $((ELAPSED % 60)) s" >&2
