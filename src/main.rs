@@ -34,6 +34,8 @@ enum Command {
     Evaluate(pronto::sim::evaluate::EvaluateArgs),
     /// Replay a trace open-loop against a live gateway or backend; write results and plots.
     Replay(pronto::replay::ReplayArgs),
+    /// One table and one TTFT CDF plot over several replays (e.g. one per router).
+    CompareReport(pronto::replay::CompareReportArgs),
     /// Config tooling.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -119,6 +121,9 @@ fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS),
         Command::Evaluate(a) => pronto::sim::evaluate::run_evaluate(a).map(|()| ExitCode::SUCCESS),
         Command::Replay(a) => pronto::replay::run_replay(a).map(|()| ExitCode::SUCCESS),
+        Command::CompareReport(a) => {
+            pronto::replay::run_compare_report(a).map(|()| ExitCode::SUCCESS)
+        }
         Command::Config(ConfigCommand::Schema) => {
             println!("{}", pronto::config::config_schema());
             Ok(ExitCode::SUCCESS)
