@@ -71,6 +71,9 @@ pub enum GatewayError {
         /// Suggested wait before retrying, seconds.
         retry_after_s: u32,
     },
+    /// The request head has too many or too large headers.
+    #[error("Request headers are too large: {0}")]
+    HeadersTooLarge(String),
     /// No API key, or one the gateway does not know (`auth:` is configured).
     #[error("{0}")]
     Unauthorized(&'static str),
@@ -119,6 +122,7 @@ impl GatewayError {
             GatewayError::RequestTimeout => 408,
             GatewayError::Overloaded { .. } | GatewayError::RateLimited { .. } => 429,
             GatewayError::Unauthorized(_) => 401,
+            GatewayError::HeadersTooLarge(_) => 431,
             GatewayError::Forbidden { .. } => 403,
             // nginx's "client closed request": never seen by the client, only in metrics.
             GatewayError::ClientClosed => 499,
@@ -135,6 +139,7 @@ impl GatewayError {
             | GatewayError::ModelNotFound { .. }
             | GatewayError::BodyTooLarge { .. }
             | GatewayError::RequestTimeout
+            | GatewayError::HeadersTooLarge(_)
             | GatewayError::ClientClosed => "invalid_request_error",
             GatewayError::Overloaded { .. } | GatewayError::RateLimited { .. } => {
                 "rate_limit_error"
@@ -161,6 +166,7 @@ impl GatewayError {
             GatewayError::RequestTimeout => "request_timeout",
             GatewayError::Overloaded { .. } => "slo_overloaded",
             GatewayError::Unauthorized(_) => "invalid_api_key",
+            GatewayError::HeadersTooLarge(_) => "request_header_fields_too_large",
             GatewayError::Forbidden { code, .. } => code,
             GatewayError::RateLimited { .. } => "rate_limit_exceeded",
             GatewayError::ClientClosed => "client_closed_request",

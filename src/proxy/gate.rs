@@ -1,4 +1,6 @@
-//! The edge checks on the request path: authentication and the key's request limits before
+//! The edge checks on the request path: request framing and header limits first (a request
+//! with both `Content-Length` and `Transfer-Encoding`, or conflicting `Content-Length`s, is a
+//! smuggling attempt: 400 and the connection is closed), then authentication and the key's request limits before
 //! the body is read; authorization and token / route limits once the request is parsed and
 //! matched to a route. The rules live in [`crate::auth`] and [`crate::ratelimit`]; this file
 //! only applies them in order and carries what they grant until the request ends.
@@ -53,6 +55,67 @@ impl Pass<'_> {
             ..route.clone()
         })
     }
+}
+
+/// Most header fields accepted in a request head.
+pub const MAX_HEADERS: usize = 100;
+/// Most bytes of header names and values accepted in a request head.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Reject ambiguous framing (request smuggling) and oversized heads. Errors here must close
+/// the connection: the rest of the stream cannot be trusted to be framed as pingora read it.
+///
+/// `raw` is the HTTP/1 head as received: pingora drops `Content-Length` when
+/// `Transfer-Encoding` is also present (RFC 9112 §6.3), so only the raw head shows both.
+pub(super) fn check_head(headers: &http::HeaderMap, raw: &[u8]) -> Result<(), GatewayError> {
+    if headers.len() > MAX_HEADERS {
+        return Err(GatewayError::HeadersTooLarge(format!(
+            "{} header fields (at most {MAX_HEADERS})",
+            headers.len()
+        )));
+    }
+    let bytes: usize = headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len())
+        .sum();
+    if bytes > MAX_HEADER_BYTES {
+        return Err(GatewayError::HeadersTooLarge(format!(
+            "{bytes} bytes of headers (at most {MAX_HEADER_BYTES})"
+        )));
+    }
+    let te = headers.contains_key(http::header::TRANSFER_ENCODING);
+    if te && raw_has_header(raw, b"content-length") {
+        return Err(GatewayError::BadRequest(
+            "Content-Length and Transfer-Encoding must not both be present".into(),
+        ));
+    }
+    let mut lengths = headers.get_all(http::header::CONTENT_LENGTH).iter();
+    if let Some(first) = lengths.next() {
+        if te {
+            return Err(GatewayError::BadRequest(
+                "Content-Length and Transfer-Encoding must not both be present".into(),
+            ));
+        }
+        let valid = |v: &http::HeaderValue| {
+            let b = v.as_bytes();
+            !b.is_empty() && b.iter().all(u8::is_ascii_digit)
+        };
+        if !valid(first) || lengths.any(|v| v != first || !valid(v)) {
+            return Err(GatewayError::BadRequest(
+                "conflicting or malformed Content-Length headers".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the raw HTTP/1 head has a header line named `name` (lowercase).
+fn raw_has_header(raw: &[u8], name: &[u8]) -> bool {
+    raw.split(|&b| b == b'\n').skip(1).any(|line| {
+        line.len() > name.len()
+            && line[..name.len()].eq_ignore_ascii_case(name)
+            && line[name.len()..].trim_ascii_start().starts_with(b":")
+    })
 }
 
 impl Proxy {
@@ -123,5 +186,67 @@ impl Proxy {
         for c in pass.charges.drain(..) {
             self.limiter.settle(c, used, now);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(pairs: &[(&str, &str)]) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn smuggling_shapes_are_rejected() {
+        let te_only = head(&[("transfer-encoding", "chunked")]);
+        let raw = b"POST / HTTP/1.1\r\nContent-Length : 5\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(check_head(&te_only, raw).unwrap_err().status(), 400);
+        assert!(check_head(
+            &te_only,
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nX-Content-Length: 1\r\n\r\n"
+        )
+        .is_ok());
+        assert!(check_head(&head(&[("content-length", "5")]), b"").is_ok());
+        assert!(check_head(
+            &head(&[("content-length", "5"), ("content-length", "5")]),
+            b""
+        )
+        .is_ok());
+        assert!(check_head(&head(&[("transfer-encoding", "chunked")]), b"").is_ok());
+        for bad in [
+            &[("content-length", "5"), ("transfer-encoding", "chunked")][..],
+            &[("content-length", "5"), ("content-length", "6")][..],
+            &[("content-length", "+5")][..],
+            &[("content-length", "5, 5")][..],
+        ] {
+            assert_eq!(
+                check_head(&head(bad), b"").unwrap_err().status(),
+                400,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn header_limits() {
+        let names: Vec<String> = (0..=MAX_HEADERS).map(|i| format!("x-h{i}")).collect();
+        let many: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "v")).collect();
+        assert_eq!(check_head(&head(&many), b"").unwrap_err().status(), 431);
+        assert!(check_head(&head(&many[1..]), b"").is_ok());
+        let big = "v".repeat(MAX_HEADER_BYTES);
+        assert_eq!(
+            check_head(&head(&[("x-big", &big)]), b"")
+                .unwrap_err()
+                .status(),
+            431
+        );
     }
 }

@@ -86,6 +86,18 @@ impl Proxy {
         // complete before we finish the exchange): with pipelining enabled pingora keeps that
         // byte for the next request instead of losing it.
         session.set_pipelining_enabled(true);
+        let raw_head = if session.is_http2() {
+            Bytes::new()
+        } else {
+            session.to_h1_raw()
+        };
+        if let Err(err) = gate::check_head(&session.req_header().headers, &raw_head) {
+            // The framing of the rest of the stream cannot be trusted: close after answering.
+            session.set_keepalive(None);
+            let _ = respond::error(session, &err).await;
+            self.count(NONE, NONE, err.status(), arrived);
+            return;
+        }
         let state = self.state.load_full();
         let method = session.req_header().method.clone();
         let path = session.req_header().uri.path().to_string();
@@ -448,6 +460,7 @@ fn status_label(status: u16) -> &'static str {
         200 => "200",
         400 => "400",
         401 => "401",
+        431 => "431",
         403 => "403",
         404 => "404",
         405 => "405",
