@@ -280,3 +280,58 @@ async fn slowloris_body_is_cut_off_by_the_idle_timeout() {
     assert_eq!(status_of(&text), 408, "{text}");
     assert_eq!(b.requests(), 0);
 }
+
+// === bounded in-process fuzzing (seeded; the cargo-fuzz targets in fuzz/ go further) ===
+
+/// Mutations of valid request bodies and SSE streams: byte flips, truncations, splices and
+/// random bytes. Nothing may panic; the scanner reports a first token at most once.
+#[test]
+fn mutated_requests_and_streams_never_panic() {
+    use pronto::request::{parse_request, Endpoint};
+    use pronto::sse::SseScanner;
+    use rand::{Rng, SeedableRng};
+
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(0x5eed);
+    let seeds: Vec<Vec<u8>> = vec![
+        body("m"),
+        br#"{"model":"m","prompt":["a","b"],"stream":true,"stream_options":{"include_usage":true}}"#.to_vec(),
+        br#"{"model":"m","input":"x","user":"u","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#.to_vec(),
+        b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n".to_vec(),
+    ];
+    let mut parsed = 0;
+    for i in 0..20_000 {
+        let mut input = seeds[i % seeds.len()].clone();
+        for _ in 0..rng.gen_range(1..6) {
+            match rng.gen_range(0..5) {
+                0 if !input.is_empty() => {
+                    let at = rng.gen_range(0..input.len());
+                    input[at] = rng.gen();
+                }
+                1 if !input.is_empty() => input.truncate(rng.gen_range(0..input.len())),
+                2 => {
+                    let at = rng.gen_range(0..=input.len());
+                    let junk = [b'[', b'{', b'"', b'\\', 0xff, b'\n', b':', b'}'];
+                    input.insert(at, junk[rng.gen_range(0..junk.len())]);
+                }
+                3 => {
+                    let at = rng.gen_range(0..=input.len());
+                    let copy = input[..at].to_vec();
+                    input.extend_from_slice(&copy);
+                }
+                _ => input.push(rng.gen()),
+            }
+        }
+        for ep in [Endpoint::ChatCompletions, Endpoint::Completions, Endpoint::Embeddings] {
+            parsed += usize::from(parse_request(ep, &input, Some("s")).is_ok());
+        }
+        let mut scanner = SseScanner::new();
+        let step = rng.gen_range(1..64);
+        let firsts: usize = input
+            .chunks(step)
+            .map(|c| usize::from(scanner.feed(c).first_token))
+            .sum();
+        assert!(firsts <= 1, "first token reported {firsts} times for {input:?}");
+    }
+    // The mutations keep some inputs valid: the parser was exercised past its first check.
+    assert!(parsed > 100, "only {parsed} mutated bodies parsed");
+}
