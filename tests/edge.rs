@@ -321,7 +321,11 @@ fn mutated_requests_and_streams_never_panic() {
                 _ => input.push(rng.gen()),
             }
         }
-        for ep in [Endpoint::ChatCompletions, Endpoint::Completions, Endpoint::Embeddings] {
+        for ep in [
+            Endpoint::ChatCompletions,
+            Endpoint::Completions,
+            Endpoint::Embeddings,
+        ] {
             parsed += usize::from(parse_request(ep, &input, Some("s")).is_ok());
         }
         let mut scanner = SseScanner::new();
@@ -330,7 +334,10 @@ fn mutated_requests_and_streams_never_panic() {
             .chunks(step)
             .map(|c| usize::from(scanner.feed(c).first_token))
             .sum();
-        assert!(firsts <= 1, "first token reported {firsts} times for {input:?}");
+        assert!(
+            firsts <= 1,
+            "first token reported {firsts} times for {input:?}"
+        );
     }
     // The mutations keep some inputs valid: the parser was exercised past its first check.
     assert!(parsed > 100, "only {parsed} mutated bodies parsed");
