@@ -62,7 +62,7 @@ pub fn authorize(key: &ApiKey, model: &str, route: Option<&Route>) -> Result<(),
         });
     }
     if !key.routes.is_empty() {
-        let allowed = route.is_some_and(|r| key.routes.iter().any(|n| *n == r.name));
+        let allowed = route.is_some_and(|r| key.routes.contains(&r.name));
         if !allowed {
             let what = match route {
                 Some(r) => format!("route `{}`", r.name),
