@@ -9,6 +9,9 @@
 //! `{result: "ok"|"unchanged", version, hash, error: null, warnings, ...}`, 400 with
 //! `result: "error"` and the located problems when the file is invalid — the old config
 //! keeps serving — and 409 when the gateway was started without a config file).
+//!
+//! With `admin.token` configured, every route except `/healthz` and `/readyz` (probes) needs
+//! `Authorization: Bearer <token>`, else 401.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -151,7 +154,20 @@ impl ServeHttp for Admin {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let method = session.req_header().method.clone();
         let path = session.req_header().uri.path().to_string();
-        let (status, content_type, body) = if path == "/admin/reload" {
+        let open_path = path == "/healthz" || path == "/readyz";
+        let allowed = open_path
+            || crate::auth::admin_allowed(
+                &self.state.load().config.admin,
+                &session.req_header().headers,
+            );
+        let (status, content_type, body) = if !allowed {
+            (
+                StatusCode::UNAUTHORIZED,
+                JSON,
+                br#"{"error":"the admin listener needs `Authorization: Bearer <admin.token>`"}"#
+                    .to_vec(),
+            )
+        } else if path == "/admin/reload" {
             if method == http::Method::POST {
                 self.reload().await
             } else {

@@ -71,6 +71,36 @@ pub enum GatewayError {
         /// Suggested wait before retrying, seconds.
         retry_after_s: u32,
     },
+    /// The request head has too many or too large headers.
+    #[error("Request headers are too large: {0}")]
+    HeadersTooLarge(String),
+    /// No API key, or one the gateway does not know (`auth:` is configured).
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// The key is valid but may not use this model or route.
+    #[error("API key `{key}` is not allowed to use {what}")]
+    Forbidden {
+        /// The key's name (never the key).
+        key: String,
+        /// What was refused, e.g. "model `x`".
+        what: String,
+        /// `model_not_allowed` or `route_not_allowed`.
+        code: &'static str,
+    },
+    /// A per-key or per-route rate limit was reached.
+    #[error("Rate limit reached for {scope} on {limit}: limit {limit_value}, retry after {retry_after_s} s")]
+    RateLimited {
+        /// `key `name`` or `route `name``.
+        scope: String,
+        /// `requests per minute`, `tokens per minute` or `concurrent requests`.
+        limit: &'static str,
+        /// The configured limit.
+        limit_value: u32,
+        /// Seconds until a retry can succeed.
+        retry_after_s: u32,
+        /// `x-ratelimit-*` headers.
+        headers: Vec<(&'static str, String)>,
+    },
     /// The client hung up while its request waited in the admission queue.
     #[error("The client closed the request before it was sent to a backend")]
     ClientClosed,
@@ -90,7 +120,10 @@ impl GatewayError {
             GatewayError::NoBackend { .. } => 503,
             GatewayError::FirstTokenTimeout { .. } => 504,
             GatewayError::RequestTimeout => 408,
-            GatewayError::Overloaded { .. } => 429,
+            GatewayError::Overloaded { .. } | GatewayError::RateLimited { .. } => 429,
+            GatewayError::Unauthorized(_) => 401,
+            GatewayError::HeadersTooLarge(_) => 431,
+            GatewayError::Forbidden { .. } => 403,
             // nginx's "client closed request": never seen by the client, only in metrics.
             GatewayError::ClientClosed => 499,
             GatewayError::Internal(_) => 500,
@@ -106,8 +139,13 @@ impl GatewayError {
             | GatewayError::ModelNotFound { .. }
             | GatewayError::BodyTooLarge { .. }
             | GatewayError::RequestTimeout
+            | GatewayError::HeadersTooLarge(_)
             | GatewayError::ClientClosed => "invalid_request_error",
-            GatewayError::Overloaded { .. } => "rate_limit_error",
+            GatewayError::Overloaded { .. } | GatewayError::RateLimited { .. } => {
+                "rate_limit_error"
+            }
+            GatewayError::Unauthorized(_) => "authentication_error",
+            GatewayError::Forbidden { .. } => "permission_error",
             GatewayError::NoBackend { .. } | GatewayError::FirstTokenTimeout { .. } => {
                 "service_unavailable_error"
             }
@@ -127,6 +165,10 @@ impl GatewayError {
             GatewayError::FirstTokenTimeout { .. } => "first_token_timeout",
             GatewayError::RequestTimeout => "request_timeout",
             GatewayError::Overloaded { .. } => "slo_overloaded",
+            GatewayError::Unauthorized(_) => "invalid_api_key",
+            GatewayError::HeadersTooLarge(_) => "request_header_fields_too_large",
+            GatewayError::Forbidden { code, .. } => code,
+            GatewayError::RateLimited { .. } => "rate_limit_exceeded",
             GatewayError::ClientClosed => "client_closed_request",
             GatewayError::Internal(_) => "internal_error",
         }
@@ -136,9 +178,25 @@ impl GatewayError {
     pub fn retry_after(&self) -> Option<u32> {
         match self {
             GatewayError::NoBackend { .. } => Some(1),
-            GatewayError::Overloaded { retry_after_s, .. } => Some(*retry_after_s),
+            GatewayError::Overloaded { retry_after_s, .. }
+            | GatewayError::RateLimited { retry_after_s, .. } => Some(*retry_after_s),
             _ => None,
         }
+    }
+
+    /// Every header the error response carries besides the content headers: `retry-after`,
+    /// the `x-ratelimit-*` set, `www-authenticate`.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if let Some(s) = self.retry_after() {
+            out.push(("retry-after", s.to_string()));
+        }
+        match self {
+            GatewayError::RateLimited { headers, .. } => out.extend(headers.iter().cloned()),
+            GatewayError::Unauthorized(_) => out.push(("www-authenticate", "Bearer".into())),
+            _ => {}
+        }
+        out
     }
 
     /// The OpenAI-style JSON body.
@@ -193,5 +251,38 @@ mod tests {
         };
         assert_eq!(t.status(), 504);
         assert!(t.to_sse_event().starts_with(b"data: {"));
+    }
+
+    #[test]
+    fn edge_errors_map_to_openai_codes_and_headers() {
+        let u = GatewayError::Unauthorized("Incorrect API key provided");
+        assert_eq!((u.status(), u.code()), (401, "invalid_api_key"));
+        assert_eq!(
+            u.headers(),
+            vec![("www-authenticate", "Bearer".to_string())]
+        );
+        let f = GatewayError::Forbidden {
+            key: "a".into(),
+            what: "model `m`".into(),
+            code: "model_not_allowed",
+        };
+        assert_eq!((f.status(), f.code()), (403, "model_not_allowed"));
+        let r = GatewayError::RateLimited {
+            scope: "key `a`".into(),
+            limit: "requests per minute",
+            limit_value: 1,
+            retry_after_s: 7,
+            headers: vec![("x-ratelimit-limit-requests", "1".into())],
+        };
+        assert_eq!(r.status(), 429);
+        let v: serde_json::Value = serde_json::from_slice(&r.to_json()).unwrap();
+        assert_eq!(v["error"]["code"], "rate_limit_exceeded");
+        assert_eq!(
+            r.headers(),
+            vec![
+                ("retry-after", "7".to_string()),
+                ("x-ratelimit-limit-requests", "1".to_string())
+            ]
+        );
     }
 }

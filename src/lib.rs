@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod admission;
 pub mod affinity;
+pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod demo;
@@ -16,6 +17,7 @@ pub mod error;
 pub mod gateway;
 pub mod predict;
 pub mod proxy;
+pub mod ratelimit;
 pub mod reload;
 pub mod replay;
 pub mod request;

@@ -28,6 +28,13 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
                 println!("skipping {} (simulator configs)", path.display());
                 continue;
             }
+            if path == config_dir().join("keys") {
+                println!(
+                    "skipping {} (API key lists, loaded through auth.keys_file)",
+                    path.display()
+                );
+                continue;
+            }
             yaml_files(&path, out);
         } else if matches!(
             path.extension().and_then(|e| e.to_str()),
@@ -94,7 +101,35 @@ fn annotated_example_sets_every_field() {
         admission,
         routes,
         pools,
+        auth,
+        admin,
+        rate_limits,
     } = f;
+    let auth = auth.expect("auth");
+    assert!(auth.keys_file.is_some());
+    let pronto::config::edge::KeyFile {
+        name: key_name,
+        key,
+        sha256: _,
+        models,
+        routes: key_routes,
+        priority: key_priority,
+    } = auth.keys.expect("keys").remove(0);
+    assert!(key_name.is_some() && key.is_some() && models.is_some());
+    assert!(key_routes.is_some() && key_priority.is_some());
+    assert!(admin.expect("admin").token.is_some());
+    let pronto::config::edge::RateLimitsFile {
+        per_key,
+        keys: limit_keys,
+        routes: limit_routes,
+    } = rate_limits.expect("rate_limits");
+    let pronto::config::edge::RateLimitFile {
+        requests_per_minute,
+        tokens_per_minute,
+        max_concurrent,
+    } = per_key.expect("per_key");
+    assert!(requests_per_minute.is_some() && tokens_per_minute.is_some());
+    assert!(max_concurrent.is_some() && limit_keys.is_some() && limit_routes.is_some());
     assert!(priority_classes.is_some());
     assert!(admission.expect("admission").queue_size.is_some());
     let file::RouteFile {
@@ -402,6 +437,8 @@ fn yaml_paths(v: &Value, prefix: &str, out: &mut Vec<String>) {
                 let key = if prefix == "pools"
                     || prefix.ends_with(".labels")
                     || prefix.ends_with(".headers")
+                    || prefix == "rate_limits.keys"
+                    || prefix == "rate_limits.routes"
                 {
                     "*"
                 } else {

@@ -50,6 +50,12 @@ pub struct ConfigFile {
     pub routes: Option<Vec<RouteFile>>,
     /// Backend pools keyed by model name (or by pool name when `routes:` is present).
     pub pools: Option<Pools>,
+    /// API keys.
+    pub auth: Option<super::edge::AuthFile>,
+    /// Admin listener settings.
+    pub admin: Option<super::edge::AdminFile>,
+    /// Rate limits per key and per route.
+    pub rate_limits: Option<super::edge::RateLimitsFile>,
 }
 
 /// `admission:` section.

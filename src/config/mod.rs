@@ -20,6 +20,7 @@
 
 mod check;
 pub mod duration;
+pub mod edge;
 mod effective;
 pub mod file;
 pub mod locate;
@@ -147,14 +148,23 @@ impl Config {
     /// Parse and validate `text`, already read from the file at `path` (which becomes the
     /// config's origin and [`Config::source_path`]).
     pub fn from_file_text(path: &Path, text: &str) -> Result<Config, LoadError> {
-        let mut config = Config::from_yaml_str(text, &path.display().to_string())?;
+        let mut config = Config::from_yaml_in(text, &path.display().to_string(), Some(path))?;
         config.source_path = Some(path.to_path_buf());
         Ok(config)
     }
 
     /// Parse and validate YAML `text`; `origin` (usually the file path) prefixes messages.
     pub fn from_yaml_str(text: &str, origin: &str) -> Result<Config, LoadError> {
-        let file = file::parse(text).map_err(|e| yaml_error(origin, &e))?;
+        Config::from_yaml_in(text, origin, None)
+    }
+
+    /// [`Config::from_yaml_str`] for a file at `path` (relative paths in it resolve against
+    /// its directory).
+    fn from_yaml_in(text: &str, origin: &str, path: Option<&Path>) -> Result<Config, LoadError> {
+        let mut file = file::parse(text).map_err(|e| yaml_error(origin, &e))?;
+        if let Some(path) = path {
+            edge::resolve_keys_file(&mut file, path);
+        }
         let located = |path: String, message: String| Diagnostic {
             location: locate::locate(text, &path),
             path,

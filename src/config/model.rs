@@ -81,6 +81,12 @@ pub struct Config {
     pub admission: AdmissionSettings,
     /// Routes in file order; empty: a request goes to the pool named by its model.
     pub routes: Vec<Route>,
+    /// API keys; `None`: no key required.
+    pub auth: Option<super::edge::Auth>,
+    /// Admin listener settings (its token).
+    pub admin: super::edge::AdminSettings,
+    /// Rate limits per key and per route.
+    pub rate_limits: super::edge::RateLimits,
     /// Where the config came from (a file path, or `--backend` for the quick start).
     pub origin: String,
     /// The file this config was read from by [`Config::load`]; `None` for a config built from

@@ -97,6 +97,8 @@ pub struct Route {
     pub priority: Arc<str>,
     /// The class's position in `priority_classes`: 0 is the most urgent.
     pub rank: u32,
+    /// Whether the file named the class (else an API key's class may replace it).
+    pub priority_explicit: bool,
     /// Overrides `retry.max_retries`.
     pub max_retries: Option<u32>,
     /// Overrides `limits.first_token_timeout`.
@@ -483,6 +485,7 @@ impl Checker {
             slo: slo?,
             priority,
             rank,
+            priority_explicit: r.priority.is_some(),
             max_retries,
             first_token_timeout,
             idle_timeout,

@@ -119,6 +119,33 @@ fn schema_value() -> Value {
                 "type": "array", "minItems": 1,
                 "items": { "$ref": "#/$defs/route" },
             },
+            "auth": section("API keys; with it every request needs `Authorization: Bearer <key>`", json!({
+                "keys": {
+                    "description": "Keys, each with a unique name",
+                    "type": "array", "items": { "$ref": "#/$defs/api_key" },
+                },
+                "keys_file": {
+                    "description": "A YAML list of further keys (same entries); relative to this file",
+                    "type": "string",
+                },
+            })),
+            "admin": section("Admin listener settings", json!({
+                "token": {
+                    "description": "Bearer token required for /metrics and /admin/* (not /healthz, /readyz)",
+                    "type": "string", "minLength": 8,
+                },
+            })),
+            "rate_limits": section("Rate limits per API key and per route (429 with Retry-After)", json!({
+                "per_key": { "$ref": "#/$defs/rate_limit" },
+                "keys": {
+                    "description": "Limits by key name (replace per_key for that key)",
+                    "type": "object", "additionalProperties": { "$ref": "#/$defs/rate_limit" },
+                },
+                "routes": {
+                    "description": "Limits by route name",
+                    "type": "object", "additionalProperties": { "$ref": "#/$defs/rate_limit" },
+                },
+            })),
             "pools": {
                 "description": "Backend pools keyed by the model name clients send",
                 "type": "object",
@@ -185,6 +212,40 @@ fn schema_value() -> Value {
             },
             "policy": policy_schema(),
             "route": route_schema(),
+            "api_key": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["name"],
+                "properties": {
+                    "name": { "description": "Unique key name (logs, rate limits)", "type": "string" },
+                    "key": { "description": "The key in plaintext", "type": "string", "minLength": 8 },
+                    "sha256": {
+                        "description": "The key's SHA-256 (64 hex digits) instead of `key`",
+                        "type": "string", "pattern": "^[0-9a-fA-F]{64}$",
+                    },
+                    "models": {
+                        "description": "Model globs the key may use; absent: all",
+                        "type": "array", "minItems": 1, "items": { "type": "string" },
+                    },
+                    "routes": {
+                        "description": "Route names the key may use; absent: all",
+                        "type": "array", "minItems": 1, "items": { "type": "string" },
+                    },
+                    "priority": {
+                        "description": "Admission priority class for routes that name none",
+                        "type": "string",
+                    },
+                },
+            },
+            "rate_limit": {
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "requests_per_minute": { "description": "Requests per minute (burst: the whole minute)", "type": "integer", "minimum": 1 },
+                    "tokens_per_minute": { "description": "Prompt (estimated, then usage-corrected) + completion tokens per minute", "type": "integer", "minimum": 1 },
+                    "max_concurrent": { "description": "Requests in flight at once", "type": "integer", "minimum": 1 },
+                },
+            },
         },
     })
 }

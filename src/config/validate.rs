@@ -193,6 +193,9 @@ impl Checker {
         let priority_classes = self.priority_classes(f);
         let admission = self.admission(f);
         let routes = self.routes(f, &pools, &priority_classes);
+        let auth = self.auth(f.auth.as_ref(), &routes, &priority_classes);
+        let admin = self.admin(f.admin.as_ref());
+        let rate_limits = self.rate_limits(f.rate_limits.as_ref(), auth.as_ref(), &routes);
         Config {
             listen,
             admin_listen,
@@ -207,6 +210,9 @@ impl Checker {
             priority_classes,
             admission,
             routes,
+            auth,
+            admin,
+            rate_limits,
             origin: String::new(),
             source_path: None,
             warnings: Vec::new(),

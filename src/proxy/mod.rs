@@ -13,6 +13,7 @@
 
 mod admit;
 mod body;
+mod gate;
 mod relay;
 mod respond;
 mod upstream;
@@ -54,6 +55,8 @@ pub struct Proxy {
     /// The SLO admission queue; outlives reloads (requests queued under an old config keep
     /// their place).
     admission: Admission,
+    /// Per-key and per-route rate limits; outlive reloads too.
+    limiter: crate::ratelimit::RateLimiter,
 }
 
 impl Proxy {
@@ -71,6 +74,7 @@ impl Proxy {
             metrics,
             connector: Connector::new(Some(opts)),
             active,
+            limiter: crate::ratelimit::RateLimiter::new(Instant::now()),
         }
     }
 
@@ -82,6 +86,18 @@ impl Proxy {
         // complete before we finish the exchange): with pipelining enabled pingora keeps that
         // byte for the next request instead of losing it.
         session.set_pipelining_enabled(true);
+        let raw_head = if session.is_http2() {
+            Bytes::new()
+        } else {
+            session.to_h1_raw()
+        };
+        if let Err(err) = gate::check_head(&session.req_header().headers, &raw_head) {
+            // The framing of the rest of the stream cannot be trusted: close after answering.
+            session.set_keepalive(None);
+            let _ = respond::error(session, &err).await;
+            self.count(NONE, NONE, err.status(), arrived);
+            return;
+        }
         let state = self.state.load_full();
         let method = session.req_header().method.clone();
         let path = session.req_header().uri.path().to_string();
@@ -89,6 +105,11 @@ impl Proxy {
         let result = match (&method, endpoint) {
             (&Method::POST, Some(ep)) => self.proxy(session, &state, ep, arrived).await,
             (&Method::GET, None) if path == "/v1/models" => {
+                if let Err(e) = self.gate_key(session, &state) {
+                    let _ = respond::error(session, &e).await;
+                    self.count(NONE, NONE, e.status(), arrived);
+                    return;
+                }
                 let body = Bytes::from(state.models_json().to_string());
                 let _ = respond::json(session, 200, body, &[]).await;
                 Ok(())
@@ -177,6 +198,7 @@ impl Proxy {
         arrived: Instant,
     ) -> Result<(), (Option<Arc<str>>, GatewayError)> {
         let limits = &state.config.limits;
+        let mut pass = self.gate_key(session, state).map_err(|e| (None, e))?;
         let body = body::read_body(session, limits.max_body_bytes, limits.idle_timeout)
             .await
             .map_err(|e| (None, e))?;
@@ -201,6 +223,16 @@ impl Proxy {
         // (again after admission, which may fall back to another pool).
         let our_prompt_tokens = features.prompt_tokens;
         features.prompt_tokens = pool.token_ratio.scale(our_prompt_tokens);
+        self.gate_route(
+            &mut pass,
+            state,
+            route,
+            &features.model,
+            features.prompt_tokens,
+        )
+        .map_err(|e| (Some(pool.model.clone()), e))?;
+        let keyed_route = pass.keyed_route(route);
+        let route = keyed_route.as_ref().or(route);
         let (pool, _departure) = self
             .admit(session, state, pool, route, &features, arrived)
             .await?;
@@ -337,7 +369,7 @@ impl Proxy {
                         pool.index
                             .record(decision.index, &features.block_hashes, now);
                     }
-                    let mut extra = Vec::new();
+                    let mut extra = pass.headers();
                     if state.config.explain_headers {
                         extra.push(("x-pronto-backend", backend.name().to_string()));
                         if let Some(p) = decision.predicted_ttft_s {
@@ -378,6 +410,7 @@ impl Proxy {
                             .observe((t - arrived).as_secs_f64());
                     }
                     if let Some(u) = outcome.usage {
+                        self.settle(&mut pass, &u);
                         pool.token_ratio.observe(u.prompt_tokens, our_prompt_tokens);
                         self.metrics
                             .prompt_token_ratio
@@ -426,6 +459,7 @@ fn status_label(status: u16) -> &'static str {
         200 => "200",
         400 => "400",
         401 => "401",
+        431 => "431",
         403 => "403",
         404 => "404",
         405 => "405",

@@ -26,9 +26,5 @@ pub async fn json(
 
 /// Write `err` as an OpenAI-style JSON error.
 pub async fn error(session: &mut ServerSession, err: &GatewayError) -> pingora_core::Result<()> {
-    let mut extra = Vec::new();
-    if let Some(s) = err.retry_after() {
-        extra.push(("retry-after", s.to_string()));
-    }
-    json(session, err.status(), err.to_json(), &extra).await
+    json(session, err.status(), err.to_json(), &err.headers()).await
 }

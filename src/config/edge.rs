@@ -1,0 +1,514 @@
+//! Edge settings: API keys (`auth:`), the admin token (`admin:`) and rate limits
+//! (`rate_limits:`) — file structs, validation with field paths, and the typed model.
+//!
+//! ```yaml
+//! auth:
+//!   keys:
+//!     - name: team-a                 # unique; the rate-limit and log identity of the key
+//!       key: sk-team-a-secret        # or `sha256: <64 hex digits>` (hashed at rest)
+//!       models: ["llama-*"]          # globs; absent: every model
+//!       routes: [chat]               # route names; absent: every route
+//!       priority: interactive        # admission class when the route names none
+//!   keys_file: keys.yaml             # more keys, a YAML list of the same entries
+//! admin:
+//!   token: admin-secret              # Bearer token for /metrics and /admin/*
+//! rate_limits:
+//!   per_key: {requests_per_minute: 600, tokens_per_minute: 200000, max_concurrent: 32}
+//!   keys: {team-a: {requests_per_minute: 60}}     # replaces per_key for this key
+//!   routes: {chat: {max_concurrent: 256}}
+//! ```
+//!
+//! **Keys at rest.** Only SHA-256 digests are kept in memory: a plaintext `key:` is hashed at
+//! load, and a `sha256:` entry is taken as is. A presented token is hashed once and compared
+//! in constant time against every key ([`crate::auth`]).
+//!
+//! **`keys_file`** is read at load (and at every reload); a relative path is resolved against
+//! the config file's directory. Editing only the keys file does not change the config's hash:
+//! `POST /admin/reload` after touching the config file, or touch it.
+//!
+//! **Validation** reports, with field paths: a key with neither or both of `key`/`sha256`, a
+//! malformed digest, duplicate key names or key values, unknown routes or priority classes,
+//! malformed model globs, an unreadable keys file, zero limits, and rate limits naming keys or
+//! routes that do not exist.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::route::{Glob, Route};
+use super::validate::Checker;
+
+/// `auth:` section as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthFile {
+    /// Inline keys.
+    pub keys: Option<Vec<KeyFile>>,
+    /// A YAML file holding a list of further keys.
+    pub keys_file: Option<String>,
+}
+
+/// One API key as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyFile {
+    /// Unique name.
+    pub name: Option<String>,
+    /// The key in plaintext.
+    pub key: Option<String>,
+    /// The key's SHA-256, 64 hex digits.
+    pub sha256: Option<String>,
+    /// Model globs this key may use.
+    pub models: Option<Vec<String>>,
+    /// Route names this key may use.
+    pub routes: Option<Vec<String>>,
+    /// Priority class for routes that name none.
+    pub priority: Option<String>,
+}
+
+/// `admin:` section as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminFile {
+    /// Bearer token required on the admin listener.
+    pub token: Option<String>,
+}
+
+/// `rate_limits:` section as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitsFile {
+    /// Limits applied to every key without its own entry.
+    pub per_key: Option<RateLimitFile>,
+    /// Limits by key name.
+    pub keys: Option<BTreeMap<String, RateLimitFile>>,
+    /// Limits by route name.
+    pub routes: Option<BTreeMap<String, RateLimitFile>>,
+}
+
+/// One set of limits as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitFile {
+    /// Requests per minute.
+    pub requests_per_minute: Option<u64>,
+    /// Prompt + completion tokens per minute.
+    pub tokens_per_minute: Option<u64>,
+    /// Requests in flight at once.
+    pub max_concurrent: Option<u64>,
+}
+
+/// A SHA-256 digest.
+pub type Digest = [u8; 32];
+
+/// SHA-256 of `bytes`.
+pub fn sha256(bytes: &[u8]) -> Digest {
+    let d = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
+
+/// One validated API key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    /// Unique name (log and rate-limit identity; never the key itself).
+    pub name: Arc<str>,
+    /// SHA-256 of the key.
+    pub digest: Digest,
+    /// Allowed model globs; empty: every model.
+    pub models: Vec<Glob>,
+    /// Allowed route names; empty: every route.
+    pub routes: Vec<Arc<str>>,
+    /// Admission class (name, rank) for routes that name none.
+    pub priority: Option<(Arc<str>, u32)>,
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the digest: it is as good as the key against an offline guesser.
+        f.debug_struct("ApiKey")
+            .field("name", &self.name)
+            .field("routes", &self.routes)
+            .field("priority", &self.priority)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Validated `auth:`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Auth {
+    /// Every key (inline then from the file); at least one.
+    pub keys: Vec<ApiKey>,
+}
+
+/// Validated `admin:`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdminSettings {
+    /// SHA-256 of the admin token; `None`: the admin listener is open (loopback by default).
+    pub token_digest: Option<Digest>,
+}
+
+/// One validated set of limits; `None` fields are unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct RateLimit {
+    /// Requests per minute (>= 1).
+    pub requests_per_minute: Option<u32>,
+    /// Tokens per minute (>= 1).
+    pub tokens_per_minute: Option<u32>,
+    /// Requests in flight at once (>= 1).
+    pub max_concurrent: Option<u32>,
+}
+
+/// Validated `rate_limits:`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RateLimits {
+    /// Limits for keys without their own entry.
+    pub per_key: Option<RateLimit>,
+    /// Limits by key name.
+    pub keys: BTreeMap<Arc<str>, RateLimit>,
+    /// Limits by route name.
+    pub routes: BTreeMap<Arc<str>, RateLimit>,
+}
+
+impl RateLimits {
+    /// The limits that apply to the key named `name`.
+    pub fn for_key(&self, name: &str) -> Option<&RateLimit> {
+        self.keys.get(name).or(self.per_key.as_ref())
+    }
+}
+
+/// Resolve a relative `auth.keys_file` against the directory of the config file at `path`.
+pub(super) fn resolve_keys_file(file: &mut super::file::ConfigFile, path: &Path) {
+    let Some(dir) = path.parent() else { return };
+    if let Some(kf) = file.auth.as_mut().and_then(|a| a.keys_file.as_mut()) {
+        if Path::new(kf).is_relative() {
+            *kf = dir.join(&*kf).display().to_string();
+        }
+    }
+}
+
+fn parse_digest(text: &str) -> Result<Digest, String> {
+    let t = text.trim();
+    if t.len() != 64 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err("must be 64 hexadecimal digits (a SHA-256 digest)".into());
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&t[2 * i..2 * i + 2], 16).expect("checked hex");
+    }
+    Ok(out)
+}
+
+// === impl Checker ===
+
+impl Checker {
+    /// `auth:`; `None` when absent (the gateway is open).
+    pub(super) fn auth(
+        &mut self,
+        f: Option<&AuthFile>,
+        routes: &[Route],
+        classes: &[Arc<str>],
+    ) -> Option<Auth> {
+        let f = f?;
+        let mut entries: Vec<(String, KeyFile)> = f
+            .keys
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, k)| (format!("auth.keys[{i}]"), k.clone()))
+            .collect();
+        if let Some(path) = &f.keys_file {
+            match std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read `{path}`: {e}"))
+                .and_then(|t| {
+                    serde_yaml_ng::from_str::<Vec<KeyFile>>(&t)
+                        .map_err(|e| format!("`{path}` is not a YAML list of keys: {e}"))
+                }) {
+                Ok(list) => entries.extend(
+                    list.into_iter()
+                        .enumerate()
+                        .map(|(i, k)| (format!("auth.keys_file[{i}]"), k)),
+                ),
+                Err(message) => self.error("auth.keys_file", message),
+            }
+        }
+        if entries.is_empty() {
+            self.error(
+                "auth.keys",
+                "no keys: list at least one (or remove `auth:` to leave the gateway open)",
+            );
+            return None;
+        }
+        let route_names: HashSet<&str> = routes.iter().map(|r| &*r.name).collect();
+        let mut names = HashSet::new();
+        let mut digests = HashSet::new();
+        let mut keys = Vec::new();
+        for (path, k) in &entries {
+            if let Some(key) = self.api_key(path, k, &route_names, classes) {
+                if !names.insert(key.name.clone()) {
+                    self.error(
+                        format!("{path}.name"),
+                        format!("duplicate key name `{}`", key.name),
+                    );
+                }
+                if !digests.insert(key.digest) {
+                    self.error(path.clone(), "the same key value is listed twice");
+                }
+                keys.push(key);
+            }
+        }
+        Some(Auth { keys })
+    }
+
+    fn api_key(
+        &mut self,
+        path: &str,
+        k: &KeyFile,
+        routes: &HashSet<&str>,
+        classes: &[Arc<str>],
+    ) -> Option<ApiKey> {
+        let errors = self.error_count();
+        let name = match k.name.as_deref() {
+            Some(n) if !n.trim().is_empty() => Arc::<str>::from(n),
+            _ => {
+                self.error(format!("{path}.name"), "missing: every key needs a name");
+                Arc::from("")
+            }
+        };
+        let digest = match (&k.key, &k.sha256) {
+            (Some(key), None) if key.trim().len() >= 8 => sha256(key.trim().as_bytes()),
+            (Some(_), None) => {
+                self.error(
+                    format!("{path}.key"),
+                    "too short: use at least 8 characters",
+                );
+                [0; 32]
+            }
+            (None, Some(hex)) => parse_digest(hex).unwrap_or_else(|m| {
+                self.error(format!("{path}.sha256"), m);
+                [0; 32]
+            }),
+            (Some(_), Some(_)) => {
+                self.error(path.to_string(), "give `key` or `sha256`, not both");
+                [0; 32]
+            }
+            (None, None) => {
+                self.error(path.to_string(), "missing `key` (or `sha256`)");
+                [0; 32]
+            }
+        };
+        let mut models = Vec::new();
+        for (i, m) in k.models.iter().flatten().enumerate() {
+            match Glob::parse(m) {
+                Ok(g) => models.push(g),
+                Err(e) => self.error(format!("{path}.models[{i}]"), e),
+            }
+        }
+        let mut allowed_routes = Vec::new();
+        for (i, r) in k.routes.iter().flatten().enumerate() {
+            if routes.contains(r.as_str()) {
+                allowed_routes.push(Arc::<str>::from(r.as_str()));
+            } else {
+                self.error(
+                    format!("{path}.routes[{i}]"),
+                    format!("no route is named `{r}`"),
+                );
+            }
+        }
+        for (field, list) in [("models", &k.models), ("routes", &k.routes)] {
+            if list.as_ref().is_some_and(Vec::is_empty) {
+                self.error(
+                    format!("{path}.{field}"),
+                    "empty list: the key could use nothing (omit it to allow everything)",
+                );
+            }
+        }
+        let priority =
+            k.priority
+                .as_deref()
+                .and_then(|p| match classes.iter().position(|c| &**c == p) {
+                    Some(rank) => Some((classes[rank].clone(), rank as u32)),
+                    None => {
+                        self.error(
+                            format!("{path}.priority"),
+                            format!("unknown priority class `{p}`"),
+                        );
+                        None
+                    }
+                });
+        (self.error_count() == errors).then_some(ApiKey {
+            name,
+            digest,
+            models,
+            routes: allowed_routes,
+            priority,
+        })
+    }
+
+    /// `admin:`.
+    pub(super) fn admin(&mut self, f: Option<&AdminFile>) -> AdminSettings {
+        let Some(f) = f else {
+            return AdminSettings::default();
+        };
+        let token_digest = match &f.token {
+            None => None,
+            Some(t) if t.trim().len() >= 8 => Some(sha256(t.trim().as_bytes())),
+            Some(_) => {
+                self.error("admin.token", "too short: use at least 8 characters");
+                None
+            }
+        };
+        AdminSettings { token_digest }
+    }
+
+    /// `rate_limits:`.
+    pub(super) fn rate_limits(
+        &mut self,
+        f: Option<&RateLimitsFile>,
+        auth: Option<&Auth>,
+        routes: &[Route],
+    ) -> RateLimits {
+        let Some(f) = f else {
+            return RateLimits::default();
+        };
+        let per_key = f
+            .per_key
+            .as_ref()
+            .map(|l| self.rate_limit("rate_limits.per_key", l));
+        if (per_key.is_some() || f.keys.is_some()) && auth.is_none() {
+            self.error(
+                "rate_limits",
+                "per-key limits need `auth:` keys (requests without a key have no identity)",
+            );
+        }
+        let mut keys = BTreeMap::new();
+        for (name, l) in f.keys.iter().flatten() {
+            let path = super::validate::key_path("rate_limits.keys", name);
+            if auth.is_some_and(|a| !a.keys.iter().any(|k| &*k.name == name)) {
+                self.error(path.clone(), format!("no key in `auth:` is named `{name}`"));
+            }
+            keys.insert(Arc::from(name.as_str()), self.rate_limit(&path, l));
+        }
+        let mut by_route = BTreeMap::new();
+        for (name, l) in f.routes.iter().flatten() {
+            let path = super::validate::key_path("rate_limits.routes", name);
+            if !routes.iter().any(|r| &*r.name == name) {
+                self.error(path.clone(), format!("no route is named `{name}`"));
+            }
+            by_route.insert(Arc::from(name.as_str()), self.rate_limit(&path, l));
+        }
+        RateLimits {
+            per_key,
+            keys,
+            routes: by_route,
+        }
+    }
+
+    fn rate_limit(&mut self, path: &str, l: &RateLimitFile) -> RateLimit {
+        let mut one = |v: Option<u64>, field: &str| {
+            v.map(|n| {
+                self.count(Some(n), &format!("{path}.{field}"), 1, 1)
+                    .clamp(1, MAX_PER_MINUTE)
+            })
+        };
+        let limit = RateLimit {
+            requests_per_minute: one(l.requests_per_minute, "requests_per_minute"),
+            tokens_per_minute: one(l.tokens_per_minute, "tokens_per_minute"),
+            max_concurrent: one(l.max_concurrent, "max_concurrent"),
+        };
+        if limit == RateLimit::default() {
+            self.warn(
+                path.to_string(),
+                "no limit given: this entry limits nothing",
+            );
+        }
+        limit
+    }
+}
+
+/// Largest accepted per-minute (or concurrency) limit; higher values are clamped.
+pub const MAX_PER_MINUTE: u32 = 1_000_000_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    const POOLS: &str = "pools:\n  m: {backends: [{name: a, url: 'http://h:1'}]}\n";
+
+    fn load(extra: &str) -> Result<Config, String> {
+        Config::from_yaml_str(&format!("{extra}{POOLS}"), "t").map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn keys_are_hashed_and_limits_resolved() {
+        let c = load(
+            "auth:\n  keys:\n    - {name: a, key: sk-aaaaaaaa, models: ['m*'], priority: batch}\n    \
+             - {name: b, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}\n\
+             admin: {token: admin-secret}\n\
+             rate_limits:\n  per_key: {requests_per_minute: 10}\n  keys: {b: {max_concurrent: 2}}\n",
+        )
+        .unwrap();
+        let auth = c.auth.as_ref().unwrap();
+        assert_eq!(auth.keys[0].digest, sha256(b"sk-aaaaaaaa"));
+        assert_eq!(auth.keys[0].priority, Some((Arc::from("batch"), 1)));
+        assert_eq!(auth.keys[1].digest, sha256(b"test"));
+        assert_eq!(c.admin.token_digest, Some(sha256(b"admin-secret")));
+        assert_eq!(
+            c.rate_limits.for_key("a").unwrap().requests_per_minute,
+            Some(10)
+        );
+        assert_eq!(c.rate_limits.for_key("b").unwrap().max_concurrent, Some(2));
+        assert!(!format!("{:?}", auth.keys[0]).contains("digest"));
+    }
+
+    #[test]
+    fn problems_are_reported_with_field_paths() {
+        let e = load(
+            "auth:\n  keys:\n    - {name: a, key: short}\n    - {name: a, key: sk-aaaaaaaa, routes: [nope]}\n    \
+             - {name: c, sha256: xyz}\n    - {name: d, key: sk-dddddddd, sha256: ab, priority: vip}\n\
+             rate_limits:\n  keys: {ghost: {requests_per_minute: 0}}\n  routes: {r: {max_concurrent: 1}}\n",
+        )
+        .unwrap_err();
+        for expected in [
+            "auth.keys[0].key: too short",
+            "auth.keys[1].routes[0]: no route is named `nope`",
+            "auth.keys[2].sha256: must be 64 hexadecimal digits",
+            "auth.keys[3]: give `key` or `sha256`, not both",
+            "auth.keys[3].priority: unknown priority class `vip`",
+            "rate_limits.keys.ghost: no key in `auth:` is named `ghost`",
+            "rate_limits.keys.ghost.requests_per_minute: must be at least 1",
+            "rate_limits.routes.r: no route is named `r`",
+        ] {
+            assert!(e.contains(expected), "missing {expected:?} in:\n{e}");
+        }
+        let dup = load("auth:\n  keys:\n    - {name: a, key: sk-aaaaaaaa}\n    - {name: a, key: sk-aaaaaaaa}\n")
+            .unwrap_err();
+        assert!(
+            dup.contains("duplicate key name `a`") && dup.contains("listed twice"),
+            "{dup}"
+        );
+        let no_auth = load("rate_limits:\n  per_key: {max_concurrent: 1}\n").unwrap_err();
+        assert!(no_auth.contains("per-key limits need `auth:`"), "{no_auth}");
+        assert!(load("auth: {keys: []}\n")
+            .unwrap_err()
+            .contains("auth.keys: no keys"));
+    }
+
+    #[test]
+    fn keys_file_is_relative_to_the_config_file() {
+        let dir = std::env::temp_dir().join(format!("pronto-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("keys.yaml"), "- {name: f, key: sk-ffffffff}\n").unwrap();
+        let text = format!("auth:\n  keys_file: keys.yaml\n{POOLS}");
+        let c = Config::from_file_text(&dir.join("pronto.yaml"), &text).unwrap();
+        assert_eq!(&*c.auth.unwrap().keys[0].name, "f");
+        std::fs::write(dir.join("keys.yaml"), "not: a list\n").unwrap();
+        let e = Config::from_file_text(&dir.join("pronto.yaml"), &text).unwrap_err();
+        assert!(e.to_string().contains("auth.keys_file"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

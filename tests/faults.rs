@@ -1,0 +1,324 @@
+//! The fault suite: the `pronto` binary in front of the in-process simulated fleet, driven
+//! through the simulator's fault knobs ([`pronto::sim::fleet_faults`]). Each test asserts what
+//! the client sees (a clear status or error event, never a hang: every wait is bounded), that
+//! healthy backends are not ejected, and the order of recovery; the measured recovery time is
+//! printed (`--nocapture`) for the report, never asserted.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{config_yaml, Gateway};
+use futures::StreamExt;
+use pronto::sim::fleet::SimFleet;
+use pronto::sim::fleet_config::FleetConfig;
+use serde_json::{json, Value};
+
+const MODEL: &str = "sim-model";
+const SCALE: f64 = 0.05;
+/// Upper bound on any wait (a hang fails instead of blocking).
+const BOUND: Duration = Duration::from_secs(20);
+
+async fn fleet(n: usize, faults: &str) -> SimFleet {
+    let mut yaml = format!("model: {MODEL}\nbackends:\n");
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "  - {{ name: b{i}, profile: h100-llama3-8b, num_kv_blocks: 4000, port: 0, faults: {{ restart_after: 1s{faults} }} }}\n"
+        ));
+    }
+    let config = FleetConfig::parse(&yaml, "faults").unwrap();
+    SimFleet::start(&config, SCALE).await.unwrap()
+}
+
+fn gateway(fleet: &SimFleet, extra: &str) -> Gateway {
+    let mut pool = format!("  {MODEL}:\n    policy: round_robin\n    backends:\n");
+    for (i, u) in fleet.urls().iter().enumerate() {
+        pool.push_str(&format!("      - name: b{i}\n        url: {u}\n"));
+    }
+    Gateway::start(&config_yaml(
+        &pool,
+        &format!("explain_headers: true\nretry: {{max_retries: 2}}\n{extra}"),
+    ))
+}
+
+fn chat(tag: &str, max_tokens: u32, stream: bool) -> Value {
+    let text: String = (0..40).map(|i| format!(" {tag}{i}")).collect();
+    json!({"model": MODEL, "messages": [{"role": "user", "content": text}],
+           "max_tokens": max_tokens, "stream": stream})
+}
+
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    backend: Option<String>,
+    body: String,
+}
+
+async fn send(gw: &Gateway, tag: &str) -> Reply {
+    send_as(gw, tag, false).await
+}
+
+async fn send_as(gw: &Gateway, tag: &str, stream: bool) -> Reply {
+    let r = tokio::time::timeout(
+        BOUND,
+        reqwest::Client::new()
+            .post(gw.url("/v1/chat/completions"))
+            .json(&chat(tag, 4, stream))
+            .send(),
+    )
+    .await
+    .expect("no hang")
+    .unwrap();
+    let backend = r
+        .headers()
+        .get("x-pronto-backend")
+        .map(|v| v.to_str().unwrap().to_string());
+    Reply {
+        status: r.status().as_u16(),
+        backend,
+        body: r.text().await.unwrap(),
+    }
+}
+
+fn code(body: &str) -> String {
+    serde_json::from_str::<Value>(body).unwrap()["error"]["code"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `(healthy, ejected)` of every backend, by name, from `/admin/backends`.
+async fn backends(gw: &Gateway) -> Vec<(String, bool, bool)> {
+    let v: Value = reqwest::get(gw.admin_url("/admin/backends"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["name"].as_str().unwrap().to_string(),
+                b["healthy"].as_bool().unwrap(),
+                b["ejected"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Send requests until one is served by `backend` (or BOUND): the time it took.
+async fn until_served_by(gw: &Gateway, backend: &str) -> Duration {
+    let start = Instant::now();
+    let mut i = 0;
+    while start.elapsed() < BOUND {
+        let r = send(gw, &format!("probe{i}")).await;
+        if r.status == 200 && r.backend.as_deref() == Some(backend) {
+            return start.elapsed();
+        }
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{backend} never served again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_crash_mid_stream() {
+    let fleet = fleet(3, "").await;
+    let gw = gateway(&fleet, "");
+    let resp = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat("crash", 4000, true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let victim = resp.headers()["x-pronto-backend"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let index: usize = victim[1..].parse().unwrap();
+    let mut stream = resp.bytes_stream();
+    let mut seen = Vec::new();
+    // Crash once the first token has arrived.
+    while !String::from_utf8_lossy(&seen).contains("\"content\"") {
+        seen.extend_from_slice(&stream.next().await.unwrap().unwrap());
+    }
+    let crashed_at = Instant::now();
+    fleet.faults(index).crash();
+    let rest = tokio::time::timeout(BOUND, async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            seen.extend_from_slice(&chunk);
+        }
+    })
+    .await;
+    assert!(rest.is_ok(), "the client stream ended instead of hanging");
+    let text = String::from_utf8_lossy(&seen);
+    assert!(
+        !text.contains("[DONE]"),
+        "a cut stream must not look complete"
+    );
+    // Other backends keep serving at once; none of them is ejected.
+    for i in 0..4 {
+        let r = send(&gw, &format!("after{i}")).await;
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    for (name, healthy, ejected) in backends(&gw).await {
+        if name != victim {
+            assert!(healthy && !ejected, "{name} was ejected");
+        }
+    }
+    let back = until_served_by(&gw, &victim).await;
+    println!(
+        "FAULT crash-mid-stream: client saw a truncated stream without [DONE]; {victim} served again {:.2}s after the crash",
+        back.max(crashed_at.elapsed()).as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stall_before_first_token() {
+    let fleet = fleet(3, "").await;
+    let gw = gateway(&fleet, "limits: {first_token_timeout: 500ms}\n");
+    fleet
+        .faults(1)
+        .set_stall_first_token(Some(Duration::from_secs(30)));
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        // Streaming: the first-token deadline applies (a non-streamed answer has only the
+        // idle timeout, limits.idle_timeout).
+        let r = send_as(&gw, &format!("stall{i}"), true).await;
+        if r.status != 200 {
+            assert_eq!(
+                (r.status, code(&r.body).as_str()),
+                (504, "first_token_timeout"),
+                "{r:?}"
+            );
+        } else {
+            assert_ne!(r.backend.as_deref(), Some("b1"));
+        }
+        statuses.push(r.status);
+    }
+    assert!(
+        statuses.contains(&504) && statuses.contains(&200),
+        "{statuses:?}"
+    );
+    for (name, healthy, ejected) in backends(&gw).await {
+        if name != "b1" {
+            assert!(healthy && !ejected, "{name} was ejected");
+        }
+    }
+    let cleared = Instant::now();
+    fleet.faults(1).set_stall_first_token(None);
+    let back = until_served_by(&gw, "b1").await;
+    println!(
+        "FAULT stall-before-first-token: {} of 6 got 504 first_token_timeout after 500ms, the rest 200; b1 served again {:.2}s after the stall cleared",
+        statuses.iter().filter(|s| **s == 504).count(),
+        cleared.elapsed().max(back).as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_of_5xx_is_retried_and_the_backend_ejected_then_readmitted() {
+    let fleet = fleet(3, "").await;
+    let gw = gateway(&fleet, "");
+    fleet.faults(0).set_error_rate(1.0);
+    for i in 0..9 {
+        let r = send(&gw, &format!("burst{i}")).await;
+        assert_eq!(r.status, 200, "retried on another backend: {r:?}");
+        assert_ne!(r.backend.as_deref(), Some("b0"));
+    }
+    let state = backends(&gw).await;
+    assert!(
+        state.iter().any(|(n, _, ejected)| n == "b0" && *ejected),
+        "{state:?}"
+    );
+    assert!(
+        state
+            .iter()
+            .filter(|(n, ..)| n != "b0")
+            .all(|(_, h, e)| *h && !*e),
+        "{state:?}"
+    );
+    let cleared = Instant::now();
+    fleet.faults(0).set_error_rate(0.0);
+    let back = until_served_by(&gw, "b0").await;
+    println!(
+        "FAULT 5xx-burst: 9/9 clients got 200 (retried), b0 ejected, served again {:.2}s after the burst ended",
+        cleared.elapsed().max(back).as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flapping_backend() {
+    let fleet = fleet(3, "").await;
+    let gw = gateway(&fleet, "");
+    let flapper = fleet.faults(2);
+    flapper.set_restart_after(Duration::from_millis(300));
+    let mut ok = 0;
+    let mut other = Vec::new();
+    for i in 0..30 {
+        if i % 5 == 0 {
+            flapper.crash();
+        }
+        let r = send(&gw, &format!("flap{i}")).await;
+        if r.status == 200 {
+            ok += 1;
+        } else {
+            other.push((r.status, code(&r.body)));
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    // Failures before the first byte are retried elsewhere: every client got an answer,
+    // errors (if any) are explicit statuses.
+    assert!(ok >= 27, "{ok}/30 ok; others {other:?}");
+    for (name, healthy, ejected) in backends(&gw).await {
+        if name != "b2" {
+            assert!(healthy && !ejected, "{name} was ejected");
+        }
+    }
+    let stopped = Instant::now();
+    let back = until_served_by(&gw, "b2").await;
+    println!(
+        "FAULT flapping (crash every 5 requests, 300ms down): {ok}/30 got 200, others {other:?}; b2 served again {:.2}s after flapping stopped",
+        stopped.elapsed().max(back).as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_backends_down_then_back() {
+    let fleet = fleet(3, "").await;
+    let gw = gateway(&fleet, "");
+    assert_eq!(send(&gw, "warm").await.status, 200);
+    let down_at = Instant::now();
+    for i in 0..3 {
+        fleet.faults(i).crash();
+    }
+    // Every backend answers 503 while restarting: after the retries the client gets the
+    // last 503 with the engine's explanation (or the gateway's own once all are ejected).
+    let r = send(&gw, "down").await;
+    assert_eq!(r.status, 503, "{r:?}");
+    assert!(r.body.contains("error"), "{r:?}");
+    // Then the fleet restarts (restart_after 1s): the first 200 marks recovery.
+    let mut first_ok = None;
+    let mut errors = 1;
+    while down_at.elapsed() < BOUND {
+        let r = send(&gw, "retry").await;
+        if r.status == 200 {
+            first_ok = Some(down_at.elapsed());
+            break;
+        }
+        assert_eq!(r.status, 503, "{r:?}");
+        errors += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let recovered = first_ok.expect("the gateway serves again once the fleet is back");
+    for i in 0..6 {
+        assert_eq!(send(&gw, &format!("after{i}")).await.status, 200);
+    }
+    println!(
+        "FAULT all-down: {errors} clients got 503 (engine's 'restarting' error, then no_backend_available once ejected) while down; first 200 {:.2}s after the crash (fleet restart 1s)",
+        recovered.as_secs_f64()
+    );
+}
