@@ -691,3 +691,48 @@ async fn prompt_token_ratio_is_learned_from_usage_without_touching_the_request()
         .collect();
     assert_eq!(seen, sent);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn measured_ttft_tpot_and_e2e_are_exported_per_backend() {
+    let backend = TestBackend::start(
+        "b",
+        Behavior {
+            tokens: 5,
+            token_delay: Duration::from_millis(20),
+            ..Behavior::default()
+        },
+    )
+    .await;
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[backend.url()]),
+        "",
+    ));
+    let c = client(false);
+    for _ in 0..3 {
+        let resp = c
+            .post(gw.url("/v1/chat/completions"))
+            .body(chat_body(300, true))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.bytes().await.unwrap();
+    }
+    let count = |m: &str, name: &str| metric_value(m, &format!("{name}_count{{backend=\"m-b0\"}}"));
+    let m = metrics_when(&gw, |m| count(m, "pronto_e2e_seconds") == Some(3.0)).await;
+    assert_eq!(count(&m, "pronto_tpot_seconds"), Some(3.0));
+    assert_eq!(count(&m, "pronto_ttft_seconds"), Some(3.0));
+    let admin: serde_json::Value = reqwest::get(gw.admin_url("/admin/backends"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let lat = &admin["backends"][0]["latency"];
+    let tpot = lat["ewma"]["tpot_s"].as_f64().expect("tpot ewma");
+    let e2e = lat["ewma"]["e2e_s"].as_f64().expect("e2e ewma");
+    let ttft = lat["ewma"]["ttft_s"].as_f64().expect("ttft ewma");
+    // Orderings, not times: a token gap is shorter than the stream, and so is the first token.
+    assert!(tpot > 0.0 && tpot < e2e && ttft < e2e, "{lat}");
+    assert_eq!(lat["window_60s"]["e2e"]["n"], 3);
+}

@@ -12,6 +12,7 @@
 pub mod engine_metrics;
 mod engine_state;
 mod health;
+pub mod latency;
 mod scrape;
 mod seq_cell;
 mod ttft_model;
@@ -25,6 +26,7 @@ use pingora_core::upstreams::peer::HttpPeer;
 pub use engine_metrics::{EngineFlavor, EngineMetricsError, EngineSample};
 pub use engine_state::{EngineState, Scraped, STALE_AFTER_FAILURES};
 pub use health::HealthChecker;
+pub use latency::LatencyStats;
 pub use scrape::{EngineScraper, ScrapeOutcome};
 pub use ttft_model::TtftModel;
 
@@ -67,6 +69,8 @@ pub struct Backend {
     pub engine: EngineState,
     /// The backend's learned TTFT model.
     pub ttft: TtftModel,
+    /// Measured TTFT / TPOT / E2E: EWMAs and sliding-window quantiles.
+    pub latency: LatencyStats,
     metrics: Metrics,
 }
 
@@ -98,6 +102,7 @@ impl Backend {
             alloc_rate_at_ns: AtomicU64::new(0),
             engine: EngineState::new(created),
             ttft: TtftModel::new(Coefficients::default()),
+            latency: LatencyStats::default(),
             metrics,
         };
         b.publish_health(Instant::now());
@@ -306,6 +311,7 @@ impl Backend {
             "outstanding_prefill_tokens": self.outstanding_prefill_tokens.load(Ordering::Relaxed),
             "running_decodes": self.running_decodes.load(Ordering::Relaxed),
             "engine": self.engine.admin_json(now),
+            "latency": self.latency.admin_json(now),
         })
     }
 }

@@ -31,7 +31,7 @@ use pingora_core::upstreams::peer::HttpPeer;
 use pingora_proxy::{ProxyHttp, Session};
 
 use crate::admission::Admission;
-use crate::backend::RequestLoad;
+use crate::backend::{latency, RequestLoad};
 use crate::error::GatewayError;
 use crate::gateway::{GatewayState, Pool};
 use crate::request::{parse_request, Endpoint};
@@ -408,6 +408,30 @@ impl Proxy {
                             .client_ttft_seconds
                             .with_label_values(&[&pool.model])
                             .observe((t - arrived).as_secs_f64());
+                    }
+                    if outcome.end == RelayEnd::Complete {
+                        let done = Instant::now();
+                        let sample = latency::Sample {
+                            ttft_s: outcome.first_token_at.map(|t| (t - sent_at).as_secs_f64()),
+                            tpot_s: match (outcome.first_token_at, outcome.last_token_at) {
+                                (Some(a), Some(b)) if outcome.output_events >= 2 => Some(
+                                    (b - a).as_secs_f64() / f64::from(outcome.output_events - 1),
+                                ),
+                                _ => None,
+                            },
+                            e2e_s: (done - sent_at).as_secs_f64(),
+                        };
+                        backend.latency.record(sample, done);
+                        if let Some(t) = sample.tpot_s {
+                            self.metrics
+                                .tpot_seconds
+                                .with_label_values(&[backend.name()])
+                                .observe(t);
+                        }
+                        self.metrics
+                            .e2e_seconds
+                            .with_label_values(&[backend.name()])
+                            .observe(sample.e2e_s);
                     }
                     if let Some(u) = outcome.usage {
                         self.settle(&mut pass, &u);

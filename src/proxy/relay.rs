@@ -38,6 +38,10 @@ pub struct RelayOutcome {
     pub end: RelayEnd,
     /// When the first generated token passed through (streams only).
     pub first_token_at: Option<Instant>,
+    /// When the last output-carrying event passed through (streams only).
+    pub last_token_at: Option<Instant>,
+    /// Output-carrying events relayed (≈ output tokens; streams only).
+    pub output_events: u32,
     /// The upstream connection is clean and may be pooled.
     pub reusable: bool,
     /// The response's `usage`: the stream's last usage event, or a complete JSON body's (bodies
@@ -102,6 +106,8 @@ impl Relay<'_> {
         let mut out = RelayOutcome {
             end: RelayEnd::Complete,
             first_token_at: None,
+            last_token_at: None,
+            output_events: 0,
             reusable: false,
             usage: None,
         };
@@ -119,9 +125,17 @@ impl Relay<'_> {
         let mut pending = first_chunk;
         loop {
             if let Some(chunk) = pending.take() {
-                if sse && scanner.feed(&chunk).first_token {
-                    out.first_token_at = Some(Instant::now());
-                    guard.first_token();
+                if sse {
+                    let update = scanner.feed(&chunk);
+                    if update.output_events > 0 {
+                        let at = Instant::now();
+                        out.last_token_at = Some(at);
+                        out.output_events += update.output_events;
+                        if update.first_token {
+                            out.first_token_at = Some(at);
+                            guard.first_token();
+                        }
+                    }
                 }
                 if let Some(k) = kept.as_mut() {
                     if k.len() + chunk.len() <= USAGE_BODY_LIMIT {

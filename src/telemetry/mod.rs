@@ -85,6 +85,10 @@ pub struct Metrics {
     pub retries_total: IntCounterVec,
     /// `pronto_ttft_seconds{backend}`: upstream send → first generated token.
     pub ttft_seconds: HistogramVec,
+    /// `pronto_tpot_seconds{backend}`: mean time per output token after the first.
+    pub tpot_seconds: HistogramVec,
+    /// `pronto_e2e_seconds{backend}`: upstream send → end of a completed response.
+    pub e2e_seconds: HistogramVec,
     /// `pronto_client_ttft_seconds{pool}`: client request arrival → first token forwarded.
     pub client_ttft_seconds: HistogramVec,
     /// `pronto_client_disconnects_total{pool}`: clients that hung up before the response ended.
@@ -166,6 +170,10 @@ const ERROR_BUCKETS: &[f64] = &[
     1.0, 2.0, 5.0,
 ];
 /// Buckets of ratios in 0..=1.
+/// Time-per-output-token buckets, seconds (1 ms .. 0.5 s).
+const TPOT_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5,
+];
 const RATIO_BUCKETS: &[f64] = &[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0];
 
 fn histogram_with(
@@ -223,6 +231,19 @@ impl Metrics {
                 &r,
                 "pronto_ttft_seconds",
                 "Upstream request sent to first generated token, per backend",
+                &["backend"],
+            ),
+            tpot_seconds: histogram_with(
+                &r,
+                "pronto_tpot_seconds",
+                "Mean time per output token after the first, per backend",
+                &["backend"],
+                TPOT_BUCKETS,
+            ),
+            e2e_seconds: histogram(
+                &r,
+                "pronto_e2e_seconds",
+                "Upstream request sent to the end of a completed response, per backend",
                 &["backend"],
             ),
             client_ttft_seconds: histogram(
