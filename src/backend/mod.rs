@@ -67,6 +67,8 @@ pub struct Backend {
     pub engine: EngineState,
     /// The backend's learned TTFT model.
     pub ttft: TtftModel,
+    /// The exact prefix index fed by the engine's KV-cache events (`kv_events` configured).
+    pub kv_events: Option<Arc<crate::kv_events::ExactIndex>>,
     metrics: Metrics,
 }
 
@@ -79,6 +81,11 @@ impl Backend {
         peer.options.total_connection_timeout = Some(connect_timeout);
         peer.options.tcp_keepalive = None;
         let created = Instant::now();
+        let kv_events = config.kv_events.as_ref().map(|k| {
+            Arc::new(
+                crate::kv_events::ExactIndex::new(k.block_size).with_metrics(&metrics, &config.name),
+            )
+        });
         let b = Backend {
             authority: addr,
             peer,
@@ -98,6 +105,7 @@ impl Backend {
             alloc_rate_at_ns: AtomicU64::new(0),
             engine: EngineState::new(created),
             ttft: TtftModel::new(Coefficients::default()),
+            kv_events,
             metrics,
         };
         b.publish_health(Instant::now());
@@ -393,6 +401,7 @@ mod tests {
             weight: 1,
             max_inflight: None,
             labels: BTreeMap::new(),
+            kv_events: None,
         };
         Arc::new(Backend::new(cfg, Duration::from_secs(1), Metrics::new()))
     }
