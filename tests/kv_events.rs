@@ -231,7 +231,11 @@ async fn the_gateway_routes_by_the_engines_published_cache() {
     seen[1] = wait_decoded(&gw, 1, seen[1]).await;
     let before = prompt_totals(&fleet);
     post(&client, &gw.url(""), &chat("alpha")).await;
-    assert_eq!(served(&fleet, &before), 1, "routed to the engine that holds the prefix");
+    assert_eq!(
+        served(&fleet, &before),
+        1,
+        "routed to the engine that holds the prefix"
+    );
 
     // 2. b1 evicts it (other prompts fill its small cache) and b0 gets it: the gateway follows.
     for k in 0..6 {
@@ -242,7 +246,11 @@ async fn the_gateway_routes_by_the_engines_published_cache() {
     wait_decoded(&gw, 0, seen[0]).await;
     let before = prompt_totals(&fleet);
     post(&client, &gw.url(""), &chat("alpha")).await;
-    assert_eq!(served(&fleet, &before), 0, "the route follows the real cache");
+    assert_eq!(
+        served(&fleet, &before),
+        0,
+        "the route follows the real cache"
+    );
 
     // 3. Messages lost: the next one is a sequence gap and b0's index resyncs.
     fleet.drop_kv_events(0, 1);

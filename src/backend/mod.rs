@@ -83,7 +83,8 @@ impl Backend {
         let created = Instant::now();
         let kv_events = config.kv_events.as_ref().map(|k| {
             Arc::new(
-                crate::kv_events::ExactIndex::new(k.block_size).with_metrics(&metrics, &config.name),
+                crate::kv_events::ExactIndex::new(k.block_size)
+                    .with_metrics(&metrics, &config.name),
             )
         });
         let b = Backend {

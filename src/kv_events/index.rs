@@ -120,7 +120,9 @@ impl ExactIndex {
             decoded: ev("decoded"),
             errors: ev("error"),
             unmapped: ev("unmapped_block"),
-            resyncs: metrics.kv_events_resyncs_total.with_label_values(&[backend]),
+            resyncs: metrics
+                .kv_events_resyncs_total
+                .with_label_values(&[backend]),
             blocks: metrics.kv_events_blocks.with_label_values(&[backend]),
         });
         self
@@ -165,7 +167,10 @@ impl ExactIndex {
         if !st.live {
             return None;
         }
-        let m = hashes.iter().take_while(|h| st.held.contains_key(h)).count();
+        let m = hashes
+            .iter()
+            .take_while(|h| st.held.contains_key(h))
+            .count();
         drop(st);
         if m > 0 && !self.trusted.load(Ordering::Relaxed) {
             self.trusted.store(true, Ordering::Relaxed);
@@ -216,7 +221,10 @@ impl ExactIndex {
             st.held.len()
         };
         if resynced {
-            tracing::info!(seq = batch.seq, "KV events: sequence gap, exact index resynced");
+            tracing::info!(
+                seq = batch.seq,
+                "KV events: sequence gap, exact index resynced"
+            );
             self.count(|c| c.resyncs += 1, |i| i.resyncs.inc());
         }
         if unmapped > 0 {
@@ -334,7 +342,12 @@ mod tests {
                 0,
                 vec![
                     stored(&prompt[..half], bs, 100, None),
-                    stored(&prompt[half..], bs, 100 + first_blocks, Some(99 + first_blocks)),
+                    stored(
+                        &prompt[half..],
+                        bs,
+                        100 + first_blocks,
+                        Some(99 + first_blocks),
+                    ),
                 ],
             ));
             assert_eq!(ix.match_blocks(&want), Some(4), "block size {bs}");

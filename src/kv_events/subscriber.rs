@@ -193,6 +193,10 @@ mod tests {
             }
         }
         assert!(ix.counts().resyncs >= 1);
-        assert_eq!(ix.match_blocks(&want), Some(0), "the resync forgot the blocks");
+        assert_eq!(
+            ix.match_blocks(&want),
+            Some(0),
+            "the resync forgot the blocks"
+        );
     }
 }

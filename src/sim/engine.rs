@@ -226,7 +226,10 @@ impl Engine {
     /// KV-cache events logged since the last call, in order.
     pub fn take_kv_events(&mut self) -> Vec<KvEvent> {
         self.flush_evictions();
-        self.kv_events.as_mut().map(std::mem::take).unwrap_or_default()
+        self.kv_events
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     fn flush_evictions(&mut self) {

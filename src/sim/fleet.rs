@@ -355,7 +355,8 @@ impl SimFleet {
     /// never sent, as if lost): subscribers see a sequence gap.
     pub fn drop_kv_events(&self, index: usize, n: u64) {
         if let Some(k) = &self.backends[index].kv_events {
-            k.drop_next.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            k.drop_next
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

@@ -32,7 +32,11 @@ impl KvPublisher {
     pub async fn start(
         host: &str,
         port: u16,
-    ) -> io::Result<(KvPublisher, mpsc::UnboundedSender<Vec<KvEvent>>, JoinHandle<()>)> {
+    ) -> io::Result<(
+        KvPublisher,
+        mpsc::UnboundedSender<Vec<KvEvent>>,
+        JoinHandle<()>,
+    )> {
         let mut socket = zeromq::PubSocket::new();
         let endpoint = socket
             .bind(&format!("tcp://{host}:{port}"))

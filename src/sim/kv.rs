@@ -166,7 +166,10 @@ impl BlockPool {
 
     /// Hashes evicted since the last call, oldest first (empty when logging is off).
     pub fn take_evicted(&mut self) -> Vec<BlockHash> {
-        self.evicted_log.as_mut().map(std::mem::take).unwrap_or_default()
+        self.evicted_log
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Drop one reference on each block, tail of the sequence first; blocks reaching zero
