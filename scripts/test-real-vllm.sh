@@ -84,6 +84,12 @@ RUST_LOG=${RUST_LOG:-info} "$pronto" serve --config "$work/pronto.yaml" >"$work/
 pids+=($!)
 for _ in $(seq 1 50); do curl -sf http://127.0.0.1:8181/metrics >/dev/null && break; sleep 0.2; done
 
+# One direct request per engine, so each publishes KV events whatever the routing does.
+for port in 8101 8102; do
+  curl -sf "http://127.0.0.1:$port/v1/completions" -H 'content-type: application/json' \
+    -d "{\"model\":\"$model\",\"prompt\":\"$(printf 'warm up the cache %.0s' $(seq 1 60))\",\"max_tokens\":1}" >/dev/null
+done
+
 echo "== streaming through Pronto with the OpenAI SDK"
 "$py" - "$model" <<'PY'
 import sys, time, collections, openai
