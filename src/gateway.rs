@@ -92,6 +92,14 @@ impl Pool {
             if self.policy.limits_prefix_credit_to_residency() {
                 limit_to_resident(&self.index, &views, features, now, &mut matched);
             }
+            // A backend whose engine publishes its cache events: the exact index decides.
+            for (m, b) in matched.iter_mut().zip(&self.backends) {
+                if let Some(exact) = b.kv_events.as_ref() {
+                    if let Some(n) = exact.match_blocks(&features.block_hashes) {
+                        *m = n;
+                    }
+                }
+            }
             apply_prefix_matches(
                 &mut views,
                 &matched,

@@ -15,6 +15,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod gateway;
+pub mod kv_events;
 pub mod predict;
 pub mod proxy;
 pub mod ratelimit;

@@ -124,6 +124,10 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     server.add_service(admin);
     server.add_service(health);
     server.add_service(scraper);
+    server.add_service(background_service(
+        "pronto-kv-events",
+        crate::kv_events::KvEventsService::new(Arc::clone(&state)),
+    ));
 
     let mut phases = server.watch_execution_phase();
     std::thread::Builder::new()

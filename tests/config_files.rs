@@ -188,9 +188,15 @@ fn annotated_example_sets_every_field() {
         weight,
         max_inflight,
         labels,
+        kv_events,
     } = pool.backends.clone().expect("backends").remove(0);
     assert!(name.is_some() && url.is_some() && weight.is_some());
     assert!(max_inflight.is_some() && labels.is_some());
+    let file::KvEventsFile {
+        endpoint,
+        block_size,
+    } = kv_events.expect("kv_events");
+    assert!(endpoint.is_some() && block_size.is_some());
 }
 
 /// The defaults the annotated example states are the defaults the code applies.

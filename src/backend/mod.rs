@@ -71,6 +71,8 @@ pub struct Backend {
     pub ttft: TtftModel,
     /// Measured TTFT / TPOT / E2E: EWMAs and sliding-window quantiles.
     pub latency: LatencyStats,
+    /// The exact prefix index fed by the engine's KV-cache events (`kv_events` configured).
+    pub kv_events: Option<Arc<crate::kv_events::ExactIndex>>,
     metrics: Metrics,
 }
 
@@ -83,6 +85,12 @@ impl Backend {
         peer.options.total_connection_timeout = Some(connect_timeout);
         peer.options.tcp_keepalive = None;
         let created = Instant::now();
+        let kv_events = config.kv_events.as_ref().map(|k| {
+            Arc::new(
+                crate::kv_events::ExactIndex::new(k.block_size)
+                    .with_metrics(&metrics, &config.name),
+            )
+        });
         let b = Backend {
             authority: addr,
             peer,
@@ -103,6 +111,7 @@ impl Backend {
             engine: EngineState::new(created),
             ttft: TtftModel::new(Coefficients::default()),
             latency: LatencyStats::default(),
+            kv_events,
             metrics,
         };
         b.publish_health(Instant::now());
@@ -397,6 +406,7 @@ mod tests {
             weight: 1,
             max_inflight: None,
             labels: BTreeMap::new(),
+            kv_events: None,
         };
         Arc::new(Backend::new(cfg, Duration::from_secs(1), Metrics::new()))
     }

@@ -66,6 +66,9 @@ fn backend_json(b: &Backend) -> Value {
     if !b.labels.is_empty() {
         v["labels"] = json!(b.labels);
     }
+    if let Some(k) = &b.kv_events {
+        v["kv_events"] = json!({"endpoint": k.endpoint, "block_size": k.block_size});
+    }
     v
 }
 

@@ -179,6 +179,18 @@ pub struct BackendFile {
     pub max_inflight: Option<u64>,
     /// Free-form labels; scalar values (`rack: 3`, `spot: true`) are kept as their text.
     pub labels: Option<BTreeMap<String, LabelValue>>,
+    /// The engine's KV-cache event publisher (exact prefix index).
+    pub kv_events: Option<KvEventsFile>,
+}
+
+/// `kv_events:` of a backend.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvEventsFile {
+    /// `tcp://HOST:PORT` of the engine's ZMQ publisher.
+    pub endpoint: Option<String>,
+    /// Tokens per engine KV block.
+    pub block_size: Option<u64>,
 }
 
 /// A label value: any YAML scalar, as text.

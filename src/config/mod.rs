@@ -33,7 +33,7 @@ use std::fmt;
 use std::path::Path;
 
 pub use check::{check_config, run_check_config, CheckConfigArgs};
-pub use model::{Backend, Config, Health, Limits, Pool, ReloadSettings, Retry};
+pub use model::{Backend, Config, Health, KvEvents, Limits, Pool, ReloadSettings, Retry};
 pub use route::{AdmissionSettings, Glob, Route, RouteMatch, Slo, SloAction};
 pub use schema::config_schema;
 

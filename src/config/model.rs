@@ -180,6 +180,17 @@ pub struct Backend {
     pub max_inflight: Option<u32>,
     /// Free-form labels.
     pub labels: BTreeMap<String, String>,
+    /// The engine's KV-cache event publisher, when configured.
+    pub kv_events: Option<KvEvents>,
+}
+
+/// Where a backend's engine publishes its KV-cache events (see [`crate::kv_events`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvEvents {
+    /// `tcp://HOST:PORT`, as written.
+    pub endpoint: String,
+    /// Tokens per engine KV block (16 for vLLM on GPU and the simulator, 128 on CPU).
+    pub block_size: usize,
 }
 
 impl Backend {
@@ -281,6 +292,7 @@ mod tests {
             weight: 1,
             max_inflight: None,
             labels: BTreeMap::new(),
+            kv_events: None,
         };
         assert_eq!(b.authority(), "[::1]:8001");
         assert_eq!(b.base_url(), "http://[::1]:8001");

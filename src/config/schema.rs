@@ -208,6 +208,24 @@ fn schema_value() -> Value {
                         "propertyNames": { "pattern": "^[A-Za-z_][A-Za-z0-9_]*$" },
                         "additionalProperties": { "type": ["string", "number", "boolean"] },
                     },
+                    "kv_events": {
+                        "description": "The engine's ZMQ KV-cache event publisher: an exact \
+                                        prefix index for this backend",
+                        "type": "object",
+                        "additionalProperties": false,
+                        "required": ["endpoint", "block_size"],
+                        "properties": {
+                            "endpoint": {
+                                "description": "Publisher address, `tcp://HOST:PORT`",
+                                "type": "string", "pattern": "^tcp://.+:[0-9]+$",
+                            },
+                            "block_size": {
+                                "description": "Tokens per engine KV block (16 on GPU, 128 \
+                                                for vLLM on CPU)",
+                                "type": "integer", "minimum": 1, "maximum": 65536,
+                            },
+                        },
+                    },
                 },
             },
             "policy": policy_schema(),

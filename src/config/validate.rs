@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::duration::{format_size, parse_duration, parse_size};
-use super::file::{BackendFile, ConfigFile, PoolFile, Quantity};
+use super::file::{BackendFile, ConfigFile, KvEventsFile, PoolFile, Quantity};
 use super::model::*;
 use crate::routing::PolicySpec;
 
@@ -581,6 +581,10 @@ impl Checker {
                 );
             }
         }
+        let kv_events = b
+            .kv_events
+            .as_ref()
+            .and_then(|k| self.kv_events(&format!("{path}.kv_events"), k));
         let (host, port, tls) = endpoint?;
         Some(Backend {
             name: name?,
@@ -590,6 +594,51 @@ impl Checker {
             weight,
             max_inflight,
             labels,
+            kv_events,
+        })
+    }
+
+    /// A backend's `kv_events`; `None` when invalid (errors recorded).
+    fn kv_events(&mut self, path: &str, k: &KvEventsFile) -> Option<KvEvents> {
+        let endpoint = match &k.endpoint {
+            None => {
+                self.error(
+                    format!("{path}.endpoint"),
+                    "missing; e.g. `tcp://10.0.0.1:5557`",
+                );
+                None
+            }
+            Some(e) => match valid_kv_endpoint(e) {
+                true => Some(e.clone()),
+                false => {
+                    self.error(
+                        format!("{path}.endpoint"),
+                        format!("`{e}` is not `tcp://HOST:PORT`"),
+                    );
+                    None
+                }
+            },
+        };
+        let block_size = match k.block_size {
+            None => {
+                self.error(
+                    format!("{path}.block_size"),
+                    "missing; the engine's tokens per KV block (16 on GPU, 128 for vLLM on CPU)",
+                );
+                None
+            }
+            Some(n) if !(1..=1 << 16).contains(&n) => {
+                self.error(
+                    format!("{path}.block_size"),
+                    format!("{n} is not a block size (1 to 65536 tokens)"),
+                );
+                None
+            }
+            Some(n) => Some(n as usize),
+        };
+        Some(KvEvents {
+            endpoint: endpoint?,
+            block_size: block_size?,
         })
     }
 }
@@ -599,6 +648,17 @@ fn collide(a: SocketAddr, b: SocketAddr) -> bool {
     a.port() == b.port()
         && a.port() != 0
         && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// `tcp://HOST:PORT` with a non-empty host and a port number.
+fn valid_kv_endpoint(e: &str) -> bool {
+    let Some(rest) = e.strip_prefix("tcp://") else {
+        return false;
+    };
+    match rest.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
+        None => false,
+    }
 }
 
 /// `[A-Za-z0-9_.-]+`.

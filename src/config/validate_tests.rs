@@ -620,3 +620,42 @@ fn key_path_quotes_only_when_needed() {
     assert_eq!(key_path("pools", ""), r#"pools."""#);
     assert_eq!(key_path("pools", "q\"x"), r#"pools."q\"x""#);
 }
+
+#[test]
+fn kv_events_endpoint_and_block_size_are_checked() {
+    let yaml = with_backend(
+        "{name: a, url: 'http://h:1', kv_events: {endpoint: 'tcp://10.0.0.1:5557', block_size: 128}}",
+    );
+    let (c, _) = run(&yaml).unwrap();
+    let k = c.pools[0].backends[0].kv_events.clone().unwrap();
+    assert_eq!(
+        (k.endpoint.as_str(), k.block_size),
+        ("tcp://10.0.0.1:5557", 128)
+    );
+    assert_eq!(c.pools[0].backends[1].kv_events, None);
+    let yaml = with_backend(
+        "{name: a, url: 'http://h:1', kv_events: {endpoint: 'http://h:5557', block_size: 0}}",
+    );
+    assert_eq!(
+        errors(&yaml),
+        vec![
+            pair(
+                "pools.m.backends[0].kv_events.endpoint",
+                "`http://h:5557` is not `tcp://HOST:PORT`"
+            ),
+            pair(
+                "pools.m.backends[0].kv_events.block_size",
+                "0 is not a block size (1 to 65536 tokens)"
+            ),
+        ]
+    );
+    let yaml = with_backend("{name: a, url: 'http://h:1', kv_events: {}}");
+    let paths: Vec<String> = errors(&yaml).into_iter().map(|(p, _)| p).collect();
+    assert_eq!(
+        paths,
+        [
+            "pools.m.backends[0].kv_events.endpoint",
+            "pools.m.backends[0].kv_events.block_size"
+        ]
+    );
+}

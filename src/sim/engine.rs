@@ -29,6 +29,14 @@
 //! A request whose prompt plus `max_tokens` can never fit in the whole pool is finished at the
 //! next step with `output_tokens: 0` and no first token (vLLM rejects such requests).
 //!
+//! ## KV-cache events
+//! After [`Engine::enable_kv_events`] the engine logs what vLLM's publisher would send
+//! ([`Engine::take_kv_events`]): per step, one `BlockRemoved` with the cached blocks evicted
+//! to make room, then per request one `BlockStored` per contiguous run of prompt blocks it
+//! registered (engine hashes are the blocks' [`BlockHash`]es; the parent is the previous
+//! block's; the token ids are the blocks' prompt ids); a crash logs `AllBlocksCleared`.
+//! The engine then keeps each request's prompt ids (only then).
+//!
 //! ## Counters
 //! `prefix_queries_tokens` / `prefix_hits_tokens` add, per admission, the request's tokens and
 //! its cache hit (vLLM's `prefix_cache_queries` / `_hits`); `kv_usage` is referenced blocks /
@@ -39,6 +47,7 @@ use std::sync::Arc;
 
 use super::kv::{BlockId, BlockPool};
 use super::profile::{Profile, StepWork};
+use crate::kv_events::KvEvent;
 use crate::tokens::{block_hashes, BlockHash, TokenId};
 
 /// Engine limits, cache size and timing profile.
@@ -148,6 +157,8 @@ struct Req {
     registered: usize,
     cached_tokens: u32,
     first_sent: bool,
+    /// Prompt ids, kept only while KV events are logged.
+    ids: Option<Arc<[TokenId]>>,
 }
 
 impl Req {
@@ -166,6 +177,23 @@ pub struct Engine {
     running: Vec<u64>,
     rejected: Vec<u64>,
     stats: EngineStats,
+    kv_events: Option<Vec<KvEvent>>,
+}
+
+/// `BlockStored` for prompt blocks `start..end`.
+fn stored_event(
+    hashes: &[BlockHash],
+    ids: &[TokenId],
+    start: usize,
+    end: usize,
+    bs: usize,
+) -> KvEvent {
+    KvEvent::BlockStored {
+        block_hashes: hashes[start..end].iter().map(|h| h.0).collect(),
+        parent: start.checked_sub(1).map(|p| hashes[p].0),
+        token_ids: ids[start * bs..end * bs].to_vec(),
+        block_size: Some(bs),
+    }
 }
 
 impl Engine {
@@ -185,6 +213,31 @@ impl Engine {
             running: Vec::new(),
             rejected: Vec::new(),
             stats: EngineStats::default(),
+            kv_events: None,
+        }
+    }
+
+    /// Log KV-cache events from now on (see the module docs).
+    pub fn enable_kv_events(&mut self) {
+        self.pool.log_evictions();
+        self.kv_events.get_or_insert_with(Vec::new);
+    }
+
+    /// KV-cache events logged since the last call, in order.
+    pub fn take_kv_events(&mut self) -> Vec<KvEvent> {
+        self.flush_evictions();
+        self.kv_events
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    fn flush_evictions(&mut self) {
+        let evicted = self.pool.take_evicted();
+        if let (Some(log), false) = (&mut self.kv_events, evicted.is_empty()) {
+            log.push(KvEvent::BlockRemoved {
+                block_hashes: evicted.into_iter().map(|h| h.0).collect(),
+            });
         }
     }
 
@@ -196,7 +249,9 @@ impl Engine {
     /// Queue a request (FCFS). An id already in the engine is ignored.
     pub fn add_request(&mut self, req: SimRequest) {
         let hashes = self.prompt_hashes(&req.prompt);
-        self.add_hashed(req.id, req.prompt.len() as u32, hashes, req.max_tokens);
+        let len = req.prompt.len() as u32;
+        let ids = self.kv_events.is_some().then(|| Arc::from(req.prompt));
+        self.add_with_ids(req.id, len, hashes, req.max_tokens, ids);
     }
 
     /// Chained hashes of the full blocks of `prompt` at this engine's block size.
@@ -213,6 +268,17 @@ impl Engine {
         hashes: Arc<[BlockHash]>,
         max_tokens: u32,
     ) {
+        self.add_with_ids(id, prompt_len, hashes, max_tokens, None);
+    }
+
+    fn add_with_ids(
+        &mut self,
+        id: u64,
+        prompt_len: u32,
+        hashes: Arc<[BlockHash]>,
+        max_tokens: u32,
+        ids: Option<Arc<[TokenId]>>,
+    ) {
         if self.reqs.contains_key(&id) {
             return;
         }
@@ -228,6 +294,7 @@ impl Engine {
             registered: 0,
             cached_tokens: 0,
             first_sent: false,
+            ids,
         };
         let need = (prompt_len as usize + max_tokens as usize).div_ceil(self.cfg.block_size);
         self.reqs.insert(id, r);
@@ -292,6 +359,7 @@ impl Engine {
             }
         }
         let duration_s = self.cfg.profile.step_seconds(&work);
+        self.flush_evictions();
         for (id, n) in scheduled {
             self.apply(id, n, &mut events);
         }
@@ -311,6 +379,9 @@ impl Engine {
     /// Crash/restart: the prefix cache is lost (blocks held by live requests stay allocated).
     pub fn clear_cache(&mut self) {
         self.pool.clear_cache();
+        if let Some(log) = &mut self.kv_events {
+            log.push(KvEvent::AllBlocksCleared);
+        }
         for r in self.reqs.values_mut() {
             r.registered = usize::MAX;
         }
@@ -447,10 +518,21 @@ impl Engine {
         let r = self.reqs.get_mut(&id).expect("scheduled request");
         r.computed += n;
         let full = (r.computed.min(r.prompt_len) as usize / bs).min(r.hashes.len());
+        let mut run: Option<usize> = None;
         while r.registered < full {
-            self.pool
-                .cache(r.blocks[r.registered], r.hashes[r.registered]);
+            let i = r.registered;
+            let stored = self.pool.cache(r.blocks[i], r.hashes[i]);
             r.registered += 1;
+            if let (Some(log), Some(ids)) = (&mut self.kv_events, &r.ids) {
+                if stored && run.is_none() {
+                    run = Some(i);
+                }
+                if let Some(start) = run.filter(|_| !stored || r.registered == full) {
+                    let end = if stored { i + 1 } else { i };
+                    log.push(stored_event(&r.hashes, ids, start, end, bs));
+                    run = None;
+                }
+            }
         }
         if r.computed < r.total() {
             return;

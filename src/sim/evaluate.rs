@@ -21,6 +21,14 @@
 //! do *for this request* given the current queues — greedy, not a global optimum, and it
 //! ignores how its choice delays requests already queued there.
 //!
+//! ## `POLICY+exact`: the exact prefix index
+//! Any gateway policy name with the suffix [`EXACT_SUFFIX`] (`predicted_ttft+exact`) runs that
+//! policy with each backend's expected prefix hit taken from what its engine really holds —
+//! what the gateway's KV-event-fed exact index ([`crate::kv_events`]) reports — instead of
+//! the approximate prefix index (which only knows what was routed where). The engine state
+//! read is the one after the latest scheduled step (a live engine publishes a step's events
+//! when the step ends, one step later); everything else the policy sees is unchanged.
+//!
 //! ## `--load X`
 //! Capacity is the fleet's sustainable request rate for this trace's request mix:
 //! for each distinct engine configuration, a closed-loop calibration run feeds up to
@@ -57,6 +65,9 @@ const SCRAPE_INTERVAL_S: f64 = 0.25;
 
 /// Name of the evaluator-only policy that reads true engine state.
 pub const ORACLE: &str = "oracle";
+
+/// Suffix of a policy name that swaps the approximate prefix index for the exact one.
+pub const EXACT_SUFFIX: &str = "+exact";
 
 /// Policies evaluated when none is given.
 pub const DEFAULT_POLICIES: &[&str] = &["round_robin", "least_inflight", ORACLE];
@@ -192,7 +203,8 @@ struct Backend {
 
 /// Router choice for one arrival: a gateway policy or the oracle.
 enum Chooser {
-    Policy(std::sync::Arc<dyn Policy>),
+    /// A gateway policy; `true`: fed by the exact prefix index.
+    Policy(std::sync::Arc<dyn Policy>, bool),
     Oracle,
 }
 
@@ -207,14 +219,20 @@ pub fn evaluate(
     let chooser = if policy == ORACLE {
         Chooser::Oracle
     } else {
-        let kind = PolicyKind::parse(policy).with_context(|| {
+        let (name, exact) = match policy.strip_suffix(EXACT_SUFFIX) {
+            Some(name) => (name, true),
+            None => (policy, false),
+        };
+        let kind = PolicyKind::parse(name).with_context(|| {
             format!(
-                "unknown policy {policy:?} (known: {}, {ORACLE})",
+                "unknown policy {policy:?} (known: {}, {ORACLE}; any but {ORACLE} may end \
+                 with {EXACT_SUFFIX})",
                 PolicyKind::ALL.join(", ")
             )
         })?;
-        Chooser::Policy(kind.build())
+        Chooser::Policy(kind.build(), exact)
     };
+    let mut exact_views = Vec::new();
     let names: Vec<&str> = fleet.iter().map(|b| b.name.as_str()).collect();
     let capacities: Vec<Option<f64>> = fleet
         .iter()
@@ -310,13 +328,23 @@ pub fn evaluate(
                 let mut features = features_of(model, &ids, r);
                 let now = base + Duration::from_secs_f64(t);
                 let residency = match &chooser {
-                    Chooser::Policy(p) => p.limits_prefix_credit_to_residency(),
+                    Chooser::Policy(p, _) => p.limits_prefix_credit_to_residency(),
                     Chooser::Oracle => true,
                 };
                 let views = router.views(&features, now, residency);
                 let chosen = match &chooser {
                     Chooser::Oracle => Some(oracle_pick(&backends, &ids, id, r, t)),
-                    Chooser::Policy(p) => {
+                    Chooser::Policy(p, exact) => {
+                        let views = if *exact {
+                            exact_views.clear();
+                            exact_views.extend_from_slice(views);
+                            for (v, b) in exact_views.iter_mut().zip(&backends) {
+                                v.cached_tokens = exact_hit(&b.engine, &ids, &features);
+                            }
+                            &exact_views[..]
+                        } else {
+                            views
+                        };
                         let snapshot = crate::routing::Snapshot { backends: views };
                         p.select(&features, &snapshot, now).ok().map(|d| d.index)
                     }
@@ -415,6 +443,15 @@ fn features_of(model: &str, ids: &[u32], r: &TraceRequest) -> RequestFeatures {
     f.block_hashes = block_hashes(ids, BLOCK_TOKENS);
     f.session_key = r.session.map(|s| s.to_string());
     f
+}
+
+/// The prefix hit `engine` would give this prompt now: what an exact, event-fed index reports.
+fn exact_hit(engine: &Engine, ids: &[u32], features: &RequestFeatures) -> u32 {
+    if engine.config().block_size == BLOCK_TOKENS {
+        engine.cached_prefix_tokens_hashed(ids.len() as u32, &features.block_hashes)
+    } else {
+        engine.cached_prefix_tokens(ids)
+    }
 }
 
 /// The backend with the smallest true TTFT for this request (see the module docs).

@@ -7,6 +7,10 @@
 //! `fleet_http` for the routes). Simulated step durations are multiplied by `time_scale`
 //! (0.1 = ten times faster than the profiled GPU) and by the backend's `slowdown` fault knob.
 //!
+//! With a `kv_events_port` per backend (or `--kv-events-base-port`), each backend also
+//! publishes its KV-cache events on a ZMQ PUB socket, as vLLM does (see the private
+//! `fleet_kv_events` module).
+//!
 //! Use it from code with [`SimFleet::start`] (tests, demos) or from the command line with
 //! [`SimFleetArgs`] and [`run_sim_fleet`]. Each backend has a [`FaultControl`] to inject
 //! errors, first-token stalls, slowdowns and crashes at run time; the fleet file's `faults:`
@@ -27,6 +31,7 @@ use super::fleet_config::{FleetConfig, FleetConfigError, SimBackendConfig};
 use super::fleet_driver::Driver;
 pub use super::fleet_faults::FaultControl;
 use super::fleet_http::{router, BackendShared};
+use super::fleet_kv_events::KvPublisher;
 use super::fleet_metrics::BackendMetrics;
 pub use super::fleet_openai::DEFAULT_MAX_TOKENS;
 use crate::tokens::mix64;
@@ -61,6 +66,10 @@ pub struct SimFleetArgs {
     /// Address to bind.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
+    /// Publish KV-cache events: backend i's ZMQ PUB socket listens on this port + i
+    /// (overrides the fleet file's `kv_events_port`s; 0: ephemeral ports).
+    #[arg(long)]
+    pub kv_events_base_port: Option<u16>,
 }
 
 /// Model name of a fleet built from command-line flags when `--model` is absent.
@@ -98,6 +107,7 @@ impl SimFleetArgs {
                             profile: self.profile.clone(),
                             num_kv_blocks: self.num_kv_blocks,
                             port: Some(port),
+                            kv_events_port: None,
                             faults: Default::default(),
                         })
                     })
@@ -111,6 +121,18 @@ impl SimFleetArgs {
         };
         if let Some(m) = &self.model {
             cfg.model = m.clone();
+        }
+        if let Some(base) = self.kv_events_base_port {
+            for (i, b) in cfg.backends.iter_mut().enumerate() {
+                b.kv_events_port = Some(match base {
+                    0 => 0,
+                    p => u16::try_from(usize::from(p) + i).map_err(|_| {
+                        SimFleetError::Invalid(format!(
+                            "--kv-events-base-port {p} + {i} is not a port"
+                        ))
+                    })?,
+                });
+            }
         }
         Ok((cfg, base_dir))
     }
@@ -162,6 +184,7 @@ struct Backend {
     name: String,
     addr: SocketAddr,
     shared: Arc<BackendShared>,
+    kv_events: Option<KvPublisher>,
 }
 
 /// A running simulated fleet. Dropping it stops every task at once; [`SimFleet::shutdown`]
@@ -246,7 +269,22 @@ impl SimFleet {
                 faults: faults.clone(),
                 stats: Mutex::new(EngineStats::default()),
             });
-            let driver = Driver::new(Engine::new(ecfg), shared.clone(), opts.time_scale);
+            let mut driver = Driver::new(Engine::new(ecfg), shared.clone(), opts.time_scale);
+            let kv_events = match b.kv_events_port {
+                Some(port) => {
+                    let (publisher, tx, task) = KvPublisher::start(&opts.host, port)
+                        .await
+                        .map_err(|source| SimFleetError::Bind {
+                            backend: b.name.clone(),
+                            addr: format!("tcp://{}:{port}", opts.host),
+                            source,
+                        })?;
+                    driver.publish_kv_events(tx);
+                    fleet.tasks.push(task);
+                    Some(publisher)
+                }
+                None => None,
+            };
             fleet.tasks.push(tokio::spawn(driver.run(cmd_rx)));
             if let Some(first) = b.faults.crash_after {
                 fleet.tasks.push(tokio::spawn(crash_schedule(
@@ -270,6 +308,7 @@ impl SimFleet {
                 name: b.name.clone(),
                 addr: local,
                 shared,
+                kv_events,
             });
         }
         Ok(fleet)
@@ -301,6 +340,24 @@ impl SimFleet {
             .iter()
             .map(|b| format!("http://{}", b.addr))
             .collect()
+    }
+
+    /// KV-event publisher endpoints (`tcp://HOST:PORT`), in pool order; `None` for a backend
+    /// that publishes none.
+    pub fn kv_event_endpoints(&self) -> Vec<Option<String>> {
+        self.backends
+            .iter()
+            .map(|b| b.kv_events.as_ref().map(|k| k.endpoint.clone()))
+            .collect()
+    }
+
+    /// Make backend `index`'s publisher skip its next `n` messages (they are numbered but
+    /// never sent, as if lost): subscribers see a sequence gap.
+    pub fn drop_kv_events(&self, index: usize, n: u64) {
+        if let Some(k) = &self.backends[index].kv_events {
+            k.drop_next
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// Fault handle of backend `index` (panics when out of range).
@@ -368,9 +425,13 @@ pub async fn run_sim_fleet(args: SimFleetArgs) -> anyhow::Result<()> {
         },
     )
     .await?;
+    let kv = fleet.kv_event_endpoints();
     for (i, (name, url)) in fleet.names().iter().zip(fleet.urls()).enumerate() {
         tracing::info!(backend = %name, %url, profile = %cfg.backends[i].profile, "serving");
-        println!("{name}\t{url}\t{}", cfg.backends[i].profile);
+        match &kv[i] {
+            Some(ep) => println!("{name}\t{url}\t{}\t{ep}", cfg.backends[i].profile),
+            None => println!("{name}\t{url}\t{}", cfg.backends[i].profile),
+        }
     }
     wait_for_signal().await?;
     tracing::info!("shutting down the simulated fleet");

@@ -122,6 +122,10 @@ pub struct SimBackendConfig {
     /// Port of the live fleet's HTTP server for this backend.
     #[serde(default)]
     pub port: Option<u16>,
+    /// Port of this backend's ZMQ publisher of KV-cache events (live fleet only; 0: an
+    /// ephemeral port; absent: no events).
+    #[serde(default)]
+    pub kv_events_port: Option<u16>,
     /// Fault injection (live fleet only).
     #[serde(default)]
     pub faults: FaultConfig,

@@ -14,6 +14,8 @@
 //! 4. Deliver the step's events: per request, one [`Progress`] message with the tokens this
 //!    step produced (first-token details on the first one, `finished` on the last).
 //!
+//! 5. With KV events on, send the step's cache events to the publisher task.
+//!
 //! A request whose [`Progress`] channel closes without `finished` was cut off (crash or fleet
 //! shutdown); the response side turns that into a broken connection.
 
@@ -27,6 +29,7 @@ use tokio::time::Instant;
 use super::engine::{Engine, EngineEvent, SimRequest};
 use super::fleet_http::BackendShared;
 use super::fleet_metrics::Published;
+use crate::kv_events::KvEvent;
 
 /// Lateness tolerated before it counts as lag (absorbs timer granularity and scheduling jitter).
 pub const LAG_TOLERANCE: Duration = Duration::from_millis(5);
@@ -82,6 +85,7 @@ pub(crate) struct Driver {
     published: Published,
     time_scale: f64,
     scratch: HashMap<u64, Progress>,
+    kv_events: Option<mpsc::UnboundedSender<Vec<KvEvent>>>,
 }
 
 impl Driver {
@@ -94,6 +98,22 @@ impl Driver {
             published: Published::default(),
             time_scale,
             scratch: HashMap::new(),
+            kv_events: None,
+        }
+    }
+
+    /// Log the engine's KV-cache events and send them to `tx` after every step.
+    pub fn publish_kv_events(&mut self, tx: mpsc::UnboundedSender<Vec<KvEvent>>) {
+        self.engine.enable_kv_events();
+        self.kv_events = Some(tx);
+    }
+
+    fn flush_kv_events(&mut self) {
+        if let Some(tx) = &self.kv_events {
+            let events = self.engine.take_kv_events();
+            if !events.is_empty() {
+                let _ = tx.send(events);
+            }
         }
     }
 
@@ -115,6 +135,7 @@ impl Driver {
                 }
                 self.engine.clear_cache();
                 self.shared.metrics.crashes.inc();
+                self.flush_kv_events();
             }
         }
     }
@@ -214,6 +235,7 @@ impl Driver {
                 }
             }
             self.deliver(&step.events);
+            self.flush_kv_events();
         }
     }
 }

@@ -42,6 +42,8 @@ pub struct BlockPool {
     num_free: usize,
     cached: HashMap<BlockHash, BlockId>,
     evictions: u64,
+    /// Hashes evicted since the last [`BlockPool::take_evicted`], when logging is on.
+    evicted_log: Option<Vec<BlockHash>>,
 }
 
 impl BlockPool {
@@ -55,6 +57,7 @@ impl BlockPool {
             num_free: 0,
             cached: HashMap::new(),
             evictions: 0,
+            evicted_log: None,
         };
         for i in 0..num_blocks {
             pool.blocks.push(Block {
@@ -132,6 +135,9 @@ impl BlockPool {
         if let Some(h) = b.hash.take() {
             self.cached.remove(&h);
             self.evictions += 1;
+            if let Some(log) = &mut self.evicted_log {
+                log.push(h);
+            }
         }
         b.ref_cnt = 1;
         Some(id)
@@ -139,15 +145,31 @@ impl BlockPool {
 
     /// Register a full, computed block under `hash` so later prompts can reuse it. If another
     /// block already holds that hash (two requests computed the same prefix concurrently), the
-    /// existing entry is kept and this block stays anonymous.
-    pub fn cache(&mut self, id: BlockId, hash: BlockHash) {
+    /// existing entry is kept and this block stays anonymous. Returns whether `hash` entered
+    /// the cache.
+    pub fn cache(&mut self, id: BlockId, hash: BlockHash) -> bool {
         if self.blocks[id as usize].hash.is_some() {
-            return;
+            return false;
         }
         if let std::collections::hash_map::Entry::Vacant(e) = self.cached.entry(hash) {
             e.insert(id);
             self.blocks[id as usize].hash = Some(hash);
+            return true;
         }
+        false
+    }
+
+    /// Start logging evicted hashes (for KV-cache events).
+    pub fn log_evictions(&mut self) {
+        self.evicted_log.get_or_insert_with(Vec::new);
+    }
+
+    /// Hashes evicted since the last call, oldest first (empty when logging is off).
+    pub fn take_evicted(&mut self) -> Vec<BlockHash> {
+        self.evicted_log
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Drop one reference on each block, tail of the sequence first; blocks reaching zero
@@ -164,11 +186,15 @@ impl BlockPool {
     }
 
     /// Forget every cached hash (a crash: the cache is lost). Referenced blocks stay allocated.
+    /// Evictions logged so far are dropped (the cache is cleared as a whole).
     pub fn clear_cache(&mut self) {
         for b in &mut self.blocks {
             b.hash = None;
         }
         self.cached.clear();
+        if let Some(log) = &mut self.evicted_log {
+            log.clear();
+        }
     }
 
     fn push_free(&mut self, id: BlockId) {
@@ -261,6 +287,20 @@ mod tests {
         p.cache(b, h(7));
         assert_eq!(p.lookup(h(7)), Some(a));
         assert_eq!(p.num_cached(), 1);
+    }
+
+    #[test]
+    fn evictions_are_logged_when_asked() {
+        let mut p = BlockPool::new(1);
+        let a = p.allocate().unwrap();
+        assert!(p.cache(a, h(3)));
+        p.free(&[a]);
+        p.log_evictions();
+        let b = p.allocate().unwrap();
+        assert_eq!(p.lookup(h(3)), None);
+        p.free(&[b]);
+        assert_eq!(p.take_evicted(), [h(3)]);
+        assert!(p.take_evicted().is_empty());
     }
 
     #[test]

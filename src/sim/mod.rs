@@ -23,6 +23,7 @@ pub mod fleet_config;
 mod fleet_driver;
 mod fleet_faults;
 mod fleet_http;
+mod fleet_kv_events;
 mod fleet_metrics;
 mod fleet_openai;
 pub mod kv;

@@ -128,6 +128,14 @@ pub struct Metrics {
     pub admission_queue_wait_seconds: HistogramVec,
     /// `pronto_admission_sheds_total{route,reason}`: requests refused with 429 by admission.
     pub admission_sheds_total: IntCounterVec,
+    /// `pronto_kv_events_total{backend,result}`: engine KV-event messages `received`,
+    /// `decoded`, failed to decode (`error`), and stored blocks that could not be mapped
+    /// (`unmapped_block`).
+    pub kv_events_total: IntCounterVec,
+    /// `pronto_kv_events_resyncs_total{backend}`: exact-index resyncs (sequence gaps).
+    pub kv_events_resyncs_total: IntCounterVec,
+    /// `pronto_kv_events_blocks{backend}`: blocks in a backend's exact index.
+    pub kv_events_blocks: IntGaugeVec,
 }
 
 impl Default for Metrics {
@@ -353,6 +361,24 @@ impl Metrics {
                 "pronto_admission_sheds_total",
                 "Requests refused with 429 by SLO admission, by route and reason",
                 &["route", "reason"],
+            ),
+            kv_events_total: counter(
+                &r,
+                "pronto_kv_events_total",
+                "Engine KV-cache event messages by backend and result",
+                &["backend", "result"],
+            ),
+            kv_events_resyncs_total: counter(
+                &r,
+                "pronto_kv_events_resyncs_total",
+                "Exact prefix index resyncs after a KV-event sequence gap",
+                &["backend"],
+            ),
+            kv_events_blocks: gauge(
+                &r,
+                "pronto_kv_events_blocks",
+                "Blocks a backend's exact prefix index holds",
+                &["backend"],
             ),
             registry: r,
         }
