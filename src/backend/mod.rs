@@ -71,7 +71,8 @@ pub struct Backend {
 }
 
 impl Backend {
-    /// A backend that starts healthy (active checks may mark it down).
+    /// A backend that starts healthy (active checks may mark it down), its TTFT model starting
+    /// from the config's profile hint ([`BackendConfig::profile`]) or the generic prior.
     pub fn new(config: BackendConfig, connect_timeout: Duration, metrics: Metrics) -> Backend {
         let addr = format!("{}:{}", config.host, config.port);
         let mut peer = HttpPeer::new(addr.as_str(), config.tls, config.host.clone());
@@ -79,6 +80,9 @@ impl Backend {
         peer.options.total_connection_timeout = Some(connect_timeout);
         peer.options.tcp_keepalive = None;
         let created = Instant::now();
+        let prior = config
+            .profile
+            .map_or_else(Coefficients::default, |p| p.coefficients());
         let b = Backend {
             authority: addr,
             peer,
@@ -97,7 +101,7 @@ impl Backend {
             alloc_rate_bits: AtomicU64::new(0),
             alloc_rate_at_ns: AtomicU64::new(0),
             engine: EngineState::new(created),
-            ttft: TtftModel::new(Coefficients::default()),
+            ttft: TtftModel::new(prior),
             metrics,
         };
         b.publish_health(Instant::now());
@@ -391,8 +395,38 @@ mod tests {
             weight: 1,
             max_inflight: None,
             labels: BTreeMap::new(),
+            profile: None,
         };
         Arc::new(Backend::new(cfg, Duration::from_secs(1), Metrics::new()))
+    }
+
+    #[test]
+    fn the_profile_hint_is_the_ttft_prior() {
+        let now = Instant::now();
+        let plain = backend().view(now).ttft_model.unwrap().coefficients;
+        assert_eq!(plain, Coefficients::default());
+        let hint = crate::config::ProfileHint {
+            base_ms: Some(40.0),
+            prefill_tokens_per_s: Some(4000.0),
+            decode_ms_per_running: None,
+        };
+        let cfg = BackendConfig {
+            profile: Some(hint),
+            ..backend().config.clone()
+        };
+        let b = Backend::new(cfg, Duration::from_secs(1), Metrics::new());
+        let c = b.view(now).ttft_model.unwrap().coefficients;
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs();
+        assert!(close(c.base_s, 0.04), "{c:?}");
+        assert!(close(c.s_per_token, 2.5e-4), "{c:?}");
+        assert!(
+            close(c.s_per_decode, Coefficients::default().s_per_decode),
+            "{c:?}"
+        );
+        assert!(
+            close(c.s_per_waiting, Coefficients::default().s_per_waiting),
+            "{c:?}"
+        );
     }
 
     #[test]
