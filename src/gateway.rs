@@ -21,10 +21,16 @@
 //!   every other backend's entries, and an unchanged pool keeps them all; a removal in the
 //!   middle shifts the later backends, which start cold. (Requests still in flight on the old
 //!   state may record one prompt's prefix under a re-used position: the index is a guess.)
+//! - **Discovered backends** ([`crate::discovery`]): the addresses last resolved for a pool's
+//!   `discover:` name are kept while the new config resolves the same name (`host:port` and
+//!   address family) for a pool of the same model name, so a reload does not drop them
+//!   before the resolver's next look; they are then backends like any other (their identity
+//!   includes the discover section's weight and cap, and the pool's profile).
 //! - **Policy** object (round-robin cursor, seeded random stream, hash ring): kept when the
 //!   policy spec is equal and the backend list is identical, else built fresh.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -124,8 +130,12 @@ pub struct GatewayState {
     pub config: Arc<Config>,
     /// Pools by model name.
     pub pools: HashMap<Arc<str>, Pool>,
-    /// Every backend of every pool, in config order.
+    /// Every backend of every pool, in config order (each pool's discovered ones after its
+    /// static ones).
     pub backends: Vec<Arc<Backend>>,
+    /// The addresses each `discover:` pool's name last resolved to, sorted; a pool absent
+    /// here has not resolved yet (it has only its static backends).
+    discovered: HashMap<Arc<str>, Vec<SocketAddr>>,
 }
 
 /// What [`GatewayState::rebuild`] carried over from the previous state.
@@ -147,7 +157,7 @@ pub struct Carried {
 impl GatewayState {
     /// Build the state for `config`.
     pub fn new(config: Arc<Config>, metrics: &Metrics) -> GatewayState {
-        GatewayState::build(config, metrics, None).0
+        GatewayState::build(config, metrics, None, HashMap::new()).0
     }
 
     /// Build the state for `config`, carrying over from `self` every backend, prefix index
@@ -155,14 +165,49 @@ impl GatewayState {
     /// modified except that its prefix indexes forget the positions whose backend changed
     /// (an index is shared with the new state only when kept).
     pub fn rebuild(&self, config: Arc<Config>, metrics: &Metrics) -> (GatewayState, Carried) {
-        GatewayState::build(config, metrics, Some(self))
+        let discovered = self
+            .discovered
+            .iter()
+            .filter(|(model, _)| {
+                let spec = |c: &Config| {
+                    let d = c.pool(model)?.discover.as_ref()?;
+                    Some((d.target(), d.family))
+                };
+                spec(&config).is_some() && spec(&config) == spec(&self.config)
+            })
+            .map(|(m, a)| (m.clone(), a.clone()))
+            .collect();
+        GatewayState::build(config, metrics, Some(self), discovered)
+    }
+
+    /// The same config with pool `model`'s discovered addresses replaced by `addrs` (see
+    /// [`crate::discovery`]); everything else is carried over as by [`GatewayState::rebuild`].
+    pub fn with_discovered(
+        &self,
+        model: &str,
+        mut addrs: Vec<SocketAddr>,
+        metrics: &Metrics,
+    ) -> (GatewayState, Carried) {
+        addrs.sort_unstable();
+        addrs.dedup();
+        let mut discovered = self.discovered.clone();
+        discovered.insert(Arc::from(model), addrs);
+        GatewayState::build(Arc::clone(&self.config), metrics, Some(self), discovered)
+    }
+
+    /// The addresses pool `model`'s `discover:` name last resolved to (sorted); `None` before
+    /// the first successful resolution.
+    pub fn discovered(&self, model: &str) -> Option<&[SocketAddr]> {
+        self.discovered.get(model).map(Vec::as_slice)
     }
 
     fn build(
         config: Arc<Config>,
         metrics: &Metrics,
         previous: Option<&GatewayState>,
+        mut discovered: HashMap<Arc<str>, Vec<SocketAddr>>,
     ) -> (GatewayState, Carried) {
+        discovered.retain(|model, _| config.pool(model).is_some_and(|p| p.discover.is_some()));
         let mut carried = Carried::default();
         let mut pools = HashMap::new();
         let mut all: Vec<Arc<Backend>> = Vec::new();
@@ -173,9 +218,17 @@ impl GatewayState {
                 let spec = &prev.config.pool(&p.model)?.policy;
                 Some((pool, spec, prev.config.limits.connect_timeout))
             });
+            let found: Vec<crate::config::Backend> = match (&p.discover, discovered.get(&p.model)) {
+                (Some(d), Some(addrs)) => addrs
+                    .iter()
+                    .map(|&a| d.backend(&p.model, a, p.profile))
+                    .collect(),
+                _ => Vec::new(),
+            };
             let backends: Vec<Arc<Backend>> = p
                 .backends
                 .iter()
+                .chain(&found)
                 .map(|b| {
                     let same = old.and_then(|(pool, _, old_timeout)| {
                         (old_timeout == connect_timeout)
@@ -253,6 +306,7 @@ impl GatewayState {
             config,
             pools,
             backends: all,
+            discovered,
         };
         (state, carried)
     }

@@ -13,6 +13,7 @@ pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod demo;
+pub mod discovery;
 pub mod error;
 pub mod gateway;
 pub mod kv_events;

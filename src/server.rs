@@ -1,5 +1,6 @@
 //! The composition root: builds the pingora server with its services — the proxy listener, the
-//! admin listener, the active health checker, the engine metrics scraper — and runs it.
+//! admin listener, the active health checker, the engine metrics scraper, DNS discovery of
+//! `discover:` pools ([`crate::discovery`]) — and runs it.
 //!
 //! Live reload ([`crate::reload`]) runs on a thread of its own (`pronto-reload`, a one-thread
 //! tokio runtime) that polls the config file and listens for `SIGHUP`; its signal handler is
@@ -23,6 +24,7 @@ use pingora_core::services::listening::Service;
 use crate::admin::Admin;
 use crate::backend::{EngineScraper, HealthChecker};
 use crate::config::Config;
+use crate::discovery::{Discovery, SystemResolver};
 use crate::gateway::GatewayState;
 use crate::proxy::Proxy;
 use crate::reload::{hangup_signal, Reloader};
@@ -105,6 +107,14 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         app.server_options = Some(opts);
     }
 
+    let discovery = background_service(
+        "pronto-discovery",
+        Discovery::new(
+            Arc::clone(&state),
+            metrics.clone(),
+            Arc::new(SystemResolver),
+        ),
+    );
     let mut admin_app = pingora_core::apps::http_app::HttpServer::new_app(Admin::new(
         Arc::clone(&state),
         metrics,
@@ -128,6 +138,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         "pronto-kv-events",
         crate::kv_events::KvEventsService::new(Arc::clone(&state)),
     ));
+    server.add_service(discovery);
 
     let mut phases = server.watch_execution_phase();
     std::thread::Builder::new()

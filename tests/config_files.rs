@@ -189,14 +189,34 @@ fn annotated_example_sets_every_field() {
         max_inflight,
         labels,
         kv_events,
+        profile,
     } = pool.backends.clone().expect("backends").remove(0);
     assert!(name.is_some() && url.is_some() && weight.is_some());
-    assert!(max_inflight.is_some() && labels.is_some());
+    assert!(max_inflight.is_some() && labels.is_some() && profile.is_some());
     let file::KvEventsFile {
         endpoint,
         block_size,
     } = kv_events.expect("kv_events");
     assert!(endpoint.is_some() && block_size.is_some());
+    let file::ProfileFile {
+        base_ms,
+        prefill_tokens_per_s,
+        decode_ms_per_running,
+    } = profile.unwrap();
+    assert!(base_ms.is_some() && prefill_tokens_per_s.is_some());
+    assert!(decode_ms_per_running.is_some());
+    let discovered = pools.iter().find_map(|(_, p)| p.discover.clone());
+    let file::DiscoverFile {
+        dns,
+        interval,
+        scheme,
+        family,
+        weight,
+        max_inflight,
+    } = discovered.expect("a pool with `discover:`");
+    assert!(dns.is_some() && interval.is_some() && scheme.is_some() && family.is_some());
+    assert!(weight.is_some() && max_inflight.is_some());
+    assert!(pools.iter().any(|(_, p)| p.profile.is_some()));
 }
 
 /// The defaults the annotated example states are the defaults the code applies.

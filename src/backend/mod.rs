@@ -77,7 +77,8 @@ pub struct Backend {
 }
 
 impl Backend {
-    /// A backend that starts healthy (active checks may mark it down).
+    /// A backend that starts healthy (active checks may mark it down), its TTFT model starting
+    /// from the config's profile hint ([`BackendConfig::profile`]) or the generic prior.
     pub fn new(config: BackendConfig, connect_timeout: Duration, metrics: Metrics) -> Backend {
         let addr = format!("{}:{}", config.host, config.port);
         let mut peer = HttpPeer::new(addr.as_str(), config.tls, config.host.clone());
@@ -91,6 +92,9 @@ impl Backend {
                     .with_metrics(&metrics, &config.name),
             )
         });
+        let prior = config
+            .profile
+            .map_or_else(Coefficients::default, |p| p.coefficients());
         let b = Backend {
             authority: addr,
             peer,
@@ -109,7 +113,7 @@ impl Backend {
             alloc_rate_bits: AtomicU64::new(0),
             alloc_rate_at_ns: AtomicU64::new(0),
             engine: EngineState::new(created),
-            ttft: TtftModel::new(Coefficients::default()),
+            ttft: TtftModel::new(prior),
             latency: LatencyStats::default(),
             kv_events,
             metrics,
@@ -407,8 +411,38 @@ mod tests {
             max_inflight: None,
             labels: BTreeMap::new(),
             kv_events: None,
+            profile: None,
         };
         Arc::new(Backend::new(cfg, Duration::from_secs(1), Metrics::new()))
+    }
+
+    #[test]
+    fn the_profile_hint_is_the_ttft_prior() {
+        let now = Instant::now();
+        let plain = backend().view(now).ttft_model.unwrap().coefficients;
+        assert_eq!(plain, Coefficients::default());
+        let hint = crate::config::ProfileHint {
+            base_ms: Some(40.0),
+            prefill_tokens_per_s: Some(4000.0),
+            decode_ms_per_running: None,
+        };
+        let cfg = BackendConfig {
+            profile: Some(hint),
+            ..backend().config.clone()
+        };
+        let b = Backend::new(cfg, Duration::from_secs(1), Metrics::new());
+        let c = b.view(now).ttft_model.unwrap().coefficients;
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs();
+        assert!(close(c.base_s, 0.04), "{c:?}");
+        assert!(close(c.s_per_token, 2.5e-4), "{c:?}");
+        assert!(
+            close(c.s_per_decode, Coefficients::default().s_per_decode),
+            "{c:?}"
+        );
+        assert!(
+            close(c.s_per_waiting, Coefficients::default().s_per_waiting),
+            "{c:?}"
+        );
     }
 
     #[test]

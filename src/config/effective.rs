@@ -7,7 +7,7 @@
 use serde_json::{json, Map, Value};
 
 use super::duration::{format_duration, format_size};
-use super::model::{Backend, Config, Pool};
+use super::model::{Backend, Config, Pool, ProfileHint};
 
 // === impl Config ===
 
@@ -51,7 +51,39 @@ fn pool_json(pool: &Pool) -> Value {
     // A tagged enum serializes to an object with its `name`: the file's map form.
     let policy = serde_json::to_value(pool.policy).unwrap_or(Value::Null);
     let backends: Vec<Value> = pool.backends.iter().map(backend_json).collect();
-    json!({ "policy": policy, "backends": backends })
+    let mut v = json!({ "policy": policy, "backends": backends });
+    if let Some(d) = &pool.discover {
+        let mut dj = json!({
+            "dns": d.target(),
+            "interval": format_duration(d.interval),
+            "scheme": "http",
+            "family": d.family.as_str(),
+            "weight": d.weight,
+        });
+        if let Some(cap) = d.max_inflight {
+            dj["max_inflight"] = Value::from(cap);
+        }
+        v["discover"] = dj;
+    }
+    if let Some(p) = &pool.profile {
+        v["profile"] = profile_json(p);
+    }
+    v
+}
+
+fn profile_json(p: &ProfileHint) -> Value {
+    let mut v = Map::new();
+    let fields = [
+        ("base_ms", p.base_ms),
+        ("prefill_tokens_per_s", p.prefill_tokens_per_s),
+        ("decode_ms_per_running", p.decode_ms_per_running),
+    ];
+    for (k, x) in fields {
+        if let Some(x) = x {
+            v.insert(k.to_string(), Value::from(x));
+        }
+    }
+    Value::Object(v)
 }
 
 fn backend_json(b: &Backend) -> Value {
@@ -68,6 +100,9 @@ fn backend_json(b: &Backend) -> Value {
     }
     if let Some(k) = &b.kv_events {
         v["kv_events"] = json!({"endpoint": k.endpoint, "block_size": k.block_size});
+    }
+    if let Some(p) = &b.profile {
+        v["profile"] = profile_json(p);
     }
     v
 }
@@ -91,7 +126,12 @@ pools:
       - {name: b, url: 'http://10.0.0.2'}
   other:
     policy: round_robin
-    backends: [{name: c, url: 'http://h:1'}, {name: d, url: 'http://h:2'}]
+    profile: {base_ms: 12.5, prefill_tokens_per_s: 8000}
+    backends:
+      - {name: c, url: 'http://h:1', profile: {decode_ms_per_running: 3}}
+      - {name: d, url: 'http://h:2'}
+  pool-dns:
+    discover: {dns: 'vllm.internal:8000', interval: 30s, family: ipv4, max_inflight: 4}
 ";
         let config = Config::from_yaml_str(yaml, "t.yaml").unwrap();
         let json = config.to_json();
@@ -101,6 +141,14 @@ pools:
         assert_eq!(
             json["pools"]["meta/llama"]["backends"][1]["url"],
             "http://10.0.0.2:80"
+        );
+        assert_eq!(
+            json["pools"]["pool-dns"]["discover"]["dns"],
+            "vllm.internal:8000"
+        );
+        assert_eq!(
+            json["pools"]["other"]["backends"][0]["profile"]["base_ms"],
+            12.5
         );
         let text = serde_yaml_ng::to_string(&json).unwrap();
         let again = Config::from_yaml_str(&text, "effective").unwrap();

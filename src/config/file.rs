@@ -161,8 +161,42 @@ pub struct ReloadFile {
 pub struct PoolFile {
     /// Routing policy; `least_inflight` when absent.
     pub policy: Option<PolicyFile>,
-    /// The pool's backends.
+    /// The pool's static backends.
     pub backends: Option<Vec<BackendFile>>,
+    /// Backends found by resolving a DNS name, besides or instead of `backends`.
+    pub discover: Option<DiscoverFile>,
+    /// Default profile hint of the pool's backends (a backend's own fields override it).
+    pub profile: Option<ProfileFile>,
+}
+
+/// A pool's `discover:` section: backends from a DNS name, re-resolved periodically.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoverFile {
+    /// `host:port` (or `host`, for the scheme's default port) resolved to the backends.
+    pub dns: Option<String>,
+    /// Time between two resolutions.
+    pub interval: Option<Quantity>,
+    /// `http` (the only scheme supported for discovered backends).
+    pub scheme: Option<String>,
+    /// Keep only `ipv4` or `ipv6` addresses; `any` (default) keeps both.
+    pub family: Option<String>,
+    /// Relative weight of each discovered backend.
+    pub weight: Option<u64>,
+    /// Cap on concurrent requests of each discovered backend.
+    pub max_inflight: Option<u64>,
+}
+
+/// A profile hint: what the backend's TTFT model assumes before it has measured anything.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileFile {
+    /// Fixed overhead of a request, milliseconds.
+    pub base_ms: Option<f64>,
+    /// Prefill throughput, prompt tokens per second.
+    pub prefill_tokens_per_s: Option<f64>,
+    /// Time to first token added by each running decode, milliseconds.
+    pub decode_ms_per_running: Option<f64>,
 }
 
 /// One backend entry.
@@ -179,6 +213,8 @@ pub struct BackendFile {
     pub max_inflight: Option<u64>,
     /// Free-form labels; scalar values (`rack: 3`, `spot: true`) are kept as their text.
     pub labels: Option<BTreeMap<String, LabelValue>>,
+    /// Profile hint for the TTFT model's cold start (overrides the pool's, field by field).
+    pub profile: Option<ProfileFile>,
     /// The engine's KV-cache event publisher (exact prefix index).
     pub kv_events: Option<KvEventsFile>,
 }

@@ -19,6 +19,7 @@
 //! through the same validation. [`check_config`] is the `pronto check-config FILE` command.
 
 mod check;
+mod discover;
 pub mod duration;
 pub mod edge;
 mod effective;
@@ -33,7 +34,10 @@ use std::fmt;
 use std::path::Path;
 
 pub use check::{check_config, run_check_config, CheckConfigArgs};
-pub use model::{Backend, Config, Health, KvEvents, Limits, Pool, ReloadSettings, Retry};
+pub use model::{
+    AddressFamily, Backend, Config, Discover, Health, KvEvents, Limits, Pool, ProfileHint,
+    ReloadSettings, Retry,
+};
 pub use route::{AdmissionSettings, Glob, Route, RouteMatch, Slo, SloAction};
 pub use schema::config_schema;
 
@@ -219,6 +223,7 @@ impl Config {
         let pool = file::PoolFile {
             policy: Some(policy.clone()),
             backends: Some(backends),
+            ..Default::default()
         };
         let f = file::ConfigFile {
             pools: Some(file::Pools(vec![(model.to_string(), pool)])),

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::predict::Coefficients;
 use crate::routing::PolicySpec;
 
 use super::route::{AdmissionSettings, Route};
@@ -47,6 +48,8 @@ pub const DEFAULT_EJECT_AFTER_FAILURES: u32 = 3;
 pub const DEFAULT_READMIT_AFTER: Duration = Duration::from_secs(10);
 /// Default backend weight.
 pub const DEFAULT_WEIGHT: u32 = 1;
+/// Default time between two resolutions of a pool's `discover.dns` name.
+pub const DEFAULT_DISCOVER_INTERVAL: Duration = Duration::from_secs(10);
 /// Default for watching the config file for changes.
 pub const DEFAULT_RELOAD_WATCH: bool = true;
 /// Default time between two looks at the config file.
@@ -158,12 +161,134 @@ pub struct Pool {
     pub model: Arc<str>,
     /// Routing policy and its parameters.
     pub policy: PolicySpec,
-    /// At least one backend, in file order.
+    /// Static backends, in file order; at least one unless `discover` is set.
     pub backends: Vec<Backend>,
+    /// Backends found by resolving a DNS name ([`crate::discovery`]), added after `backends`.
+    pub discover: Option<Discover>,
+    /// The pool's default profile hint, as written (already merged into each backend's
+    /// [`Backend::profile`]; kept to write the effective config back).
+    pub profile: Option<ProfileHint>,
+}
+
+/// A pool's `discover:` section: every address a DNS name resolves to is a backend.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Discover {
+    /// The name to resolve: a DNS name or an IP literal (IPv6 bracketed), as written.
+    pub host: String,
+    /// Port of every discovered backend.
+    pub port: u16,
+    /// Time between two resolutions.
+    pub interval: Duration,
+    /// Which addresses to keep.
+    pub family: AddressFamily,
+    /// Weight of each discovered backend, >= 1.
+    pub weight: u32,
+    /// Cap on concurrent requests of each discovered backend.
+    pub max_inflight: Option<u32>,
+}
+
+/// Which resolved addresses a [`Discover`] keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AddressFamily {
+    /// IPv4 and IPv6.
+    #[default]
+    Any,
+    /// IPv4 only.
+    Ipv4,
+    /// IPv6 only.
+    Ipv6,
+}
+
+impl AddressFamily {
+    /// The file spelling: `any`, `ipv4`, `ipv6`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AddressFamily::Any => "any",
+            AddressFamily::Ipv4 => "ipv4",
+            AddressFamily::Ipv6 => "ipv6",
+        }
+    }
+
+    /// Whether `addr` is of this family.
+    pub fn admits(self, addr: &SocketAddr) -> bool {
+        match self {
+            AddressFamily::Any => true,
+            AddressFamily::Ipv4 => addr.is_ipv4(),
+            AddressFamily::Ipv6 => addr.is_ipv6(),
+        }
+    }
+}
+
+impl Discover {
+    /// `host:port` as resolved.
+    pub fn target(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+
+    /// The backend config of one resolved address of pool `model`: named
+    /// `<model>-<ip>:<port>` (`:` never occurs in a configured name, so it cannot collide
+    /// with a static backend), with this section's weight and cap and the pool's `profile`.
+    pub fn backend(&self, model: &str, addr: SocketAddr, profile: Option<ProfileHint>) -> Backend {
+        let host = match addr {
+            SocketAddr::V4(a) => a.ip().to_string(),
+            SocketAddr::V6(a) => format!("[{}]", a.ip()),
+        };
+        Backend {
+            name: Arc::from(format!("{model}-{host}:{}", addr.port())),
+            host,
+            port: addr.port(),
+            tls: false,
+            weight: self.weight,
+            max_inflight: self.max_inflight,
+            labels: BTreeMap::new(),
+            profile,
+            kv_events: None,
+        }
+    }
+}
+
+/// A profile hint: the TTFT model's prior before a backend has been measured. Absent fields
+/// keep [`Coefficients::default()`]'s value.
+///
+/// `base_ms` → `base_s = base_ms / 1000`; `prefill_tokens_per_s` →
+/// `s_per_token = 1 / prefill_tokens_per_s`; `decode_ms_per_running` →
+/// `s_per_decode = decode_ms_per_running / 1000`. Every given value is positive and finite.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ProfileHint {
+    /// Fixed overhead of a request, milliseconds.
+    pub base_ms: Option<f64>,
+    /// Prefill throughput, prompt tokens per second.
+    pub prefill_tokens_per_s: Option<f64>,
+    /// TTFT added by each running decode, milliseconds.
+    pub decode_ms_per_running: Option<f64>,
+}
+
+impl ProfileHint {
+    /// This hint's fields, falling back to `default`'s field by field.
+    pub fn or(self, default: ProfileHint) -> ProfileHint {
+        ProfileHint {
+            base_ms: self.base_ms.or(default.base_ms),
+            prefill_tokens_per_s: self.prefill_tokens_per_s.or(default.prefill_tokens_per_s),
+            decode_ms_per_running: self.decode_ms_per_running.or(default.decode_ms_per_running),
+        }
+    }
+
+    /// The TTFT model prior this hint describes.
+    pub fn coefficients(&self) -> Coefficients {
+        let d = Coefficients::default();
+        Coefficients {
+            base_s: self.base_ms.map_or(d.base_s, |ms| ms / 1000.0),
+            s_per_token: self.prefill_tokens_per_s.map_or(d.s_per_token, |r| 1.0 / r),
+            s_per_decode: self
+                .decode_ms_per_running
+                .map_or(d.s_per_decode, |ms| ms / 1000.0),
+            ..d
+        }
+    }
 }
 
 /// One backend server.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Backend {
     /// Unique across the file; `[A-Za-z0-9_.-]+`; a metric label value.
     pub name: Arc<str>,
@@ -180,6 +305,9 @@ pub struct Backend {
     pub max_inflight: Option<u32>,
     /// Free-form labels.
     pub labels: BTreeMap<String, String>,
+    /// Profile hint for the TTFT model's cold start, the pool's merged in; `None`: the
+    /// generic prior.
+    pub profile: Option<ProfileHint>,
     /// The engine's KV-cache event publisher, when configured.
     pub kv_events: Option<KvEvents>,
 }
@@ -255,7 +383,7 @@ impl Config {
         self.pools.iter().find(|p| &*p.model == model)
     }
 
-    /// Total number of backends across pools.
+    /// Total number of static backends across pools (discovered ones are not counted).
     pub fn backend_count(&self) -> usize {
         self.pools.iter().map(|p| p.backends.len()).sum()
     }
@@ -293,6 +421,7 @@ mod tests {
             max_inflight: None,
             labels: BTreeMap::new(),
             kv_events: None,
+            profile: None,
         };
         assert_eq!(b.authority(), "[::1]:8001");
         assert_eq!(b.base_url(), "http://[::1]:8001");

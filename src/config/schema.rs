@@ -172,12 +172,69 @@ fn schema_value() -> Value {
             "pool": {
                 "type": "object",
                 "additionalProperties": false,
-                "required": ["backends"],
+                "anyOf": [{ "required": ["backends"] }, { "required": ["discover"] }],
                 "properties": {
                     "policy": { "$ref": "#/$defs/policy" },
                     "backends": {
                         "type": "array", "minItems": 1,
                         "items": { "$ref": "#/$defs/backend" },
+                    },
+                    "discover": {
+                        "description": "Backends from a DNS name: every address it resolves to, \
+                                        re-resolved periodically",
+                        "type": "object",
+                        "additionalProperties": false,
+                        "required": ["dns"],
+                        "properties": {
+                            "dns": {
+                                "description": "host:port to resolve (port 80 when absent)",
+                                "type": "string",
+                            },
+                            "interval": duration(
+                                "Time between two resolutions",
+                                DEFAULT_DISCOVER_INTERVAL
+                            ),
+                            "scheme": {
+                                "description": "Scheme of the discovered backends",
+                                "enum": ["http"], "default": "http",
+                            },
+                            "family": {
+                                "description": "Keep only IPv4 or IPv6 addresses",
+                                "enum": ["any", "ipv4", "ipv6"], "default": "any",
+                            },
+                            "weight": {
+                                "description": "Relative share of traffic of each discovered backend",
+                                "type": "integer", "minimum": 1, "default": DEFAULT_WEIGHT,
+                            },
+                            "max_inflight": {
+                                "description": "Cap on concurrent requests to each discovered backend",
+                                "type": "integer", "minimum": 1,
+                            },
+                        },
+                    },
+                    "profile": {
+                        "description": "Default profile hint of the pool's backends",
+                        "$ref": "#/$defs/profile",
+                    },
+                },
+            },
+            "profile": {
+                "description": "Cold-start prior of the backend's TTFT model; absent fields \
+                                keep the generic prior",
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "base_ms": {
+                        "description": "Fixed overhead of a request, ms",
+                        "type": "number", "exclusiveMinimum": 0,
+                    },
+                    "prefill_tokens_per_s": {
+                        "description": "Prefill throughput, prompt tokens per second",
+                        "type": "number", "exclusiveMinimum": 0,
+                    },
+                    "decode_ms_per_running": {
+                        "description": "TTFT added by each running decode, ms",
+                        "type": "number", "exclusiveMinimum": 0,
                     },
                 },
             },
@@ -225,6 +282,10 @@ fn schema_value() -> Value {
                                 "type": "integer", "minimum": 1, "maximum": 65536,
                             },
                         },
+                    },
+                    "profile": {
+                        "description": "Profile hint; overrides the pool's field by field",
+                        "$ref": "#/$defs/profile",
                     },
                 },
             },

@@ -151,7 +151,7 @@ fn from_backend_urls_reports_every_bad_url() {
     let err = Config::from_backend_urls(&[], "m", PolicyKind::LeastInflight).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "--backend: pools.m.backends: pool has no backends; at least one is required"
+        "--backend: pools.m.backends: pool has no backends; at least one is required (or a `discover:` section)"
     );
 }
 

@@ -16,11 +16,11 @@
 //! What is checked: addresses are `IP:port` and the two listeners cannot collide; `threads`
 //! 1..=256; every duration parses and is positive; `max_body_bytes` 1 KiB..=1 GiB; the health
 //! path starts with `/`; `eject_after_failures` >= 1; at least one pool, each with at least
-//! one backend and a known policy whose parameters are its own, of the right type and in
+//! one backend (static, or a `discover:` section: see [`super::discover`]) and a known policy whose parameters are its own, of the right type and in
 //! range (`pools.m.policy.cache_threshold: must be in 0..=1`); backend names present, well-formed and unique across the
 //! file; URLs `http`/`https` with a host and nothing after it (no path beyond `/`, query,
 //! fragment or credentials); `weight` >= 1; `max_inflight` >= 1; label names are
-//! Prometheus-style identifiers.
+//! Prometheus-style identifiers; profile hints positive and finite.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -452,10 +452,51 @@ impl Checker {
         };
         let entries = pool.backends.as_deref().unwrap_or(&[]);
         let backends_path = format!("{path}.backends");
+        let discover = pool
+            .discover
+            .as_ref()
+            .and_then(|d| self.discover(&format!("{path}.discover"), d));
+        let profile = pool
+            .profile
+            .as_ref()
+            .map(|p| self.profile(&format!("{path}.profile"), p));
+        if pool.discover.is_none() {
+            self.backend_count_checks(path, pool, retry);
+        }
+        let mut urls: HashMap<String, usize> = HashMap::new();
+        let mut backends = Vec::with_capacity(entries.len());
+        for (i, b) in entries.iter().enumerate() {
+            let bpath = format!("{backends_path}[{i}]");
+            if let Some(backend) = self.backend(&bpath, b, profile, backend_names) {
+                if let Some(first) = urls.insert(backend.base_url(), i) {
+                    self.warn(
+                        format!("{bpath}.url"),
+                        format!(
+                            "same server as {backends_path}[{first}]: it will get a double share"
+                        ),
+                    );
+                }
+                backends.push(backend);
+            }
+        }
+        Pool {
+            model: Arc::from(model),
+            policy,
+            backends,
+            discover,
+            profile,
+        }
+    }
+
+    /// Checks on the number of static backends, for a pool without `discover` (a discovered
+    /// pool's size is only known at run time).
+    fn backend_count_checks(&mut self, path: &str, pool: &PoolFile, retry: Retry) {
+        let entries = pool.backends.as_deref().unwrap_or(&[]);
+        let backends_path = format!("{path}.backends");
         if entries.is_empty() {
             self.error(
                 &backends_path,
-                "pool has no backends; at least one is required",
+                "pool has no backends; at least one is required (or a `discover:` section)",
             );
         }
         if entries.len() == 1 && retry.max_retries > 0 {
@@ -488,27 +529,6 @@ impl Checker {
                 ),
             );
         }
-        let mut urls: HashMap<String, usize> = HashMap::new();
-        let mut backends = Vec::with_capacity(entries.len());
-        for (i, b) in entries.iter().enumerate() {
-            let bpath = format!("{backends_path}[{i}]");
-            if let Some(backend) = self.backend(&bpath, b, backend_names) {
-                if let Some(first) = urls.insert(backend.base_url(), i) {
-                    self.warn(
-                        format!("{bpath}.url"),
-                        format!(
-                            "same server as {backends_path}[{first}]: it will get a double share"
-                        ),
-                    );
-                }
-                backends.push(backend);
-            }
-        }
-        Pool {
-            model: Arc::from(model),
-            policy,
-            backends,
-        }
     }
 
     /// One backend; `None` when a required part is missing or invalid (errors recorded).
@@ -516,6 +536,7 @@ impl Checker {
         &mut self,
         path: &str,
         b: &BackendFile,
+        pool_profile: Option<ProfileHint>,
         names: &mut HashMap<String, String>,
     ) -> Option<Backend> {
         let name = match &b.name {
@@ -585,6 +606,14 @@ impl Checker {
             .kv_events
             .as_ref()
             .and_then(|k| self.kv_events(&format!("{path}.kv_events"), k));
+        let own = b
+            .profile
+            .as_ref()
+            .map(|p| self.profile(&format!("{path}.profile"), p));
+        let profile = match (own, pool_profile) {
+            (Some(own), Some(pool)) => Some(own.or(pool)),
+            (own, pool) => own.or(pool),
+        };
         let (host, port, tls) = endpoint?;
         Some(Backend {
             name: name?,
@@ -595,6 +624,7 @@ impl Checker {
             max_inflight,
             labels,
             kv_events,
+            profile,
         })
     }
 

@@ -232,14 +232,14 @@ fn pools_required_and_non_empty() {
         one_error("pools:\n  m: {}\n"),
         pair(
             "pools.m.backends",
-            "pool has no backends; at least one is required"
+            "pool has no backends; at least one is required (or a `discover:` section)"
         )
     );
     assert_eq!(
         one_error("pools:\n  m: {backends: []}\n"),
         pair(
             "pools.m.backends",
-            "pool has no backends; at least one is required"
+            "pool has no backends; at least one is required (or a `discover:` section)"
         )
     );
 }

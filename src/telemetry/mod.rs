@@ -113,6 +113,11 @@ pub struct Metrics {
     /// `pronto_prompt_token_ratio{pool}`: engine prompt tokens per Pronto-counted token,
     /// learned from responses' `usage` (1 until one reports it).
     pub prompt_token_ratio: GaugeVec,
+    /// `pronto_discovery_backends{pool}`: backends a pool's `discover.dns` name resolved to
+    /// (the last known set; kept when a resolution fails).
+    pub discovery_backends: IntGaugeVec,
+    /// `pronto_discovery_errors_total{pool}`: failed resolutions of a pool's `discover.dns`.
+    pub discovery_errors_total: IntCounterVec,
     /// `pronto_config_reloads_total{result}`: reload attempts by [`ReloadResult`].
     pub config_reloads_total: IntCounterVec,
     /// `pronto_config_version`: the active config's version (1 at start, +1 per applied
@@ -320,6 +325,18 @@ impl Metrics {
                 &r,
                 "pronto_prompt_token_ratio",
                 "Engine prompt tokens per Pronto-counted token, learned from usage",
+                &["pool"],
+            ),
+            discovery_backends: gauge(
+                &r,
+                "pronto_discovery_backends",
+                "Backends a pool's discover.dns name resolved to (last known set), by pool",
+                &["pool"],
+            ),
+            discovery_errors_total: counter(
+                &r,
+                "pronto_discovery_errors_total",
+                "Failed resolutions of a pool's discover.dns name, by pool",
                 &["pool"],
             ),
             config_reloads_total: counter(

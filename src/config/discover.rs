@@ -1,0 +1,207 @@
+//! Validation of a pool's `discover:` section and of profile hints (pool and backend).
+//!
+//! `discover: {dns: "vllm.internal:8000", interval: 10s, scheme: http, family: any}` makes every
+//! address the name resolves to a backend of the pool (see [`crate::discovery`]); the port
+//! defaults to 80 when `dns` has none. Only `http` is accepted: a discovered backend is
+//! addressed by IP, and TLS would need the name as SNI and `Host`, which the peer does not
+//! carry yet. `weight` and `max_inflight` apply to each discovered backend.
+//!
+//! `profile: {base_ms, prefill_tokens_per_s, decode_ms_per_running}` seeds a backend's TTFT
+//! model ([`ProfileHint::coefficients`]); a pool's profile is the default of its backends,
+//! which may override it field by field. Every given value must be positive and finite.
+
+use super::file::{DiscoverFile, ProfileFile};
+use super::model::{
+    AddressFamily, Discover, ProfileHint, DEFAULT_DISCOVER_INTERVAL, DEFAULT_WEIGHT,
+};
+use super::validate::{parse_backend_url, Checker};
+
+impl Checker {
+    /// A profile hint; invalid fields are reported and dropped.
+    pub(super) fn profile(&mut self, path: &str, p: &ProfileFile) -> ProfileHint {
+        let mut field = |name: &str, value: Option<f64>| {
+            let v = value?;
+            if v.is_finite() && v > 0.0 {
+                Some(v)
+            } else {
+                self.error(
+                    format!("{path}.{name}"),
+                    format!("must be a positive, finite number, got {v}"),
+                );
+                None
+            }
+        };
+        ProfileHint {
+            base_ms: field("base_ms", p.base_ms),
+            prefill_tokens_per_s: field("prefill_tokens_per_s", p.prefill_tokens_per_s),
+            decode_ms_per_running: field("decode_ms_per_running", p.decode_ms_per_running),
+        }
+    }
+
+    /// A `discover:` section; `None` when `dns` is missing or invalid (errors recorded).
+    pub(super) fn discover(&mut self, path: &str, d: &DiscoverFile) -> Option<Discover> {
+        let scheme = d.scheme.as_deref().unwrap_or("http");
+        if scheme != "http" {
+            self.error(
+                format!("{path}.scheme"),
+                format!(
+                    "`{scheme}` is not supported for discovered backends; use `http` (or list \
+                     https backends under `backends:`)"
+                ),
+            );
+        }
+        let family = match d.family.as_deref() {
+            None | Some("any") => AddressFamily::Any,
+            Some("ipv4") => AddressFamily::Ipv4,
+            Some("ipv6") => AddressFamily::Ipv6,
+            Some(other) => {
+                self.error(
+                    format!("{path}.family"),
+                    format!("unknown family `{other}`; use any, ipv4 or ipv6"),
+                );
+                AddressFamily::Any
+            }
+        };
+        let interval = self.duration(
+            d.interval.as_ref(),
+            &format!("{path}.interval"),
+            DEFAULT_DISCOVER_INTERVAL,
+        );
+        let weight = self.count(d.weight, &format!("{path}.weight"), 1, DEFAULT_WEIGHT);
+        let max_inflight = d
+            .max_inflight
+            .map(|n| self.count(Some(n), &format!("{path}.max_inflight"), 1, 1));
+        let dns_path = format!("{path}.dns");
+        let (host, port) = match d.dns.as_deref().map(str::trim) {
+            None | Some("") => {
+                self.error(
+                    dns_path,
+                    "missing; a name to resolve, e.g. `vllm.internal:8000`",
+                );
+                return None;
+            }
+            Some(dns) if dns.contains("://") || dns.contains('/') => {
+                self.error(
+                    dns_path,
+                    format!("`{dns}` must be `host:port`, without a scheme or path"),
+                );
+                return None;
+            }
+            Some(dns) => match parse_backend_url(&format!("http://{dns}")) {
+                Ok((host, port, _)) => (host, port),
+                Err(message) => {
+                    self.error(dns_path, message.replace("http://", ""));
+                    return None;
+                }
+            },
+        };
+        Some(Discover {
+            host,
+            port,
+            interval,
+            family,
+            weight,
+            max_inflight,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::config::{AddressFamily, Config, ProfileHint};
+
+    fn load(pool: &str) -> Result<Config, String> {
+        Config::from_yaml_str(
+            &format!("retry: {{max_retries: 0}}\npools:\n  m:\n{pool}"),
+            "t",
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn backend_profile_overrides_the_pool_default_field_by_field() {
+        let c = load(
+            "    profile: {base_ms: 30, prefill_tokens_per_s: 10000}\n    backends:\n      \
+             - {name: a, url: 'http://h:1', profile: {base_ms: 5, decode_ms_per_running: 2}}\n      \
+             - {name: b, url: 'http://h:2'}\n",
+        )
+        .unwrap();
+        let pool = c.pool("m").unwrap();
+        assert_eq!(
+            pool.backends[0].profile,
+            Some(ProfileHint {
+                base_ms: Some(5.0),
+                prefill_tokens_per_s: Some(10000.0),
+                decode_ms_per_running: Some(2.0),
+            })
+        );
+        let b = pool.backends[1].profile.unwrap().coefficients();
+        assert_eq!((b.base_s, b.s_per_token), (0.03, 1e-4));
+    }
+
+    #[test]
+    fn profile_values_must_be_positive_and_finite() {
+        let err = load(
+            "    backends:\n      - {name: a, url: 'http://h:1', profile: {base_ms: 0, \
+             prefill_tokens_per_s: .inf, decode_ms_per_running: -1}}\n",
+        )
+        .unwrap_err();
+        for field in ["base_ms", "prefill_tokens_per_s", "decode_ms_per_running"] {
+            assert!(
+                err.contains(&format!(
+                    "pools.m.backends[0].profile.{field}: must be a positive"
+                )),
+                "{err}"
+            );
+        }
+        let err =
+            load("    profile: {base_ms: .nan}\n    backends: [{name: a, url: 'http://h:1'}]\n")
+                .unwrap_err();
+        assert!(
+            err.contains("pools.m.profile.base_ms: must be a positive"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_discovered_pool_needs_no_static_backends() {
+        let c = load("    discover: {dns: 'vllm.internal:8000', interval: 2s, family: ipv4}\n")
+            .unwrap();
+        let d = c.pool("m").unwrap().discover.clone().unwrap();
+        assert_eq!((d.host.as_str(), d.port), ("vllm.internal", 8000));
+        assert_eq!(
+            (d.interval, d.family),
+            (Duration::from_secs(2), AddressFamily::Ipv4)
+        );
+        let d = load("    discover: {dns: vllm}\n").unwrap();
+        let d = d.pool("m").unwrap().discover.clone().unwrap();
+        assert_eq!((d.port, d.interval), (80, Duration::from_secs(10)));
+        let err = load("    policy: round_robin\n").unwrap_err();
+        assert!(
+            err.contains("pools.m.backends: pool has no backends"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn discover_errors_name_their_field() {
+        let err = load(
+            "    discover: {dns: 'http://x:1', scheme: https, family: ipv5, interval: 0s, \
+             weight: 0}\n",
+        )
+        .unwrap_err();
+        for needle in [
+            "pools.m.discover.dns: `http://x:1` must be `host:port`",
+            "pools.m.discover.scheme: `https` is not supported",
+            "pools.m.discover.family: unknown family `ipv5`",
+            "pools.m.discover.interval: must be greater than zero",
+            "pools.m.discover.weight: must be at least 1",
+        ] {
+            assert!(err.contains(needle), "{needle} in {err}");
+        }
+        let err = load("    discover: {interval: 1s}\n").unwrap_err();
+        assert!(err.contains("pools.m.discover.dns: missing"), "{err}");
+    }
+}
