@@ -81,6 +81,18 @@ impl Pool {
         now: Instant,
         tried: &[usize],
     ) -> Vec<BackendView> {
+        self.views_for(&*self.policy, features, now, tried)
+    }
+
+    /// [`Pool::views`] for a decision by `policy` (a route's own may differ from the pool's;
+    /// it decides whether prefix credit expires with cache residency).
+    pub fn views_for(
+        &self,
+        policy: &dyn Policy,
+        features: &RequestFeatures,
+        now: Instant,
+        tried: &[usize],
+    ) -> Vec<BackendView> {
         let mut views: Vec<BackendView> = self
             .backends
             .iter()
@@ -95,7 +107,7 @@ impl Pool {
             let mut matched = vec![0u32; views.len()];
             self.index
                 .match_lengths(&features.block_hashes, now, &mut matched);
-            if self.policy.limits_prefix_credit_to_residency() {
+            if policy.limits_prefix_credit_to_residency() {
                 limit_to_resident(&self.index, &views, features, now, &mut matched);
             }
             // A backend whose engine publishes its cache events: the exact index decides.
@@ -136,6 +148,8 @@ pub struct GatewayState {
     /// The addresses each `discover:` pool's name last resolved to, sorted; a pool absent
     /// here has not resolved yet (it has only its static backends).
     discovered: HashMap<Arc<str>, Vec<SocketAddr>>,
+    /// The policy object of each route with its own `policy:`, in `config.routes` order.
+    route_policies: Vec<Option<Arc<dyn Policy>>>,
 }
 
 /// What [`GatewayState::rebuild`] carried over from the previous state.
@@ -302,11 +316,31 @@ impl GatewayState {
                 .map(|o| o.config.name.clone())
                 .collect();
         }
+        // A route's own policy object is kept while its name, pool and spec are unchanged.
+        let route_policies = config
+            .routes
+            .iter()
+            .map(|r| {
+                let spec = r.policy.as_ref()?;
+                let kept = previous.and_then(|prev| {
+                    let (i, old) = prev
+                        .config
+                        .routes
+                        .iter()
+                        .enumerate()
+                        .find(|(_, o)| o.name == r.name)?;
+                    (old.pool == r.pool && old.policy.as_ref() == Some(spec))
+                        .then(|| prev.route_policies.get(i)?.clone())?
+                });
+                Some(kept.unwrap_or_else(|| spec.build()))
+            })
+            .collect();
         let state = GatewayState {
             config,
             pools,
             backends: all,
             discovered,
+            route_policies,
         };
         (state, carried)
     }
@@ -334,6 +368,19 @@ impl GatewayState {
             .iter()
             .find(|r| r.matcher.matches(model, path, headers))?;
         Some((self.pools.get(&route.pool)?, Some(route)))
+    }
+
+    /// The policy that routes a request of `route` (if any) within `pool`: the route's own
+    /// when it has one and targets this pool (not after a fallback to another pool), else the
+    /// pool's.
+    pub fn policy_for<'a>(&'a self, pool: &'a Pool, route: Option<&Route>) -> &'a Arc<dyn Policy> {
+        route
+            .filter(|r| r.pool == pool.model)
+            .and_then(|r| {
+                let i = self.config.routes.iter().position(|o| o.name == r.name)?;
+                self.route_policies.get(i)?.as_ref()
+            })
+            .unwrap_or(&pool.policy)
     }
 
     /// `GET /v1/models` body: one entry per pool, sorted by name.

@@ -140,10 +140,12 @@ fn annotated_example_sets_every_field() {
         priority,
         on_slo_miss,
         fallback_pool,
+        policy,
         max_retries,
         first_token_timeout,
         idle_timeout,
     } = routes.expect("routes").remove(0);
+    assert!(policy.is_some());
     assert!(name.is_some() && pool.is_some() && ttft_slo.is_some() && priority.is_some());
     assert!(on_slo_miss.is_some() && fallback_pool.is_some() && max_retries.is_some());
     assert!(first_token_timeout.is_some() && idle_timeout.is_some());

@@ -287,3 +287,42 @@ async fn a_full_queue_sheds() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_can_override_its_pools_policy() {
+    let (a, b) = (
+        TestBackend::start("a", Behavior::default()).await,
+        TestBackend::start("b", Behavior::default()).await,
+    );
+    // The pool pins a session to one backend; the `spread` route round-robins the same pool.
+    let pools = pool("p", "consistent_hash", &[a.url(), b.url()]);
+    let routes = "explain_headers: true\nroutes:\n  \
+        - {name: sticky, match: {headers: {x-tier: sticky}}, pool: p}\n  \
+        - {name: spread, pool: p, policy: round_robin}\n";
+    let gw = Gateway::start(&config_yaml(&pools, routes));
+    let mut sticky = std::collections::BTreeSet::new();
+    let mut spread = std::collections::BTreeSet::new();
+    for _ in 0..4 {
+        let r = send(&gw, "m", &[("x-tier", "sticky"), ("x-session-id", "s1")]).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        sticky.insert(r.backend.unwrap());
+        let r = send(&gw, "m", &[("x-session-id", "s1")]).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        spread.insert(r.backend.unwrap());
+    }
+    assert_eq!(
+        sticky.len(),
+        1,
+        "the pool's consistent_hash keeps the session: {sticky:?}"
+    );
+    assert_eq!(
+        spread.len(),
+        2,
+        "the route's round_robin spreads it: {spread:?}"
+    );
+    let m = metrics_when(&gw, |m| m.contains("policy=\"round_robin\"")).await;
+    assert!(
+        m.contains(r#"pronto_route_decisions_total{policy="round_robin",pool="p""#),
+        "{m}"
+    );
+}

@@ -85,6 +85,8 @@ pub struct RouteFile {
     pub on_slo_miss: Option<String>,
     /// Pool used by `on_slo_miss: fallback`.
     pub fallback_pool: Option<String>,
+    /// Routing policy for this route's requests, overriding the pool's.
+    pub policy: Option<PolicyFile>,
     /// Overrides `retry.max_retries`.
     pub max_retries: Option<u64>,
     /// Overrides `limits.first_token_timeout`.

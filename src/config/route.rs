@@ -39,6 +39,7 @@ use std::time::Duration;
 use super::file::{ConfigFile, MatchFile, RouteFile};
 use super::model::Pool;
 use super::validate::{key_path, valid_name, Checker};
+use crate::routing::PolicySpec;
 
 /// Priority classes when the file names none, most urgent first.
 pub const DEFAULT_PRIORITY_CLASSES: [&str; 2] = ["interactive", "batch"];
@@ -83,7 +84,7 @@ pub struct Slo {
 }
 
 /// One validated route.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Route {
     /// Unique name; the `route` metric label.
     pub name: Arc<str>,
@@ -105,6 +106,8 @@ pub struct Route {
     pub first_token_timeout: Option<Duration>,
     /// Overrides `limits.idle_timeout`.
     pub idle_timeout: Option<Duration>,
+    /// Routing policy for this route's requests (the pool's when absent).
+    pub policy: Option<PolicySpec>,
 }
 
 /// A route's conditions; every one given must hold.
@@ -461,6 +464,10 @@ impl Checker {
             },
         };
         let slo = self.slo(path, r, pools, pool.as_deref());
+        let policy = r
+            .policy
+            .as_ref()
+            .map(|file| self.policy_spec(&format!("{path}.policy"), file));
         let max_retries = r
             .max_retries
             .map(|n| self.count(Some(n), &format!("{path}.max_retries"), 0, 0));
@@ -489,6 +496,7 @@ impl Checker {
             max_retries,
             first_token_timeout,
             idle_timeout,
+            policy,
         })
     }
 

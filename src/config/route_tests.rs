@@ -224,3 +224,25 @@ fn shadowed_routes_and_unreached_pools_warn() {
         "{w:?}"
     );
 }
+
+#[test]
+fn a_route_policy_is_validated_like_a_pools() {
+    let c = load(
+        "routes:\n  - {name: r, pool: fast, policy: {name: cache_aware, cache_threshold: 0.5}}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.routes[0].policy.as_ref().map(|p| p.name()),
+        Some("cache_aware")
+    );
+    let e = load(
+        "routes:\n  - {name: r, pool: fast, policy: {name: cache_aware, cache_threshold: 2}}\n",
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("routes[0].policy.cache_threshold: must be in 0..=1"),
+        "{e}"
+    );
+    let e = load("routes:\n  - {name: r, pool: fast, policy: fastest}\n").unwrap_err();
+    assert!(e.contains("routes[0].policy"), "{e}");
+}

@@ -340,6 +340,10 @@ fn route_schema() -> Value {
                 "description": "Unique route name; the `route` metric label",
                 "type": "string", "pattern": "^[A-Za-z0-9_.-]+$",
             },
+            "policy": {
+                "description": "Routing policy for this route's requests, overriding the pool's",
+                "$ref": "#/$defs/policy",
+            },
             "match": section("Conditions, all of which must hold; absent: every request", json!({
                 "model": { "description": "Model name or glob (*, ?, [a-z], [!x])", "type": "string" },
                 "path": { "description": "Request path or glob, e.g. /v1/chat/*", "type": "string" },

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::duration::{format_size, parse_duration, parse_size};
-use super::file::{BackendFile, ConfigFile, KvEventsFile, PoolFile, Quantity};
+use super::file::{BackendFile, ConfigFile, KvEventsFile, PolicyFile, PoolFile, Quantity};
 use super::model::*;
 use crate::routing::PolicySpec;
 
@@ -427,6 +427,21 @@ impl Checker {
         pools
     }
 
+    /// A `policy:` (a pool's or a route's at `path`); the default policy when invalid (errors
+    /// recorded, with the parameter's path).
+    pub(super) fn policy_spec(&mut self, path: &str, file: &PolicyFile) -> PolicySpec {
+        PolicySpec::from_parts(&file.name, &file.params).unwrap_or_else(|errors| {
+            for e in errors {
+                let at = match &e.param {
+                    None => path.to_string(),
+                    Some(param) => key_path(path, param),
+                };
+                self.error(at, e.message);
+            }
+            PolicySpec::default()
+        })
+    }
+
     fn pool(
         &mut self,
         path: &str,
@@ -437,18 +452,7 @@ impl Checker {
     ) -> Pool {
         let policy = match &pool.policy {
             None => PolicySpec::default(),
-            Some(file) => {
-                PolicySpec::from_parts(&file.name, &file.params).unwrap_or_else(|errors| {
-                    for e in errors {
-                        let at = match &e.param {
-                            None => format!("{path}.policy"),
-                            Some(param) => key_path(&format!("{path}.policy"), param),
-                        };
-                        self.error(at, e.message);
-                    }
-                    PolicySpec::default()
-                })
-            }
+            Some(file) => self.policy_spec(&format!("{path}.policy"), file),
         };
         let entries = pool.backends.as_deref().unwrap_or(&[]);
         let backends_path = format!("{path}.backends");

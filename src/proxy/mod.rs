@@ -161,10 +161,17 @@ impl Proxy {
         }
     }
 
-    fn record_decision(&self, pool: &Pool, d: &Decision, cached_tokens: u32, prompt_tokens: u32) {
+    fn record_decision(
+        &self,
+        pool: &Pool,
+        policy: &str,
+        d: &Decision,
+        cached_tokens: u32,
+        prompt_tokens: u32,
+    ) {
         let m = &self.metrics;
         m.route_decisions_total
-            .with_label_values(&[&pool.model, pool.policy.name(), d.reason.as_str()])
+            .with_label_values(&[&pool.model, policy, d.reason.as_str()])
             .inc();
         if let Some(p) = d.predicted_ttft_s {
             m.predicted_ttft_seconds
@@ -238,6 +245,7 @@ impl Proxy {
             .await?;
         features.prompt_tokens = pool.token_ratio.scale(our_prompt_tokens);
         let pool_err = |e| (Some(pool.model.clone()), e);
+        let policy = state.policy_for(pool, route);
         let deadlines = Deadlines {
             first_token: route
                 .and_then(|r| r.first_token_timeout)
@@ -256,9 +264,9 @@ impl Proxy {
         let mut last_failure = String::new();
         loop {
             let now = Instant::now();
-            let views = pool.views(&features, now, &tried);
+            let views = pool.views_for(&**policy, &features, now, &tried);
             let snapshot = Snapshot { backends: &views };
-            let decision = match pool.policy.select(&features, &snapshot, now) {
+            let decision = match policy.select(&features, &snapshot, now) {
                 Ok(d) => d,
                 Err(_) => {
                     let detail = if last_failure.is_empty() {
@@ -277,6 +285,7 @@ impl Proxy {
             let inputs = chosen.ttft_inputs(&features);
             self.record_decision(
                 pool,
+                policy.name(),
                 &decision,
                 chosen.cached_tokens,
                 features.prompt_tokens,
