@@ -3,13 +3,14 @@
 # workload, with periodic backend crashes (the fleet's crash_after/crash_every knobs) and a
 # config reload (POST /admin/reload) every RELOAD_EVERY seconds. Samples the gateway's RSS
 # every 10 s; prints the error rate and p99 TTFT per 5-minute window and RSS over time.
-#   scripts/soak.sh [MINUTES]      env: PRONTO (binary), LOAD_SCALE (default 1.0; pick the
-#   value that puts the fleet at ~80 % of capacity), BACKENDS (4), RELOAD_EVERY (60), OUT
+#   scripts/soak.sh [MINUTES]      env: PRONTO (binary), LOAD (default 0.8: the fraction of the
+#   fleet's calibrated capacity offered, see `pronto replay --load`), LOAD_SCALE (overrides LOAD
+#   with a fixed `--load-scale`), BACKENDS (4), RELOAD_EVERY (60), OUT
 set -euo pipefail
 cd "$(dirname "$0")/.."
 minutes="${1:-30}"
 pronto="${PRONTO:-target/debug/pronto}"
-scale="${LOAD_SCALE:-1.0}"
+load="${LOAD:-0.8}"
 n="${BACKENDS:-4}"
 reload_every="${RELOAD_EVERY:-60}"
 out="${OUT:-$(mktemp -d /tmp/pronto-soak.XXXX)}"
@@ -50,8 +51,9 @@ start=$(date +%s)
     touch "$out/pronto.yaml"
     curl -s -o /dev/null -w "reload %{http_code}\n" -X POST "http://127.0.0.1:$((port + 1))/admin/reload" >> "$out/reloads.txt"
   done ) & pids+=($!)
-echo "soak: ${minutes} min at load-scale $scale against $n backends; output in $out"
-"$pronto" replay --target "http://127.0.0.1:$port" --model sim-model --load-scale "$scale" \
+if [ -n "${LOAD_SCALE:-}" ]; then rate=(--load-scale "$LOAD_SCALE"); else rate=(--load "$load" --fleet "$out/fleet.yaml"); fi
+echo "soak: ${minutes} min at ${rate[*]} against $n backends; output in $out"
+"$pronto" replay --target "http://127.0.0.1:$port" --model sim-model "${rate[@]}" \
   --conversations 100000 --duration "${minutes}m" --out "$out/replay" > "$out/replay.log" 2>&1 || true
 python3 - "$out" <<'PY'
 import json, sys, collections

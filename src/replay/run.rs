@@ -60,6 +60,14 @@ pub struct ReplayArgs {
     /// Offer this many times the trace's request rate (2 = twice as fast).
     #[arg(long, default_value_t = 1.0)]
     pub load_scale: f64,
+    /// Instead of --load-scale: offer this fraction of the capacity of the simulated fleet
+    /// described by --fleet (calibrated for this workload's request mix, as `pronto evaluate
+    /// --load` does; for a `sim-fleet --time-scale 1` fleet).
+    #[arg(long, requires = "fleet")]
+    pub load: Option<f64>,
+    /// Fleet file of the simulated fleet, for --load.
+    #[arg(long)]
+    pub fleet: Option<std::path::PathBuf>,
     /// Replay only the first N requests.
     #[arg(long)]
     pub limit: Option<usize>,
@@ -116,7 +124,17 @@ pub fn workload(args: &ReplayArgs) -> anyhow::Result<Vec<(u64, TraceRequest)>> {
     if let Some(n) = args.limit {
         reqs.truncate(n);
     }
-    scale_arrivals(&mut reqs, 1.0 / args.load_scale);
+    match (args.load, &args.fleet) {
+        (Some(load), Some(path)) => {
+            anyhow::ensure!(load > 0.0, "--load must be positive, got {load}");
+            let fleet = crate::sim::evaluate::load_fleet(path)?;
+            let capacity = crate::sim::evaluate::apply_load(&fleet, &mut reqs, load);
+            eprintln!(
+                "replay: offering {load} × the fleet's capacity of {capacity:.2} req/s for this workload"
+            );
+        }
+        _ => scale_arrivals(&mut reqs, 1.0 / args.load_scale),
+    }
     if let Some(d) = args.duration {
         let end = d.as_secs_f64();
         reqs.retain(|r| r.arrival_s <= end);
