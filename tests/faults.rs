@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{config_yaml, Gateway};
+use common::{admin_backends, config_yaml, Gateway};
 use futures::StreamExt;
 use pronto::sim::fleet::SimFleet;
 use pronto::sim::fleet_config::FleetConfig;
@@ -89,15 +89,8 @@ fn code(body: &str) -> String {
 
 /// `(healthy, ejected)` of every backend, by name, from `/admin/backends`.
 async fn backends(gw: &Gateway) -> Vec<(String, bool, bool)> {
-    let v: Value = reqwest::get(gw.admin_url("/admin/backends"))
+    admin_backends(gw)
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    v["backends"]
-        .as_array()
-        .unwrap()
         .iter()
         .map(|b| {
             (

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::{
-    chat_body, client, config_yaml, metric_value, metrics_when, pool, Behavior, Gateway,
-    TestBackend,
+    admin_backends, chat_body, client, config_yaml, metric_value, metrics_when, pool, Behavior,
+    Gateway, TestBackend,
 };
 use futures::StreamExt;
 
@@ -722,13 +722,7 @@ async fn measured_ttft_tpot_and_e2e_are_exported_per_backend() {
     let m = metrics_when(&gw, |m| count(m, "pronto_e2e_seconds") == Some(3.0)).await;
     assert_eq!(count(&m, "pronto_tpot_seconds"), Some(3.0));
     assert_eq!(count(&m, "pronto_ttft_seconds"), Some(3.0));
-    let admin: serde_json::Value = reqwest::get(gw.admin_url("/admin/backends"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let lat = &admin["backends"][0]["latency"];
+    let lat = &admin_backends(&gw).await[0]["latency"];
     let tpot = lat["ewma"]["tpot_s"].as_f64().expect("tpot ewma");
     let e2e = lat["ewma"]["e2e_s"].as_f64().expect("e2e ewma");
     let ttft = lat["ewma"]["ttft_s"].as_f64().expect("ttft ewma");

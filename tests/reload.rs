@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{config_yaml, metric_value, Behavior, Gateway, TestBackend};
+use common::{admin_backends, config_yaml, metric_value, Behavior, Gateway, TestBackend};
 use futures::StreamExt;
 use serde_json::Value;
 
@@ -107,15 +107,8 @@ async fn stream_once(client: &reqwest::Client, gw: &Gateway) -> Result<(String, 
 
 /// Backend names and their `ttft_samples` from `/admin/backends`.
 async fn ttft_samples(gw: &Gateway) -> Vec<(String, u64)> {
-    let v: Value = reqwest::get(gw.admin_url("/admin/backends"))
+    admin_backends(gw)
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    v["backends"]
-        .as_array()
-        .unwrap()
         .iter()
         .map(|b| {
             (

@@ -427,23 +427,9 @@ impl Checker {
         pools: &[&str],
         classes: &[Arc<str>],
     ) -> Option<Route> {
-        let name = match &r.name {
-            None => {
-                self.error(
-                    format!("{path}.name"),
-                    "missing; every route needs a unique name (it is a metric label)",
-                );
-                None
-            }
-            Some(n) if !valid_name(n) => {
-                self.error(
-                    format!("{path}.name"),
-                    format!("`{n}` is not a valid name: use letters, digits, `_`, `.` and `-`"),
-                );
-                None
-            }
-            Some(n) => Some(Arc::<str>::from(n.as_str())),
-        };
+        let name = self
+            .label_name(path, "route", r.name.as_deref())
+            .map(Arc::<str>::from);
         let pool = self.pool_ref(&format!("{path}.pool"), r.pool.as_deref(), pools, true);
         let matcher = self.matcher(&format!("{path}.match"), r.matches.as_ref());
         let (priority, rank) = match &r.priority {

@@ -427,6 +427,33 @@ impl Checker {
         pools
     }
 
+    /// The `name` of the `what` at `path`: present and a valid metric label value; `None`
+    /// (error recorded) otherwise.
+    pub(super) fn label_name<'n>(
+        &mut self,
+        path: &str,
+        what: &str,
+        name: Option<&'n str>,
+    ) -> Option<&'n str> {
+        match name {
+            None => {
+                self.error(
+                    format!("{path}.name"),
+                    format!("missing; every {what} needs a unique name (it is a metric label)"),
+                );
+                None
+            }
+            Some(n) if !valid_name(n) => {
+                self.error(
+                    format!("{path}.name"),
+                    format!("`{n}` is not a valid name: use letters, digits, `_`, `.` and `-`"),
+                );
+                None
+            }
+            Some(n) => Some(n),
+        }
+    }
+
     /// A `policy:` (a pool's or a route's at `path`); the default policy when invalid (errors
     /// recorded, with the parameter's path).
     pub(super) fn policy_spec(&mut self, path: &str, file: &PolicyFile) -> PolicySpec {
@@ -543,21 +570,8 @@ impl Checker {
         pool_profile: Option<ProfileHint>,
         names: &mut HashMap<String, String>,
     ) -> Option<Backend> {
-        let name = match &b.name {
-            None => {
-                self.error(
-                    format!("{path}.name"),
-                    "missing; every backend needs a unique name (it is a metric label)",
-                );
-                None
-            }
-            Some(n) if !valid_name(n) => {
-                self.error(
-                    format!("{path}.name"),
-                    format!("`{n}` is not a valid name: use letters, digits, `_`, `.` and `-`"),
-                );
-                None
-            }
+        let name = match self.label_name(path, "backend", b.name.as_deref()) {
+            None => None,
             Some(n) => match names.get(n) {
                 Some(first) => {
                     self.error(
@@ -567,8 +581,8 @@ impl Checker {
                     None
                 }
                 None => {
-                    names.insert(n.clone(), path.to_string());
-                    Some(Arc::<str>::from(n.as_str()))
+                    names.insert(n.to_string(), path.to_string());
+                    Some(Arc::<str>::from(n))
                 }
             },
         };

@@ -202,6 +202,17 @@ pub fn metric_value(text: &str, name_and_labels: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Every backend's JSON object from the admin `GET /admin/backends`.
+pub async fn admin_backends(gw: &Gateway) -> Vec<serde_json::Value> {
+    let v: serde_json::Value = reqwest::get(gw.admin_url("/admin/backends"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["backends"].as_array().cloned().unwrap_or_default()
+}
+
 /// The admin `/metrics` text once `ready(text)` holds, or the last scrape after 5 s. The
 /// gateway records a request after the client has its last byte, so tests that read counters
 /// right after a response poll instead of racing it.
