@@ -101,7 +101,7 @@ pub fn peer_ca(config: &BackendConfig) -> Option<Arc<[WrappedX509]>> {
     let certs: Vec<WrappedX509> = ca
         .certs
         .iter()
-        .map(|c| WrappedX509::new(c.to_vec(), |raw| parse_x509(raw)))
+        .map(|c| WrappedX509::new(c.to_vec(), parse_x509))
         .collect();
     Some(certs.into())
 }
