@@ -28,4 +28,5 @@ pub mod server;
 pub mod sim;
 pub mod sse;
 pub mod telemetry;
+pub mod tls;
 pub mod tokens;

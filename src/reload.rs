@@ -27,7 +27,13 @@
 //! either the old state or the new one, never a mix, and requests in flight finish on the
 //! state they started with.
 //!
-//! Some settings are bound at start: `listen`, `admin_listen`, `threads` and `grace_period`
+//! The listener certificate (`tls:`) reloads like everything else: the files are read and
+//! checked by the loader, and an unchanged config text whose certificate or key file was
+//! rewritten still reloads (the watcher stats those files too), so a rotation is picked up by
+//! new connections ([`crate::tls`]).
+//!
+//! Some settings are bound at start: `listen`, `admin_listen`, `threads`, `grace_period` and
+//! whether the listener speaks TLS at all
 //! (the listeners, the worker pool and pingora's shutdown timer exist once). A reload that
 //! changes them applies everything else, keeps their running values in the effective
 //! config, and returns a warning naming each (they take effect at the next restart). They
@@ -129,8 +135,10 @@ pub struct Reloader {
 }
 
 /// Settings bound at start, as `(field path, differs)`.
-fn start_bound(old: &Config, new: &Config) -> [(&'static str, bool); 4] {
+fn start_bound(old: &Config, new: &Config) -> [(&'static str, bool); 5] {
     [
+        // Whether the listener speaks TLS; its certificate itself reloads.
+        ("tls", old.tls.is_some() != new.tls.is_some()),
         ("listen", old.listen != new.listen),
         ("admin_listen", old.admin_listen != new.admin_listen),
         ("threads", old.threads != new.threads),
@@ -197,13 +205,20 @@ impl Reloader {
             }
         };
         let hash = config::text_hash(&text);
-        if hash == self.state.load().config.hash() {
+        if hash == self.state.load().config.hash() && !self.tls_files_changed() {
             return Ok(self.unchanged(trigger));
         }
         Ok(match Config::from_file_text(path, &text) {
             Ok(new) => self.apply(trigger, new, &mut file_config),
             Err(e) => self.reject(trigger, e.to_string(), hash),
         })
+    }
+
+    /// Whether the active config's listener certificate or key file was rewritten since it
+    /// was loaded (blocking file I/O).
+    fn tls_files_changed(&self) -> bool {
+        let state = self.state.load();
+        state.config.tls.as_ref().is_some_and(|t| t.files_changed())
     }
 
     fn unchanged(&self, trigger: Trigger) -> ReloadReport {
@@ -371,7 +386,7 @@ impl Reloader {
     /// Watch the file and listen for `hup` until the process exits (see the module docs).
     /// Run it on a runtime of its own: the reloads themselves go to the blocking pool.
     pub async fn run(self: Arc<Self>, mut hup: Signal) {
-        let mut last_meta: Option<(SystemTime, u64)> = None;
+        let mut last_meta: Option<Vec<(SystemTime, u64)>> = None;
         loop {
             let settings = self.state.load().config.reload;
             let tick = tokio::time::sleep(settings.watch_interval);
@@ -396,24 +411,39 @@ impl Reloader {
         }
     }
 
-    /// One poll of the file; reloads when its content is news.
-    async fn poll(self: &Arc<Self>, last_meta: &mut Option<(SystemTime, u64)>) {
+    /// One poll of the file (and of the listener's certificate and key files); reloads when
+    /// the config's content is news or a certificate file moved.
+    async fn poll(self: &Arc<Self>, last_meta: &mut Option<Vec<(SystemTime, u64)>>) {
         let Some(path) = self.path.as_deref() else {
             return;
         };
-        let meta = match tokio::fs::metadata(path).await {
-            Ok(m) => (m.modified().unwrap_or(UNIX_EPOCH), m.len()),
+        let mut meta = match tokio::fs::metadata(path).await {
+            Ok(m) => vec![(m.modified().unwrap_or(UNIX_EPOCH), m.len())],
             // A file being replaced may be missing for a moment; look again next tick.
             Err(_) => return,
         };
-        if *last_meta == Some(meta) {
+        let tls = self.state.load().config.tls.clone();
+        for file in tls.iter().flat_map(|t| [&t.cert, &t.key]) {
+            // A missing certificate file reads as a change; the reload then reports it.
+            meta.push(match tokio::fs::metadata(file).await {
+                Ok(m) => (m.modified().unwrap_or(UNIX_EPOCH), m.len()),
+                Err(_) => (UNIX_EPOCH, 0),
+            });
+        }
+        if last_meta.as_ref() == Some(&meta) {
             return;
         }
         let Ok(text) = tokio::fs::read_to_string(path).await else {
             return;
         };
+        let certs_moved = last_meta
+            .as_ref()
+            .is_some_and(|old| old.get(1..) != meta.get(1..));
         *last_meta = Some(meta);
-        if self.is_news(&config::text_hash(&text)) {
+        if certs_moved {
+            tracing::info!(path = %path.display(), "TLS certificate files changed: reloading");
+            self.reload_in_background(Trigger::Watch).await;
+        } else if self.is_news(&config::text_hash(&text)) {
             tracing::info!(path = %path.display(), "config file changed: reloading");
             self.reload_in_background(Trigger::Watch).await;
         }

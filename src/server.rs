@@ -1,5 +1,6 @@
-//! The composition root: builds the pingora server with its services — the proxy listener, the
-//! admin listener, the active health checker, the engine metrics scraper, DNS discovery of
+//! The composition root: builds the pingora server with its services — the proxy listener
+//! (plain HTTP/1.1 + h2c, or TLS with h2 by ALPN when the config has `tls:`; see
+//! [`crate::tls`]), the admin listener, the active health checker, the engine metrics scraper, DNS discovery of
 //! `discover:` pools ([`crate::discovery`]) — and runs it.
 //!
 //! Live reload ([`crate::reload`]) runs on a thread of its own (`pronto-reload`, a one-thread
@@ -100,7 +101,15 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         Proxy::new(Arc::clone(&state), metrics.clone(), Arc::clone(&active)),
         "pronto-proxy",
     );
-    proxy.add_tcp(&listen.to_string());
+    let tls = state.load().config.tls.clone();
+    match &tls {
+        Some(identity) => {
+            let settings = crate::tls::listener_settings(Arc::clone(&state), identity)
+                .map_err(|e| anyhow::anyhow!("TLS listener: {e}"))?;
+            proxy.add_tls_with_settings(&listen.to_string(), None, settings);
+        }
+        None => proxy.add_tcp(&listen.to_string()),
+    }
     if let Some(app) = proxy.app_logic_mut() {
         let mut opts = HttpServerOptions::default();
         opts.h2c = true;
@@ -145,7 +154,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .name("pronto-drain".into())
         .spawn(move || drain_watcher(&mut phases, &active, grace))?;
 
-    tracing::info!(%listen, %admin_listen, threads, "pronto gateway starting");
+    tracing::info!(%listen, %admin_listen, threads, tls = tls.is_some(), "pronto gateway starting");
     server.run(RunArgs::default());
     Ok(())
 }

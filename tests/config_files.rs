@@ -104,9 +104,20 @@ fn annotated_example_sets_every_field() {
         auth,
         admin,
         rate_limits,
+        tls,
     } = f;
     let auth = auth.expect("auth");
     assert!(auth.keys_file.is_some());
+    let tls = tls.expect("tls");
+    assert!(tls.cert.is_some() && tls.key.is_some());
+    let ca_files = pools
+        .iter()
+        .flat_map(|p| &p.0)
+        .flat_map(|(_, p)| p.backends.iter().flatten());
+    assert!(
+        ca_files.filter(|b| b.ca_file.is_some()).count() > 0,
+        "some backend sets ca_file"
+    );
     let pronto::config::edge::KeyFile {
         name: key_name,
         key,
@@ -192,6 +203,7 @@ fn annotated_example_sets_every_field() {
         labels,
         kv_events,
         profile,
+        ca_file: _,
     } = pool.backends.clone().expect("backends").remove(0);
     assert!(name.is_some() && url.is_some() && weight.is_some());
     assert!(max_inflight.is_some() && labels.is_some() && profile.is_some());

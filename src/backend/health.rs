@@ -19,19 +19,12 @@ use crate::gateway::GatewayState;
 #[derive(Debug)]
 pub struct HealthChecker {
     state: Arc<ArcSwap<GatewayState>>,
-    client: reqwest::Client,
 }
 
 impl HealthChecker {
     /// A checker over whatever state is current.
     pub fn new(state: Arc<ArcSwap<GatewayState>>) -> HealthChecker {
-        HealthChecker {
-            state,
-            client: reqwest::Client::builder()
-                .pool_max_idle_per_host(1)
-                .build()
-                .expect("reqwest client"),
-        }
+        HealthChecker { state }
     }
 
     /// Run one round of checks over every backend. A backend that goes down has its prefix
@@ -43,7 +36,7 @@ impl HealthChecker {
         let checks = state.pools.values().flat_map(|pool| {
             pool.backends.iter().enumerate().map(move |(i, b)| {
                 let url = format!("{}{}", b.config.base_url(), health.path);
-                let req = self.client.get(url).timeout(health.timeout).send();
+                let req = b.http.get(url).timeout(health.timeout).send();
                 async move {
                     let ok = matches!(req.await, Ok(r) if r.status().is_success());
                     let now = Instant::now();

@@ -45,6 +45,8 @@ pub struct Backend {
     pub peer: HttpPeer,
     /// `host:port` for the upstream `Host` header.
     pub authority: String,
+    /// Client for health checks and metrics scrapes, trusting what the peer trusts.
+    pub http: reqwest::Client,
     created: Instant,
     active_ok: AtomicBool,
     /// Passive ejection: nanoseconds since `created` before which the backend is not routed to
@@ -81,7 +83,10 @@ impl Backend {
     /// from the config's profile hint ([`BackendConfig::profile`]) or the generic prior.
     pub fn new(config: BackendConfig, connect_timeout: Duration, metrics: Metrics) -> Backend {
         let addr = format!("{}:{}", config.host, config.port);
-        let mut peer = HttpPeer::new(addr.as_str(), config.tls, config.host.clone());
+        // TLS: the host is the SNI and the name verified; `ca_file` replaces the system roots.
+        let mut peer = HttpPeer::new(addr.as_str(), config.tls, crate::tls::sni(&config.host));
+        peer.options.ca = crate::tls::peer_ca(&config);
+        let http = crate::tls::backend_http_client(&config);
         peer.options.connection_timeout = Some(connect_timeout);
         peer.options.total_connection_timeout = Some(connect_timeout);
         peer.options.tcp_keepalive = None;
@@ -98,6 +103,7 @@ impl Backend {
         let b = Backend {
             authority: addr,
             peer,
+            http,
             config,
             created,
             active_ok: AtomicBool::new(true),
@@ -411,6 +417,7 @@ mod tests {
             max_inflight: None,
             labels: BTreeMap::new(),
             kv_events: None,
+            ca: None,
             profile: None,
         };
         Arc::new(Backend::new(cfg, Duration::from_secs(1), Metrics::new()))

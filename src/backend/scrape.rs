@@ -2,7 +2,7 @@
 //!
 //! The [`EngineScraper`] is a pingora background service, like the health checker. Each round
 //! it reads the current [`GatewayState`] (so a reload's backends are picked up), scrapes every
-//! due backend concurrently over one shared `reqwest` client (connections are reused), parses
+//! due backend concurrently over the backend's own `reqwest` client (connections are reused), parses
 //! the page ([`EngineSample::parse`]) and stores the result on the backend
 //! ([`Backend::record_engine_sample`]), which also sets `pronto_backend_queue_depth` and
 //! `pronto_backend_kv_usage_ratio`.
@@ -80,7 +80,6 @@ pub enum ScrapeOutcome {
 #[derive(Debug)]
 pub struct EngineScraper {
     state: Arc<ArcSwap<GatewayState>>,
-    client: reqwest::Client,
     interval: Duration,
     timeout: Duration,
     stale_after: Duration,
@@ -96,10 +95,6 @@ impl EngineScraper {
     pub fn with_interval(state: Arc<ArcSwap<GatewayState>>, interval: Duration) -> EngineScraper {
         EngineScraper {
             state,
-            client: reqwest::Client::builder()
-                .pool_max_idle_per_host(1)
-                .build()
-                .expect("reqwest client"),
             interval,
             timeout: DEFAULT_TIMEOUT,
             stale_after: (interval * 4).max(MIN_STALE_AFTER),
@@ -144,7 +139,7 @@ impl EngineScraper {
     /// The page, or `None` on 404.
     async fn fetch(&self, b: &Backend) -> Result<Option<String>, ScrapeError> {
         let url = format!("{}/metrics", b.config.base_url());
-        let mut resp = self.client.get(url).timeout(self.timeout).send().await?;
+        let mut resp = b.http.get(url).timeout(self.timeout).send().await?;
         let status = resp.status();
         if status == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);

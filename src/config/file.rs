@@ -56,6 +56,8 @@ pub struct ConfigFile {
     pub admin: Option<super::edge::AdminFile>,
     /// Rate limits per key and per route.
     pub rate_limits: Option<super::edge::RateLimitsFile>,
+    /// TLS on the client listener.
+    pub tls: Option<super::tls::TlsFile>,
 }
 
 /// `admission:` section.
@@ -219,6 +221,8 @@ pub struct BackendFile {
     pub profile: Option<ProfileFile>,
     /// The engine's KV-cache event publisher (exact prefix index).
     pub kv_events: Option<KvEventsFile>,
+    /// PEM CA certificates trusted for this `https` backend instead of the system roots.
+    pub ca_file: Option<String>,
 }
 
 /// `kv_events:` of a backend.

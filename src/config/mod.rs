@@ -28,6 +28,7 @@ pub mod locate;
 pub mod model;
 pub mod route;
 mod schema;
+pub mod tls;
 pub mod validate;
 
 use std::fmt;
@@ -168,6 +169,7 @@ impl Config {
         let mut file = file::parse(text).map_err(|e| yaml_error(origin, &e))?;
         if let Some(path) = path {
             edge::resolve_keys_file(&mut file, path);
+            tls::resolve_paths(&mut file, path);
         }
         let located = |path: String, message: String| Diagnostic {
             location: locate::locate(text, &path),

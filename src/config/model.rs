@@ -90,6 +90,8 @@ pub struct Config {
     pub admin: super::edge::AdminSettings,
     /// Rate limits per key and per route.
     pub rate_limits: super::edge::RateLimits,
+    /// TLS on the client listener; `None`: plain HTTP (h2c allowed).
+    pub tls: Option<super::tls::TlsListener>,
     /// Where the config came from (a file path, or `--backend` for the quick start).
     pub origin: String,
     /// The file this config was read from by [`Config::load`]; `None` for a config built from
@@ -243,6 +245,7 @@ impl Discover {
             labels: BTreeMap::new(),
             profile,
             kv_events: None,
+            ca: None,
         }
     }
 }
@@ -310,6 +313,8 @@ pub struct Backend {
     pub profile: Option<ProfileHint>,
     /// The engine's KV-cache event publisher, when configured.
     pub kv_events: Option<KvEvents>,
+    /// CAs trusted for this `https` backend instead of the system roots.
+    pub ca: Option<super::tls::BackendCa>,
 }
 
 /// Where a backend's engine publishes its KV-cache events (see [`crate::kv_events`]).
@@ -421,6 +426,7 @@ mod tests {
             max_inflight: None,
             labels: BTreeMap::new(),
             kv_events: None,
+            ca: None,
             profile: None,
         };
         assert_eq!(b.authority(), "[::1]:8001");

@@ -146,6 +146,16 @@ fn schema_value() -> Value {
                     "type": "object", "additionalProperties": { "$ref": "#/$defs/rate_limit" },
                 },
             })),
+            "tls": section("TLS on the client listener (h2 by ALPN, HTTP/1.1 fallback)", json!({
+                "cert": {
+                    "description": "PEM certificate chain, leaf first; relative to this file",
+                    "type": "string",
+                },
+                "key": {
+                    "description": "PEM private key of the leaf certificate; relative to this file",
+                    "type": "string",
+                },
+            })),
             "pools": {
                 "description": "Backend pools keyed by the model name clients send",
                 "type": "object",
@@ -286,6 +296,11 @@ fn schema_value() -> Value {
                     "profile": {
                         "description": "Profile hint; overrides the pool's field by field",
                         "$ref": "#/$defs/profile",
+                    },
+                    "ca_file": {
+                        "description": "PEM CA certificates trusted for this https backend \
+                                        instead of the system roots; relative to this file",
+                        "type": "string",
                     },
                 },
             },

@@ -196,6 +196,7 @@ impl Checker {
         let auth = self.auth(f.auth.as_ref(), &routes, &priority_classes);
         let admin = self.admin(f.admin.as_ref());
         let rate_limits = self.rate_limits(f.rate_limits.as_ref(), auth.as_ref(), &routes);
+        let tls = self.tls(f.tls.as_ref());
         Config {
             listen,
             admin_listen,
@@ -213,6 +214,7 @@ impl Checker {
             auth,
             admin,
             rate_limits,
+            tls,
             origin: String::new(),
             source_path: None,
             warnings: Vec::new(),
@@ -633,6 +635,10 @@ impl Checker {
             (own, pool) => own.or(pool),
         };
         let (host, port, tls) = endpoint?;
+        let ca = self.ca_file(&format!("{path}.ca_file"), b.ca_file.as_deref(), tls);
+        if b.ca_file.is_some() && ca.is_none() {
+            return None;
+        }
         Some(Backend {
             name: name?,
             host,
@@ -643,6 +649,7 @@ impl Checker {
             labels,
             kv_events,
             profile,
+            ca,
         })
     }
 

@@ -1,0 +1,150 @@
+//! TLS glue: the client listener's certificate resolver, and the trust settings of
+//! connections to `https` backends (the proxy's pingora peer and the reqwest client used by
+//! health checks and engine scrapes).
+//!
+//! **Listener.** [`listener_settings`] builds pingora's rustls [`TlsSettings`] with ALPN
+//! `h2, http/1.1` (HTTP/2 when the client offers it, HTTP/1.1 otherwise) and a
+//! [`CertResolver`] instead of fixed files. The resolver answers every handshake with the
+//! certificate of the config active *now* (one `ArcSwap` load, no lock, no I/O), so a reload
+//! that loads rotated files ([`crate::config::tls`]) is picked up by the next connection while
+//! open connections keep theirs. Should a reload drop the `tls:` section, the listener (bound
+//! at start) keeps serving the last certificate it had.
+//!
+//! **Backends.** An `https` backend is verified with its host as SNI and expected name (an IP
+//! host is checked against the certificate's IP addresses), against the system roots or, when
+//! the backend has `ca_file`, against exactly those certificates ([`peer_ca`],
+//! [`backend_http_client`]). There is no "skip verification" switch.
+
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+use pingora_core::listeners::tls::TlsSettings;
+use pingora_core::tls::sign::CertifiedKey;
+use pingora_core::tls::{ClientHello, ResolvesServerCert};
+use pingora_core::utils::tls::{parse_x509, WrappedX509};
+
+use crate::config::{tls::TlsListener, Backend as BackendConfig};
+use crate::gateway::GatewayState;
+
+/// Picks the listener certificate of the current config on each handshake.
+pub struct CertResolver {
+    state: Arc<ArcSwap<GatewayState>>,
+    /// The last certificate served, for a config that no longer has `tls:`.
+    last: ArcSwapOption<CertifiedKey>,
+}
+
+impl std::fmt::Debug for CertResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertResolver").finish_non_exhaustive()
+    }
+}
+
+impl CertResolver {
+    /// A resolver over the (reloadable) gateway state, starting from `initial`.
+    pub fn new(state: Arc<ArcSwap<GatewayState>>, initial: &TlsListener) -> CertResolver {
+        CertResolver {
+            state,
+            last: ArcSwapOption::from(Some(Arc::clone(&initial.identity))),
+        }
+    }
+
+    /// The certificate a handshake starting now gets.
+    pub fn current(&self) -> Option<Arc<CertifiedKey>> {
+        let state = self.state.load();
+        match &state.config.tls {
+            Some(tls) => {
+                let now = &tls.identity;
+                let stale = self
+                    .last
+                    .load()
+                    .as_ref()
+                    .is_none_or(|last| !Arc::ptr_eq(last, now));
+                if stale {
+                    self.last.store(Some(Arc::clone(now)));
+                }
+                Some(Arc::clone(now))
+            }
+            None => self.last.load_full(),
+        }
+    }
+}
+
+impl ResolvesServerCert for CertResolver {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.current()
+    }
+}
+
+/// pingora TLS settings for the client listener: h2 + HTTP/1.1 by ALPN, certificate from
+/// [`CertResolver`].
+pub fn listener_settings(
+    state: Arc<ArcSwap<GatewayState>>,
+    initial: &TlsListener,
+) -> pingora_core::Result<TlsSettings> {
+    let mut settings = TlsSettings::intermediate("", "")?;
+    settings.set_cert_resolver(Arc::new(CertResolver::new(state, initial)));
+    settings.enable_h2();
+    Ok(settings)
+}
+
+/// The SNI / expected name for a backend host as written in its URL (`[::1]` → `::1`).
+pub fn sni(host: &str) -> String {
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string()
+}
+
+/// The per-peer trust anchors pingora checks an `https` backend against: its `ca_file`'s
+/// certificates; `None` (system roots) without one.
+pub fn peer_ca(config: &BackendConfig) -> Option<Arc<[WrappedX509]>> {
+    let ca = config.ca.as_ref()?;
+    let certs: Vec<WrappedX509> = ca
+        .certs
+        .iter()
+        .map(|c| WrappedX509::new(c.to_vec(), parse_x509))
+        .collect();
+    Some(certs.into())
+}
+
+/// The system roots as reqwest certificates, loaded once (`SSL_CERT_FILE` honoured).
+fn system_roots() -> &'static [reqwest::Certificate] {
+    static ROOTS: OnceLock<Vec<reqwest::Certificate>> = OnceLock::new();
+    ROOTS.get_or_init(|| {
+        let certs = pingora_core::tls::load_native_certs().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot load the system's CA certificates");
+            Vec::new()
+        });
+        certs
+            .iter()
+            .filter_map(|c| reqwest::Certificate::from_der(c).ok())
+            .collect()
+    })
+}
+
+/// The HTTP client for a backend's health checks and metrics scrapes: one idle connection,
+/// and for `https` the same trust as the proxy's peer (the `ca_file`, else the system roots).
+pub fn backend_http_client(config: &BackendConfig) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder().pool_max_idle_per_host(1);
+    if config.tls {
+        builder = builder.tls_built_in_root_certs(false);
+        match &config.ca {
+            Some(ca) => {
+                for c in ca.certs.iter() {
+                    // Validated as a trust anchor at load; a reqwest refusal only narrows trust.
+                    if let Ok(cert) = reqwest::Certificate::from_der(c) {
+                        builder = builder.add_root_certificate(cert);
+                    }
+                }
+            }
+            None => {
+                for cert in system_roots() {
+                    builder = builder.add_root_certificate(cert.clone());
+                }
+            }
+        }
+    }
+    builder.build().unwrap_or_else(|e| {
+        tracing::error!(backend = %config.name, error = %e, "backend HTTP client: using defaults");
+        reqwest::Client::new()
+    })
+}
