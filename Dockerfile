@@ -13,7 +13,9 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends ca-cert
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin pronto
 COPY --from=build /src/target/release/pronto /usr/local/bin/pronto
-COPY config/pronto.yaml /etc/pronto/pronto.yaml
+# The annotated example refers to files beside it (keys/, tls/): copy the whole directory.
+# Mount your own config over /etc/pronto (the example's TLS key is public: never serve with it).
+COPY config /etc/pronto
 USER 10001
 EXPOSE 8080 9400
 ENTRYPOINT ["/usr/local/bin/pronto"]
