@@ -79,3 +79,4 @@ try:
 except OSError:
     print("0 reloads")
 PY
+python3 scripts/soak_plot.py "$out" || true
