@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{chat_body, config_yaml, metric_value, metrics_when, Behavior, Gateway, TestBackend};
+use common::{
+    chat_body, config_yaml, metric_value, metrics_when, post_reload, Behavior, Gateway, TestBackend,
+};
 use serde_json::Value;
 
 /// Pool `m` discovered from `localhost:PORT` (IPv4 only: the test backend listens on
@@ -96,12 +98,7 @@ async fn a_reload_keeps_the_discovered_backends() {
             other.url()
         ),
     ));
-    let r = reqwest::Client::new()
-        .post(gw.admin_url("/admin/reload"))
-        .send()
-        .await
-        .unwrap();
-    let report: Value = r.json().await.unwrap();
+    let (_, report) = post_reload(&gw).await;
     assert_eq!(report["result"], "ok", "{report}");
     assert_eq!(
         report["backends_kept"], 1,

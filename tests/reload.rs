@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{admin_backends, config_yaml, metric_value, Behavior, Gateway, TestBackend};
+use common::{
+    admin_backends, config_yaml, metric_value, post_reload, Behavior, Gateway, TestBackend,
+};
 use futures::StreamExt;
 use serde_json::Value;
 
@@ -41,15 +43,6 @@ async fn admin_config(gw: &Gateway) -> Value {
         .json()
         .await
         .unwrap()
-}
-
-async fn post_reload(gw: &Gateway) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(gw.admin_url("/admin/reload"))
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.json().await.unwrap())
 }
 
 async fn metrics(gw: &Gateway) -> String {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::gateway::TempDir;
-use common::{chat_body, config_yaml, pool, Behavior, Gateway, TestBackend};
+use common::{chat_body, config_yaml, pool, post_reload, Behavior, Gateway, TestBackend};
 use pingora_core::tls::{ServerConfig, TlsAcceptor};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
@@ -189,27 +189,13 @@ async fn a_rotated_certificate_reaches_new_connections_after_reload() {
     // Same config text, new files: the reload must still load them.
     let new = self_signed();
     write_cert(&dir.0, &new);
-    let report: serde_json::Value = reqwest::Client::new()
-        .post(gw.admin_url("/admin/reload"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, report) = post_reload(&gw).await;
     assert_eq!(report["result"], "ok", "{report}");
 
     chat(&client_trusting(&new, true), &url).await.unwrap();
     assert!(chat(&client_trusting(&old, true), &url).await.is_err());
     // A reload with nothing new is reported as unchanged.
-    let again: serde_json::Value = reqwest::Client::new()
-        .post(gw.admin_url("/admin/reload"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, again) = post_reload(&gw).await;
     assert_eq!(again["result"], "unchanged", "{again}");
     assert_eq!(backend.requests(), 2);
 }

@@ -202,6 +202,16 @@ pub fn metric_value(text: &str, name_and_labels: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// `POST /admin/reload`: the status and the JSON report.
+pub async fn post_reload(gw: &Gateway) -> (u16, serde_json::Value) {
+    let r = reqwest::Client::new()
+        .post(gw.admin_url("/admin/reload"))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
 /// Every backend's JSON object from the admin `GET /admin/backends`.
 pub async fn admin_backends(gw: &Gateway) -> Vec<serde_json::Value> {
     let v: serde_json::Value = reqwest::get(gw.admin_url("/admin/backends"))

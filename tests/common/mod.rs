@@ -5,7 +5,9 @@ pub mod backend;
 pub mod gateway;
 
 pub use backend::{fnv64, Behavior, TestBackend};
-pub use gateway::{admin_backends, config_yaml, metric_value, metrics_when, pool, Gateway};
+pub use gateway::{
+    admin_backends, config_yaml, metric_value, metrics_when, pool, post_reload, Gateway,
+};
 
 /// A chat body whose prompt is about `bytes` long, serialised as the OpenAI SDK does
 /// (messages before model and stream).
