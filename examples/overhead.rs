@@ -161,7 +161,18 @@ struct Proxy {
 }
 
 impl Drop for Proxy {
+    /// SIGTERM first, so a proxy with worker processes (nginx) takes them down with it; SIGKILL
+    /// if it has not exited within 2 s.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..40 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
