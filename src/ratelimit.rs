@@ -204,9 +204,16 @@ impl RateLimiter {
                 return Arc::clone(&e);
             }
         }
-        let fresh = Arc::new(Entry::new(*limit));
-        self.entries.insert(scope.clone(), Arc::clone(&fresh));
-        fresh
+        // Miss or changed limits: create or replace under the shard's write lock, so requests
+        // racing on a new scope share one bucket instead of each inserting its own.
+        let mut slot = self
+            .entries
+            .entry(scope.clone())
+            .or_insert_with(|| Arc::new(Entry::new(*limit)));
+        if slot.limit != *limit {
+            *slot = Arc::new(Entry::new(*limit));
+        }
+        Arc::clone(&slot)
     }
 
     /// Admit one request in `scope`: a concurrency slot and one request from the per-minute
