@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::{
-    admin_backends, chat_body, client, config_yaml, metric_value, metrics_when, pool, Behavior,
-    Gateway, TestBackend,
+    admin_backends, chat_body, client, config_yaml, fnv64, metric_value, metrics_when, pool,
+    Behavior, Gateway, TestBackend,
 };
 use futures::StreamExt;
 
@@ -667,7 +667,7 @@ async fn prompt_token_ratio_is_learned_from_usage_without_touching_the_request()
     for i in 0..6 {
         // Streams (this backend reports usage on them) and plain responses both teach it.
         let body = chat_body(2000 + 100 * i, i % 2 == 0);
-        sent.push(body.len());
+        sent.push((body.len(), fnv64(&body)));
         let resp = c
             .post(gw.url("/v1/chat/completions"))
             .body(body)
@@ -679,17 +679,8 @@ async fn prompt_token_ratio_is_learned_from_usage_without_touching_the_request()
     }
     let m = metrics_when(&gw, |m| ratio(m).is_some_and(|r| (r - 1.6).abs() < 0.01)).await;
     assert!((ratio(&m).unwrap() - 1.6).abs() < 0.01, "{:?}", ratio(&m));
-    // The requests reached the backend as sent: nothing added (no stream_options).
-    let seen: Vec<usize> = backend
-        .state
-        .seen
-        .bodies
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|b| b.0)
-        .collect();
-    assert_eq!(seen, sent);
+    // The requests reached the backend byte for byte: nothing added (no stream_options).
+    assert_eq!(*backend.state.seen.bodies.lock().unwrap(), sent);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -282,17 +282,14 @@ impl Backend {
     /// estimate.
     pub fn start_request(self: &Arc<Self>, load: RequestLoad, now: Instant) -> InflightGuard {
         let prompt_tokens = load.prefill_tokens;
-        let kv_tokens = u64::from(load.prefill_tokens) + u64::from(load.output_tokens);
+        let kv_tokens = load.kv_tokens;
         let n = self.inflight.fetch_add(1, Ordering::Relaxed) + 1;
         self.kv_reserved_tokens
             .fetch_add(kv_tokens, Ordering::Relaxed);
         {
             // Held for a few arithmetic operations; never across an await.
             let mut r = self.residency.lock().unwrap_or_else(|e| e.into_inner());
-            r.on_alloc(
-                f64::from(load.prefill_tokens) + f64::from(load.output_tokens),
-                now,
-            );
+            r.on_alloc(kv_tokens as f64, now);
             self.alloc_rate_bits
                 .store(r.rate(now).to_bits(), Ordering::Relaxed);
             self.alloc_rate_at_ns
@@ -346,8 +343,8 @@ fn prefill_sq_units(tokens: u32) -> u64 {
 pub struct RequestLoad {
     /// Prompt tokens expected to need prefill (not in the prefix cache).
     pub prefill_tokens: u32,
-    /// Tokens expected to be generated.
-    pub output_tokens: u32,
+    /// KV-cache tokens it will add: [`crate::routing::BackendView::kv_need`].
+    pub kv_tokens: u64,
 }
 
 /// Holds one request's share of a backend's load until dropped.
@@ -458,7 +455,7 @@ mod tests {
         let now = Instant::now();
         let load = RequestLoad {
             prefill_tokens: 100,
-            output_tokens: 50,
+            kv_tokens: 150,
         };
         let mut g = b.start_request(load, now);
         let v = b.view(now);
@@ -512,7 +509,7 @@ mod tests {
         b.record_engine_sample(sample(None), t0, Duration::from_secs(1));
         let load = RequestLoad {
             prefill_tokens: 1000,
-            output_tokens: 0,
+            kv_tokens: 1000,
         };
         let mut guards = Vec::new();
         for i in 0..100 {

@@ -35,7 +35,7 @@ use crate::backend::{latency, RequestLoad};
 use crate::error::GatewayError;
 use crate::gateway::{GatewayState, Pool};
 use crate::request::{parse_request, Endpoint};
-use crate::routing::{expected_output_tokens, Decision, Snapshot};
+use crate::routing::{Decision, Snapshot};
 use crate::server::ActiveRequests;
 use crate::telemetry::{Metrics, NONE};
 use relay::{client_response_head, Relay, RelayEnd};
@@ -299,7 +299,7 @@ impl Proxy {
                 .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
             let load = RequestLoad {
                 prefill_tokens: inputs.uncached_tokens as u32,
-                output_tokens: expected_output_tokens(&features),
+                kv_tokens: chosen.kv_need(&features),
             };
             let mut guard = backend.start_request(load, now);
             let outcome = attempt(

@@ -150,11 +150,16 @@ impl BackendView {
     /// output. A request that does not fit makes the engine queue it or preempt running ones —
     /// a cost the TTFT model cannot see coming.
     pub fn kv_fits(&self, features: &RequestFeatures) -> bool {
-        self.kv_capacity_tokens.is_none_or(|cap| {
-            let uncached = features.prompt_tokens.saturating_sub(self.cached_tokens);
-            let need = u64::from(uncached) + u64::from(expected_output_tokens(features));
-            self.kv_reserved_tokens + need <= cap
-        })
+        self.kv_capacity_tokens
+            .is_none_or(|cap| self.kv_reserved_tokens + self.kv_need(features) <= cap)
+    }
+
+    /// KV-cache tokens `features` will add on this backend: its uncached prompt here plus its
+    /// expected output (cached prefix blocks are shared and already resident). What a dispatch
+    /// reserves in `kv_reserved_tokens` and allocates for the cache-residency estimate.
+    pub fn kv_need(&self, features: &RequestFeatures) -> u64 {
+        let uncached = features.prompt_tokens.saturating_sub(self.cached_tokens);
+        u64::from(uncached) + u64::from(expected_output_tokens(features))
     }
 
     /// Whether a policy may pick this backend.

@@ -117,12 +117,8 @@ impl RouterSideState {
         let v = &mut self.views[backend];
         let inputs = v.ttft_inputs(features);
         let prefill_tokens = inputs.uncached_tokens as u32;
-        self.residency[backend].on_alloc(
-            inputs.uncached_tokens + f64::from(crate::routing::expected_output_tokens(features)),
-            now,
-        );
-        let kv_tokens =
-            u64::from(prefill_tokens) + u64::from(crate::routing::expected_output_tokens(features));
+        let kv_tokens = v.kv_need(features);
+        self.residency[backend].on_alloc(kv_tokens as f64, now);
         v.inflight += 1;
         v.outstanding_prefill_tokens += u64::from(prefill_tokens);
         v.outstanding_prefill_sq += sq(prefill_tokens);
