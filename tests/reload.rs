@@ -490,26 +490,41 @@ async fn without_a_config_file_reload_is_refused_and_sighup_ignored() {
             .local_addr()
             .unwrap()
     };
-    let (listen, admin) = (port(), port());
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pronto"))
-        .args(["serve", "--backend", &b0.url(), "--model", "m"])
-        .args([
-            "--listen",
-            &listen.to_string(),
-            "--admin-listen",
-            &admin.to_string(),
-        ])
-        .env("RUST_LOG", "warn")
-        .spawn()
-        .expect("spawn pronto");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(admin).is_err()
-        || std::net::TcpStream::connect(listen).is_err()
-    {
-        assert!(Instant::now() < deadline, "gateway did not start");
-        assert!(child.try_wait().unwrap().is_none(), "gateway exited");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Free ports can be taken by a parallel test between the check and pronto's bind: a port
+    // that answers is only ours once our `/readyz` does and the child is still alive; if pronto
+    // exited (bind failed), start again on fresh ports.
+    let (mut child, listen, admin) = 'start: {
+        for _ in 0..5 {
+            let (listen, admin) = (port(), port());
+            let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pronto"))
+                .args(["serve", "--backend", &b0.url(), "--model", "m"])
+                .args([
+                    "--listen",
+                    &listen.to_string(),
+                    "--admin-listen",
+                    &admin.to_string(),
+                ])
+                .env("RUST_LOG", "warn")
+                .spawn()
+                .expect("spawn pronto");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+                let ready = reqwest::get(format!("http://{admin}/readyz"))
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                if ready && std::net::TcpStream::connect(listen).is_ok() {
+                    if child.try_wait().unwrap().is_none() {
+                        break 'start (child, listen, admin);
+                    }
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("gateway did not start on free ports in 5 attempts");
+    };
     let r = reqwest::Client::new()
         .post(format!("http://{admin}/admin/reload"))
         .send()
