@@ -6,6 +6,10 @@
 # Contenders (CONTENDERS, space-separated KIND:POLICY):
 #   pronto:predicted_ttft pronto:cache_aware pronto:least_inflight pronto:round_robin
 #   sglang:cache_aware sglang:power_of_two vllm:cache_aware
+# and, opt-in, pronto:predicted_ttft+exact: the same policy with the exact prefix index, fed
+# by KV-cache events the simulated engines publish (each backend gets a `kv_events` endpoint;
+# the fleet is started with --kv-events-base-port). Compare it with pronto:predicted_ttft
+# (the approximate index) in one run: CONTENDERS="pronto:predicted_ttft pronto:predicted_ttft+exact".
 # A peer router that is not installed is installed with ../shared/peers/install-routers.sh
 # into $PEERS (outside the repository); when that fails (no network) its rows say "skipped".
 #
@@ -198,9 +202,15 @@ run_one() {
         return
     fi
 
-    # 1. A fresh fleet.
+    # 1. A fresh fleet (publishing KV events for an `+exact` contender).
+    local exact="" kv_args=()
+    if [[ $policy == *+exact ]]; then
+        exact=1
+        policy=${policy%+exact}
+        kv_args=(--kv-events-base-port "$(free_port)")
+    fi
     RUST_LOG=warn "$BIN" sim-fleet --backends "$BACKENDS" --profile "$PROFILE" --base-port 0 \
-        --num-kv-blocks "$KV_BLOCKS" --time-scale "$TIME_SCALE" --model "$MODEL" \
+        --num-kv-blocks "$KV_BLOCKS" --time-scale "$TIME_SCALE" --model "$MODEL" "${kv_args[@]}" \
         >"$dir/fleet.log" 2>&1 &
     local fleet_pid=$!
     PIDS+=("$fleet_pid")
@@ -212,9 +222,14 @@ run_one() {
     done
     [[ $(wc -l <"$dir/fleet.tsv") -ge $BACKENDS ]] || { echo "compare-routers: sim-fleet not up" >&2; exit 1; }
     local urls=() backends=""
-    while IFS=$'\t' read -r bname burl _; do
+    while IFS=$'\t' read -r bname burl _ kv_endpoint; do
         urls+=("$burl")
-        backends+="      - { name: $bname, url: \"$burl\" }"$'\n'
+        if [[ -n $exact ]]; then
+            [[ -n $kv_endpoint ]] || { echo "compare-routers: sim-fleet gave $bname no KV-event endpoint" >&2; exit 1; }
+            backends+="      - { name: $bname, url: \"$burl\", kv_events: { endpoint: \"$kv_endpoint\", block_size: 16 } }"$'\n'
+        else
+            backends+="      - { name: $bname, url: \"$burl\" }"$'\n'
+        fi
     done <"$dir/fleet.tsv"
 
     # 2. The router.

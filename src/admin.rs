@@ -8,7 +8,10 @@
 //! `POST /admin/reload` (reload the config file now: 200 with
 //! `{result: "ok"|"unchanged", version, hash, error: null, warnings, ...}`, 400 with
 //! `result: "error"` and the located problems when the file is invalid — the old config
-//! keeps serving — and 409 when the gateway was started without a config file).
+//! keeps serving — and 409 when the gateway was started without a config file), and
+//! `POST /admin/tokenize?endpoint=chat|completions|embeddings` (what routing would count for
+//! an OpenAI request body: its pool, the estimated and — with the pool's `tokenizer` — exact
+//! prompt tokens and token ids, to compare with an engine's `/tokenize`).
 //!
 //! With `admin.token` configured, every route except `/healthz` and `/readyz` (probes) needs
 //! `Authorization: Bearer <token>`, else 401.
@@ -24,6 +27,7 @@ use pingora_core::protocols::http::ServerSession;
 
 use crate::gateway::GatewayState;
 use crate::reload::{Reloader, Trigger};
+use crate::request::{parse_request, Endpoint};
 use crate::telemetry::{Metrics, ReloadResult};
 
 const JSON: &str = "application/json";
@@ -142,10 +146,98 @@ impl Admin {
             _ => (
                 StatusCode::NOT_FOUND,
                 JSON,
-                br#"{"error":"not found: admin serves GET /healthz, /readyz, /metrics, /admin/backends, /admin/config and POST /admin/reload"}"#
+                br#"{"error":"not found: admin serves GET /healthz, /readyz, /metrics, /admin/backends, /admin/config and POST /admin/reload, /admin/tokenize"}"#
                     .to_vec(),
             ),
         }
+    }
+}
+
+/// Largest body `POST /admin/tokenize` reads.
+const MAX_TOKENIZE_BODY: usize = 16 << 20;
+
+async fn read_body(session: &mut ServerSession) -> Result<bytes::Bytes, String> {
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = session
+        .read_request_body()
+        .await
+        .map_err(|e| format!("reading the body: {e}"))?
+    {
+        if body.len() + chunk.len() > MAX_TOKENIZE_BODY {
+            return Err(format!("body over {MAX_TOKENIZE_BODY} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+impl Admin {
+    /// `POST /admin/tokenize`: the tokens routing would count for `body`, an OpenAI request to
+    /// the endpoint in `query` (`endpoint=chat` by default).
+    async fn tokenize(
+        &self,
+        query: &str,
+        body: bytes::Bytes,
+    ) -> (StatusCode, &'static str, Vec<u8>) {
+        let bad = |msg: String| {
+            let v = serde_json::json!({ "error": msg });
+            (StatusCode::BAD_REQUEST, JSON, v.to_string().into_bytes())
+        };
+        let endpoint = match query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("endpoint="))
+            .unwrap_or("chat")
+        {
+            "chat" => Endpoint::ChatCompletions,
+            "completions" => Endpoint::Completions,
+            "embeddings" => Endpoint::Embeddings,
+            other => {
+                return bad(format!(
+                    "endpoint `{other}`: use chat, completions or embeddings"
+                ))
+            }
+        };
+        let features = match parse_request(endpoint, &body, None) {
+            Ok(f) => f,
+            Err(e) => return bad(e.to_string()),
+        };
+        let state = self.state.load_full();
+        let Some(pool) = state.pool(&features.model) else {
+            let v = serde_json::json!({ "error": format!("no pool serves model `{}`", features.model) });
+            return (StatusCode::NOT_FOUND, JSON, v.to_string().into_bytes());
+        };
+        let mut v = serde_json::json!({
+            "model": features.model,
+            "pool": &*pool.model,
+            "estimated_prompt_tokens": features.prompt_tokens,
+            "token_ratio": pool.token_ratio.ratio(),
+            "tokenizer": null,
+        });
+        if let Some(tok) = pool.tokenizer.clone() {
+            v["tokenizer"] = serde_json::Value::from(tok.path().display().to_string());
+            v["chat_template"] = serde_json::Value::from(tok.chat_template_source());
+            let ids = tokio::task::spawn_blocking(move || tok.prompt_ids(endpoint, &body)).await;
+            match ids {
+                Ok(Ok(Some(ids))) => {
+                    v["result"] = "exact".into();
+                    v["prompt_tokens"] = ids.len().into();
+                    v["full_blocks"] = (ids.len() / crate::tokens::BLOCK_TOKENS).into();
+                    v["token_ids"] = ids.into();
+                }
+                Ok(Ok(None)) => v["result"] = "skipped".into(),
+                Ok(Err(e)) => {
+                    v["result"] = e.label().into();
+                    v["error"] = e.to_string().into();
+                }
+                Err(e) => {
+                    v["result"] = "error".into();
+                    v["error"] = e.to_string().into();
+                }
+            }
+        } else {
+            v["result"] = "estimate".into();
+        }
+        (StatusCode::OK, JSON, v.to_string().into_bytes())
     }
 }
 
@@ -167,6 +259,24 @@ impl ServeHttp for Admin {
                 br#"{"error":"the admin listener needs `Authorization: Bearer <admin.token>`"}"#
                     .to_vec(),
             )
+        } else if path == "/admin/tokenize" {
+            if method == http::Method::POST {
+                let query = session.req_header().uri.query().unwrap_or("").to_string();
+                match read_body(session).await {
+                    Ok(body) => self.tokenize(&query, body).await,
+                    Err(msg) => (
+                        StatusCode::BAD_REQUEST,
+                        JSON,
+                        serde_json::json!({ "error": msg }).to_string().into_bytes(),
+                    ),
+                }
+            } else {
+                (
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    JSON,
+                    br#"{"error":"use POST /admin/tokenize"}"#.to_vec(),
+                )
+            }
         } else if path == "/admin/reload" {
             if method == http::Method::POST {
                 self.reload().await

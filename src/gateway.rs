@@ -37,7 +37,7 @@ use std::time::Instant;
 use crate::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
 use crate::backend::Backend;
 use crate::config::{Config, Route};
-use crate::request::{RequestFeatures, TokenRatio};
+use crate::request::{ModelTokenizer, RequestFeatures, TokenRatio};
 use crate::routing::{apply_prefix_matches, limit_to_resident, BackendView, Policy};
 use crate::telemetry::Metrics;
 use crate::tokens::BLOCK_TOKENS;
@@ -66,8 +66,11 @@ pub struct Pool {
     /// with the previous state when a reload keeps it.
     pub index: Arc<PrefixIndex>,
     /// Engine tokens per Pronto token for this model, learned from `usage`; kept across
-    /// reloads with the pool's model name.
+    /// reloads with the pool's model name (and tokenizer).
     pub token_ratio: Arc<TokenRatio>,
+    /// The model's tokenizer (`tokenizer:`): exact prompt tokens and engine-matching block
+    /// hashes instead of the estimate.
+    pub tokenizer: Option<Arc<ModelTokenizer>>,
 }
 
 impl Pool {
@@ -276,8 +279,13 @@ impl GatewayState {
                 }
                 _ => p.policy.build(),
             };
+            // Block hashes and the learned token ratio are in the tokenizer's terms: a pool
+            // whose tokenizer changed (added, removed or edited) starts both afresh.
+            let same_tokens = old.is_some_and(|(pool, _, _)| pool.tokenizer == p.tokenizer);
             let index = match old {
-                Some((pool, _, _)) if backends.len() <= index_capacity(pool.backends.len()) => {
+                Some((pool, _, _))
+                    if same_tokens && backends.len() <= index_capacity(pool.backends.len()) =>
+                {
                     carried.indexes_kept += 1;
                     for i in 0..pool.backends.len() {
                         if backends
@@ -302,8 +310,11 @@ impl GatewayState {
                     model: p.model.clone(),
                     policy,
                     index,
-                    token_ratio: old
-                        .map_or_else(Arc::default, |(pool, _, _)| Arc::clone(&pool.token_ratio)),
+                    token_ratio: match old {
+                        Some((pool, _, _)) if same_tokens => Arc::clone(&pool.token_ratio),
+                        _ => Arc::default(),
+                    },
+                    tokenizer: p.tokenizer.clone(),
                     backends,
                 },
             );

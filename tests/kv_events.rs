@@ -275,3 +275,105 @@ async fn the_gateway_routes_by_the_engines_published_cache() {
     );
     fleet.shutdown().await;
 }
+
+/// With the model's tokenizer on both sides — the engine tokenizing as a real one does (its
+/// chat template, its ids), the gateway's pool given the same `tokenizer:` — the engine's
+/// events carry ids the built-in estimate could never match, and the exact index matches
+/// them: each prefix planted on one engine behind the gateway's back is routed to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_models_tokenizer_real_token_ids_are_matched() {
+    let tok_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples/tokenizer");
+    let tokenizer = pronto::request::ModelTokenizer::load(std::path::Path::new(tok_dir), None)
+        .expect("example tokenizer");
+    let yaml = format!(
+        "model: {MODEL}\nbackends:\n{}",
+        (0..2)
+            .map(|i| format!(
+                "  - {{ name: s{i}, profile: h100-llama3-8b, num_kv_blocks: 2000, port: 0, \
+                 kv_events_port: 0 }}\n"
+            ))
+            .collect::<String>()
+    );
+    let fleet = SimFleet::start_with(
+        &FleetConfig::parse(&yaml, "test").unwrap(),
+        pronto::sim::fleet::SimFleetOptions {
+            time_scale: 0.01,
+            tokenizer: Some(std::sync::Arc::new(tokenizer)),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let urls = fleet.urls();
+    let eps = fleet.kv_event_endpoints();
+    let mut pool =
+        format!("  {MODEL}:\n    policy: cache_aware\n    tokenizer: {tok_dir}\n    backends:\n");
+    for i in 0..2 {
+        pool.push_str(&format!(
+            "      - name: {MODEL}-b{i}\n        url: {}\n        kv_events: {{endpoint: '{}', \
+             block_size: 16}}\n",
+            urls[i],
+            eps[i].as_ref().unwrap()
+        ));
+    }
+    let gw = Gateway::start(&common::config_yaml(&pool, ""));
+    let client = reqwest::Client::new();
+    let mut seen = [0.0f64; 2];
+    for (b, url) in urls.iter().enumerate() {
+        for attempt in 0..100 {
+            post(&client, url, &chat(&format!("warm{b}-{attempt}"))).await;
+            if decoded(&metrics(&gw).await, b) > 0.0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        seen[b] = wait_decoded(&gw, b, 0.0).await;
+    }
+
+    // The gateway computes the engine's ids: /admin/tokenize agrees with the engine's /tokenize.
+    let body = chat("alpha");
+    let ours: serde_json::Value = client
+        .post(gw.admin_url("/admin/tokenize"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let engine: serde_json::Value = client
+        .post(format!("{}/tokenize", urls[0]))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ours["result"], "exact", "{ours}");
+    assert_eq!(ours["token_ids"], engine["tokens"]);
+    assert_ne!(ours["prompt_tokens"], ours["estimated_prompt_tokens"]);
+
+    // Three prefixes, each planted on one engine directly; through the gateway each goes there.
+    for (tag, holder) in [("alpha", 1usize), ("beta", 0), ("gamma", 1)] {
+        post(&client, &urls[holder], &chat(tag)).await;
+        seen[holder] = wait_decoded(&gw, holder, seen[holder]).await;
+        let before = prompt_totals(&fleet);
+        post(&client, &gw.url(""), &chat(tag)).await;
+        assert_eq!(
+            served(&fleet, &before),
+            holder,
+            "{tag}: routed to its holder"
+        );
+        // The routed request may be stored again: take in its events before the next tag.
+        seen[holder] = decoded(&metrics(&gw).await, holder);
+    }
+    let m = metrics(&gw).await;
+    let exact = metric_value(
+        &m,
+        &format!("pronto_tokenize_total{{pool=\"{MODEL}\",result=\"exact\"}}"),
+    )
+    .unwrap_or(0.0);
+    assert!(exact >= 3.0, "tokenized exactly: {exact}");
+    fleet.shutdown().await;
+}

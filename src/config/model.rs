@@ -170,6 +170,9 @@ pub struct Pool {
     /// The pool's default profile hint, as written (already merged into each backend's
     /// [`Backend::profile`]; kept to write the effective config back).
     pub profile: Option<ProfileHint>,
+    /// The model's tokenizer (`tokenizer:` / `chat_template:`), loaded: exact prompt tokens
+    /// and engine-matching block hashes. Equal across reloads when its files are unchanged.
+    pub tokenizer: Option<Arc<crate::request::ModelTokenizer>>,
 }
 
 /// A pool's `discover:` section: every address a DNS name resolves to is a backend.

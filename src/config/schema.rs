@@ -226,6 +226,18 @@ fn schema_value() -> Value {
                         "description": "Default profile hint of the pool's backends",
                         "$ref": "#/$defs/profile",
                     },
+                    "tokenizer": {
+                        "description": "The model's tokenizer: a Hugging Face tokenizer.json or \
+                                        a directory holding it (with tokenizer_config.json and \
+                                        chat_template.jinja); exact prompt tokens and \
+                                        engine-matching block hashes. Relative to the config file",
+                        "type": "string",
+                    },
+                    "chat_template": {
+                        "description": "A Jinja chat template file overriding the one beside \
+                                        the tokenizer (needs `tokenizer`)",
+                        "type": "string",
+                    },
                 },
             },
             "profile": {

@@ -110,8 +110,8 @@ fn files_digest(cert: &[u8], key: &[u8]) -> Digest {
     sha256(&both)
 }
 
-/// Resolve relative `tls.cert`, `tls.key` and backend `ca_file` paths against the directory
-/// of the config file at `path`.
+/// Resolve relative `tls.cert`, `tls.key`, backend `ca_file` and pool `tokenizer` /
+/// `chat_template` paths against the directory of the config file at `path`.
 pub(super) fn resolve_paths(file: &mut super::file::ConfigFile, path: &Path) {
     let Some(dir) = path.parent() else { return };
     let resolve = |p: &mut String| {
@@ -124,6 +124,8 @@ pub(super) fn resolve_paths(file: &mut super::file::ConfigFile, path: &Path) {
         tls.key.iter_mut().for_each(resolve);
     }
     for (_, pool) in file.pools.iter_mut().flat_map(|p| p.0.iter_mut()) {
+        pool.tokenizer.iter_mut().for_each(resolve);
+        pool.chat_template.iter_mut().for_each(resolve);
         for b in pool.backends.iter_mut().flatten() {
             b.ca_file.iter_mut().for_each(resolve);
         }

@@ -659,3 +659,60 @@ fn kv_events_endpoint_and_block_size_are_checked() {
         ]
     );
 }
+
+#[test]
+fn tokenizer_files_are_loaded_and_located() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/examples/tokenizer");
+    let with = |extra: &str| {
+        format!(
+            "pools:\n  m:\n{extra}    backends:\n      - {{name: a, url: 'http://127.0.0.1:8001'}}\n      - {{name: b, url: 'http://127.0.0.1:8002'}}\n"
+        )
+    };
+    // A model directory: the tokenizer and the template beside it.
+    let (config, warns) = run(&with(&format!("    tokenizer: {}\n", dir.display()))).unwrap();
+    assert!(warns.is_empty(), "{warns:?}");
+    let tok = config.pools[0].tokenizer.as_ref().expect("loaded");
+    assert!(tok.has_chat_template());
+    assert_eq!(tok.path(), dir.join("tokenizer.json"));
+    // The same files load equal (a reload keeps what the pool learned).
+    let (again, _) = run(&with(&format!("    tokenizer: {}\n", dir.display()))).unwrap();
+    assert_eq!(config.pools[0], again.pools[0]);
+
+    let (path, message) = one_error(&with("    tokenizer: /nonexistent/tok.json\n"));
+    assert_eq!(path, "pools.m.tokenizer");
+    assert!(
+        message.contains("cannot read /nonexistent/tok.json"),
+        "{message}"
+    );
+
+    let (path, message) = one_error(&with(&format!(
+        "    tokenizer: {}\n",
+        dir.join("chat_template.jinja").display()
+    )));
+    assert_eq!(path, "pools.m.tokenizer");
+    assert!(message.contains("is not a tokenizer.json"), "{message}");
+
+    assert_eq!(
+        one_error(&with("    chat_template: /x.jinja\n")),
+        pair(
+            "pools.m.chat_template",
+            "needs `tokenizer` (the template renders prompts for that tokenizer)"
+        )
+    );
+    let (path, message) = one_error(&with(&format!(
+        "    tokenizer: {}\n    chat_template: /nonexistent.jinja\n",
+        dir.display()
+    )));
+    assert_eq!(path, "pools.m.chat_template");
+    assert!(message.contains("is not a file"), "{message}");
+
+    // The bare tokenizer.json of a directory without a template: a warning, chat estimated.
+    let bare = std::env::temp_dir().join(format!("pronto-bare-tok-{}", std::process::id()));
+    std::fs::create_dir_all(&bare).unwrap();
+    std::fs::copy(dir.join("tokenizer.json"), bare.join("tokenizer.json")).unwrap();
+    let w = warnings(&with(&format!("    tokenizer: {}\n", bare.display())));
+    std::fs::remove_dir_all(&bare).unwrap();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!(w[0].0, "pools.m.tokenizer");
+    assert!(w[0].1.contains("no chat template"), "{}", w[0].1);
+}

@@ -23,8 +23,9 @@
 //!   high-water mark, or a restarted publisher counting from 0) means the index missed
 //!   changes: it forgets everything (a *resync*, counted), and rebuilds from the events that
 //!   follow. A reconnect after which numbering continues loses nothing and keeps the state.
-//! - **Trusted**: engine token ids only match Pronto's hashes when the engine tokenizes like
-//!   Pronto (the simulator does; a real model's tokenizer does not). The index is trusted
+//! - **Trusted**: engine token ids only match Pronto's hashes when the gateway tokenizes like
+//!   the engine: the simulator with the built-in mapping, or any engine when the pool has the
+//!   model's `tokenizer:` ([`crate::request::tokenizer`]). The index is trusted
 //!   once one lookup found a request's leading block in it; until then it answers `None` and
 //!   the approximate index decides, so an engine whose ids never map does no harm.
 //! - **Bound**: more than [`MAX_ENGINE_BLOCKS`] engine blocks (missed removals) forces a resync.

@@ -16,6 +16,7 @@ mod body;
 mod gate;
 mod relay;
 mod respond;
+mod tokenize;
 mod upstream;
 
 use std::sync::Arc;
@@ -226,9 +227,10 @@ impl Proxy {
                 },
             ));
         };
+        tokenize::apply(pool, endpoint, &body, &mut features, &self.metrics).await;
         // Costs are in the engine's tokens: correct our count by what `usage` taught the pool
         // (again after admission, which may fall back to another pool).
-        let our_prompt_tokens = features.prompt_tokens;
+        let mut our_prompt_tokens = features.prompt_tokens;
         features.prompt_tokens = pool.token_ratio.scale(our_prompt_tokens);
         self.gate_route(
             &mut pass,
@@ -240,9 +242,20 @@ impl Proxy {
         .map_err(|e| (Some(pool.model.clone()), e))?;
         let keyed_route = pass.keyed_route(route);
         let route = keyed_route.as_ref().or(route);
+        let first_pool = pool;
         let (pool, _departure) = self
             .admit(session, state, pool, route, &features, arrived)
             .await?;
+        if !tokenize::same_tokenizer(first_pool, pool) {
+            // A fallback pool that tokenizes differently: its tokens, its block hashes.
+            let session_header = session
+                .get_header("x-session-id")
+                .and_then(|v| v.to_str().ok());
+            features = parse_request(endpoint, &body, session_header)
+                .map_err(|e| (None, GatewayError::BadRequest(e.to_string())))?;
+            tokenize::apply(pool, endpoint, &body, &mut features, &self.metrics).await;
+            our_prompt_tokens = features.prompt_tokens;
+        }
         features.prompt_tokens = pool.token_ratio.scale(our_prompt_tokens);
         let pool_err = |e| (Some(pool.model.clone()), e);
         let policy = state.policy_for(pool, route);

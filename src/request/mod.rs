@@ -7,7 +7,9 @@ mod features;
 mod json_str;
 mod parse;
 pub mod token_ratio;
+pub mod tokenizer;
 
 pub use features::{Endpoint, RequestFeatures};
 pub use parse::{parse_request, RequestError};
 pub use token_ratio::TokenRatio;
+pub use tokenizer::{ModelTokenizer, TokenizeError};

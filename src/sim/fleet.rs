@@ -34,6 +34,7 @@ use super::fleet_http::{router, BackendShared};
 use super::fleet_kv_events::KvPublisher;
 use super::fleet_metrics::BackendMetrics;
 pub use super::fleet_openai::DEFAULT_MAX_TOKENS;
+use crate::request::ModelTokenizer;
 use crate::tokens::mix64;
 
 /// How long [`SimFleet::shutdown`] waits for connections to close before dropping them.
@@ -70,6 +71,11 @@ pub struct SimFleetArgs {
     /// (overrides the fleet file's `kv_events_port`s; 0: ephemeral ports).
     #[arg(long)]
     pub kv_events_base_port: Option<u16>,
+    /// Tokenize prompts with this model tokenizer (a `tokenizer.json` or a directory with one
+    /// and its chat template), as a real engine does, instead of Pronto's built-in mapping:
+    /// the KV events then carry that tokenizer's ids (test a gateway pool's `tokenizer:`).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
 }
 
 /// Model name of a fleet built from command-line flags when `--model` is absent.
@@ -168,6 +174,8 @@ pub struct SimFleetOptions {
     pub host: String,
     /// Directory that relative profile paths in the fleet file resolve against.
     pub base_dir: PathBuf,
+    /// The model tokenizer every backend tokenizes prompts with (`None`: [`crate::tokens`]).
+    pub tokenizer: Option<Arc<ModelTokenizer>>,
 }
 
 impl Default for SimFleetOptions {
@@ -176,6 +184,7 @@ impl Default for SimFleetOptions {
             time_scale: 1.0,
             host: "127.0.0.1".into(),
             base_dir: PathBuf::from("."),
+            tokenizer: None,
         }
     }
 }
@@ -268,6 +277,7 @@ impl SimFleet {
                 metrics: BackendMetrics::new(&config.model, ecfg.block_size, ecfg.num_kv_blocks),
                 faults: faults.clone(),
                 stats: Mutex::new(EngineStats::default()),
+                tokenizer: opts.tokenizer.clone(),
             });
             let mut driver = Driver::new(Engine::new(ecfg), shared.clone(), opts.time_scale);
             let kv_events = match b.kv_events_port {
@@ -416,12 +426,19 @@ async fn crash_schedule(faults: FaultControl, first: Duration, every: Option<Dur
 /// Serve the fleet described by `args` until Ctrl-C or SIGTERM.
 pub async fn run_sim_fleet(args: SimFleetArgs) -> anyhow::Result<()> {
     let (cfg, base_dir) = args.fleet_config()?;
+    let tokenizer = match &args.tokenizer {
+        Some(path) => Some(Arc::new(
+            ModelTokenizer::load(path, None).map_err(|e| anyhow::anyhow!("--tokenizer: {e}"))?,
+        )),
+        None => None,
+    };
     let fleet = SimFleet::start_with(
         &cfg,
         SimFleetOptions {
             time_scale: args.time_scale,
             host: args.host.clone(),
             base_dir,
+            tokenizer,
         },
     )
     .await?;

@@ -41,7 +41,8 @@ use super::fleet_metrics::BackendMetrics;
 use super::fleet_openai::{
     parse_generation, parse_render, parse_tokenize, ApiError, ApiKind, Responder, Usage,
 };
-use crate::tokens::token_ids;
+use crate::request::ModelTokenizer;
+use crate::tokens::{token_ids, TokenId};
 
 /// Largest request body accepted (a 1M-token prompt is ~4 MiB).
 pub const MAX_BODY_BYTES: usize = 64 << 20;
@@ -70,6 +71,29 @@ pub(crate) struct BackendShared {
     pub faults: FaultControl,
     /// Engine stats as last published by the engine task.
     pub stats: Mutex<EngineStats>,
+    /// The model tokenizer prompts are tokenized with, if any (else [`token_ids`]).
+    pub tokenizer: Option<Arc<ModelTokenizer>>,
+}
+
+impl BackendShared {
+    /// The engine's token ids of a request body: the model tokenizer's when there is one and
+    /// it applies (a chat template that raises is the client's error, as in vLLM), else the
+    /// built-in mapping of the canonical prompt.
+    fn prompt_ids(
+        &self,
+        endpoint: crate::request::Endpoint,
+        body: &[u8],
+        canonical: &str,
+    ) -> Result<Vec<TokenId>, ApiError> {
+        if let Some(t) = &self.tokenizer {
+            match t.prompt_ids(endpoint, body) {
+                Ok(Some(ids)) => return Ok(ids),
+                Ok(None) => {}
+                Err(e) => return Err(ApiError::bad_request(e.to_string())),
+            }
+        }
+        Ok(token_ids(canonical.as_bytes()))
+    }
 }
 
 impl BackendShared {
@@ -213,7 +237,14 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
             "injected fault (error_rate)",
         ));
     }
-    let prompt = token_ids(req.prompt.as_bytes());
+    let endpoint = match kind {
+        ApiKind::Chat => crate::request::Endpoint::ChatCompletions,
+        ApiKind::Completion => crate::request::Endpoint::Completions,
+    };
+    let prompt = match s.prompt_ids(endpoint, body, &req.prompt) {
+        Ok(ids) => ids,
+        Err(e) => return error(e),
+    };
     if prompt.is_empty() {
         return error(ApiError::bad_request("the prompt must not be empty"));
     }
@@ -412,7 +443,17 @@ async fn load(State(s): State<Shared>) -> Json<Value> {
 async fn tokenize(State(s): State<Shared>, body: Bytes) -> Response {
     match parse_tokenize(&body) {
         Ok(prompt) => {
-            let ids = token_ids(prompt.as_bytes());
+            let chat =
+                serde_json::from_slice::<Value>(&body).is_ok_and(|v| v.get("messages").is_some());
+            let endpoint = if chat {
+                crate::request::Endpoint::ChatCompletions
+            } else {
+                crate::request::Endpoint::Completions
+            };
+            let ids = match s.prompt_ids(endpoint, &body, &prompt) {
+                Ok(ids) => ids,
+                Err(e) => return error(e),
+            };
             Json(json!({"count": ids.len(), "max_model_len": s.max_model_len(), "tokens": ids}))
                 .into_response()
         }

@@ -113,6 +113,10 @@ pub struct Metrics {
     /// `pronto_prompt_token_ratio{pool}`: engine prompt tokens per Pronto-counted token,
     /// learned from responses' `usage` (1 until one reports it).
     pub prompt_token_ratio: GaugeVec,
+    /// `pronto_tokenize_total{pool,result}`: requests of a pool with a `tokenizer`, by
+    /// outcome: `exact` (ids computed), `skipped` (token-id prompt, or chat without a
+    /// template), `body` / `template` / `encode` (failed; the estimate was kept).
+    pub tokenize_total: IntCounterVec,
     /// `pronto_discovery_backends{pool}`: backends a pool's `discover.dns` name resolved to
     /// (the last known set; kept when a resolution fails).
     pub discovery_backends: IntGaugeVec,
@@ -326,6 +330,12 @@ impl Metrics {
                 "pronto_prompt_token_ratio",
                 "Engine prompt tokens per Pronto-counted token, learned from usage",
                 &["pool"],
+            ),
+            tokenize_total: counter(
+                &r,
+                "pronto_tokenize_total",
+                "Requests of a pool with a tokenizer, by outcome (exact, skipped, or the failure kept the estimate)",
+                &["pool", "result"],
             ),
             discovery_backends: gauge(
                 &r,

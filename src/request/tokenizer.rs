@@ -1,0 +1,472 @@
+//! Exact prompt tokens with a model's own tokenizer (a local Hugging Face `tokenizer.json`).
+//!
+//! Pronto's built-in token mapping ([`crate::tokens`]) is an estimate: its counts are corrected
+//! by the learned byte→token ratio ([`super::TokenRatio`]) and its block hashes only match
+//! Pronto's own index and the simulator. With a pool's `tokenizer:` configured, the gateway
+//! computes the **engine's token ids** for each request instead, so
+//! - `prompt_tokens` is the count the engine will charge, and
+//! - the block hashes ([`crate::tokens::block_hashes`] over those ids) are the ones the exact
+//!   index builds from the token ids in the engine's KV-cache events ([`crate::kv_events`]):
+//!   a real vLLM's events become matchable.
+//!
+//! ## What "the engine's ids" means, per endpoint (vLLM's OpenAI server)
+//! - **Chat completions:** the messages are rendered with the model's chat template
+//!   (`add_generation_prompt` true unless the request says otherwise or sets
+//!   `continue_final_message`), then encoded **without** added special tokens (the template
+//!   writes them). Content given as parts is flattened as vLLM's default "string" content
+//!   format does: the text parts joined by `\n`. A tool call's `arguments` string is parsed into
+//!   an object, as vLLM does before rendering. The template sees `messages`, `tools`,
+//!   `add_generation_prompt`, the special tokens of `tokenizer_config.json` (`bos_token`,
+//!   `eos_token`, …), the request's `chat_template_kwargs`, and the functions
+//!   `raise_exception` and `strftime_now`. Environment as in `transformers`: `trim_blocks`,
+//!   `lstrip_blocks`, loop controls, Python string methods.
+//! - **Completions / embeddings:** a text prompt (or each of several, concatenated) is encoded
+//!   **with** special tokens (BOS where the tokenizer's post-processor adds one). A prompt of
+//!   token ids needs no tokenizer: the parser already hashed the ids themselves.
+//!
+//! ## Files
+//! `tokenizer:` names a `tokenizer.json` or a model directory holding one. Beside it,
+//! `tokenizer_config.json` (optional) gives the special tokens and possibly `chat_template`
+//! (a string, or a list of `{name, template}` from which `default` is taken);
+//! `chat_template.jinja` (newer `transformers` layout) wins over it, and the pool's
+//! `chat_template:` wins over both. A tokenizer without a template still counts completions
+//! exactly; chat requests then keep the estimate.
+//!
+//! ## Failure is not an error for the client
+//! A template that raises (e.g. "roles must alternate") or a body the renderer cannot read
+//! leaves the estimate in place: the engine, not the gateway, decides what it accepts. The
+//! caller counts these ([`TokenizeError`]).
+//!
+//! ## Cost
+//! Rendering and encoding are CPU work proportional to the prompt (see `benches/tokenizer.rs`);
+//! the gateway runs it inline for small prompts and on the blocking pool for large ones
+//! ([`INLINE_MAX_BYTES`]), so a proxy thread never stalls on a long document.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use minijinja::{Environment, ErrorKind, Value};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::features::Endpoint;
+use crate::tokens::TokenId;
+
+/// Bodies up to this size are tokenized on the proxy thread; larger ones on tokio's blocking
+/// pool (a 16 KiB prompt encodes in well under a millisecond; see `benches/tokenizer.rs`).
+pub const INLINE_MAX_BYTES: usize = 16 * 1024;
+
+/// The chat template's name inside the environment.
+const CHAT: &str = "chat";
+
+/// A model's tokenizer and chat template, loaded once per config.
+pub struct ModelTokenizer {
+    /// The `tokenizer.json` loaded.
+    path: PathBuf,
+    /// Where the chat template came from, if there is one.
+    template_source: Option<String>,
+    /// The template file named by the config (overriding the ones beside the tokenizer).
+    template_file: Option<PathBuf>,
+    tokenizer: tokenizers::Tokenizer,
+    chat: Option<Environment<'static>>,
+    /// `bos_token`, `eos_token`, … as the template sees them.
+    specials: Vec<(String, String)>,
+    /// SHA-256 of every file read, so a reload can tell an unchanged tokenizer.
+    digest: Vec<u8>,
+}
+
+impl fmt::Debug for ModelTokenizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModelTokenizer")
+            .field("path", &self.path)
+            .field("template", &self.template_source)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Equal when loaded from the same paths with the same file contents.
+impl PartialEq for ModelTokenizer {
+    fn eq(&self, other: &ModelTokenizer) -> bool {
+        self.path == other.path
+            && self.template_source == other.template_source
+            && self.digest == other.digest
+    }
+}
+
+/// Why a request's ids could not be computed (the estimate is kept).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizeError {
+    /// The body's messages or prompt could not be read for rendering.
+    #[error("request body: {0}")]
+    Body(String),
+    /// The chat template failed (or raised) on these messages.
+    #[error("chat template: {0}")]
+    Template(String),
+    /// The tokenizer failed to encode the text.
+    #[error("tokenizer: {0}")]
+    Encode(String),
+}
+
+impl TokenizeError {
+    /// A short label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            TokenizeError::Body(_) => "body",
+            TokenizeError::Template(_) => "template",
+            TokenizeError::Encode(_) => "encode",
+        }
+    }
+}
+
+/// The parts of `tokenizer_config.json` that matter here.
+#[derive(Deserialize, Default)]
+struct TokenizerConfig {
+    #[serde(default)]
+    chat_template: Option<serde_json::Value>,
+    #[serde(flatten)]
+    rest: serde_json::Map<String, serde_json::Value>,
+}
+
+fn read(path: &Path, digest: &mut Vec<u8>) -> Result<Vec<u8>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    digest.extend_from_slice(crate::config::edge::sha256(&bytes).as_ref());
+    Ok(bytes)
+}
+
+impl ModelTokenizer {
+    /// Load the tokenizer at `path` (a `tokenizer.json` or a directory holding one) and its
+    /// chat template (`chat_template` if given, else found beside it; see the module docs).
+    /// The error says which file is wrong and why.
+    pub fn load(path: &Path, chat_template: Option<&Path>) -> Result<ModelTokenizer, String> {
+        let file = if path.is_dir() {
+            path.join("tokenizer.json")
+        } else {
+            path.to_path_buf()
+        };
+        let dir = file.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let mut digest = Vec::new();
+        let bytes = read(&file, &mut digest)?;
+        let tokenizer = tokenizers::Tokenizer::from_bytes(&bytes)
+            .map_err(|e| format!("{} is not a tokenizer.json: {e}", file.display()))?;
+
+        let config_path = dir.join("tokenizer_config.json");
+        let config: TokenizerConfig = if config_path.is_file() {
+            let bytes = read(&config_path, &mut digest)?;
+            serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", config_path.display()))?
+        } else {
+            TokenizerConfig::default()
+        };
+        let specials = config
+            .rest
+            .iter()
+            .filter(|(k, _)| k.ends_with("_token"))
+            .filter_map(|(k, v)| {
+                let text = match v {
+                    serde_json::Value::String(s) => s.clone(),
+                    // An AddedToken object: {"content": "<s>", "lstrip": false, ...}.
+                    serde_json::Value::Object(o) => o.get("content")?.as_str()?.to_string(),
+                    _ => return None,
+                };
+                Some((k.clone(), text))
+            })
+            .collect();
+
+        let beside = dir.join("chat_template.jinja");
+        let (template, template_source) = if let Some(p) = chat_template {
+            let text = String::from_utf8(read(p, &mut digest)?)
+                .map_err(|_| format!("{} is not UTF-8", p.display()))?;
+            (Some(text), Some(p.display().to_string()))
+        } else if beside.is_file() {
+            let text = String::from_utf8(read(&beside, &mut digest)?)
+                .map_err(|_| format!("{} is not UTF-8", beside.display()))?;
+            (Some(text), Some(beside.display().to_string()))
+        } else {
+            let t = match config.chat_template {
+                Some(serde_json::Value::String(s)) => Some(s),
+                Some(serde_json::Value::Array(list)) => list.iter().find_map(|t| {
+                    (t.get("name")?.as_str()? == "default")
+                        .then(|| t.get("template")?.as_str().map(str::to_string))?
+                }),
+                _ => None,
+            };
+            let source = t
+                .as_ref()
+                .map(|_| format!("{} (chat_template)", config_path.display()));
+            (t, source)
+        };
+        let chat = match template {
+            Some(text) => Some(chat_environment(text).map_err(|e| {
+                format!(
+                    "{}: {e}",
+                    template_source.as_deref().unwrap_or("chat template")
+                )
+            })?),
+            None => None,
+        };
+        Ok(ModelTokenizer {
+            path: file,
+            template_source,
+            template_file: chat_template.map(Path::to_path_buf),
+            tokenizer,
+            chat,
+            specials,
+            digest,
+        })
+    }
+
+    /// The `tokenizer.json` this was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The chat template file the config named, if it named one.
+    pub fn chat_template_file(&self) -> Option<&Path> {
+        self.template_file.as_deref()
+    }
+
+    /// Where the chat template was read from (a file, or `tokenizer_config.json`).
+    pub fn chat_template_source(&self) -> Option<&str> {
+        self.template_source.as_deref()
+    }
+
+    /// Whether chat requests can be rendered (a chat template was found).
+    pub fn has_chat_template(&self) -> bool {
+        self.chat.is_some()
+    }
+
+    /// The engine's token ids for a request body to `endpoint`; `Ok(None)` when there is
+    /// nothing to do (the prompt is already token ids, or a chat request and no template).
+    pub fn prompt_ids(
+        &self,
+        endpoint: Endpoint,
+        body: &[u8],
+    ) -> Result<Option<Vec<TokenId>>, TokenizeError> {
+        match endpoint {
+            Endpoint::ChatCompletions => {
+                let Some(env) = &self.chat else {
+                    return Ok(None);
+                };
+                let text = self.render_chat(env, body)?;
+                self.encode(&text, false).map(Some)
+            }
+            Endpoint::Completions | Endpoint::Embeddings => {
+                let key = if endpoint == Endpoint::Completions {
+                    "prompt"
+                } else {
+                    "input"
+                };
+                let Some(texts) = input_texts(body, key)? else {
+                    return Ok(None);
+                };
+                let mut ids = Vec::new();
+                for t in &texts {
+                    ids.extend(self.encode(t, true)?);
+                }
+                Ok(Some(ids))
+            }
+        }
+    }
+
+    fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<TokenId>, TokenizeError> {
+        self.tokenizer
+            .encode_fast(text, add_special_tokens)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| TokenizeError::Encode(e.to_string()))
+    }
+
+    fn render_chat(
+        &self,
+        env: &Environment<'static>,
+        body: &[u8],
+    ) -> Result<String, TokenizeError> {
+        let req: ChatBody =
+            serde_json::from_slice(body).map_err(|e| TokenizeError::Body(e.to_string()))?;
+        let messages: Vec<serde_json::Value> =
+            req.messages.into_iter().map(normalize_message).collect();
+        let add_generation_prompt = req
+            .add_generation_prompt
+            .unwrap_or(!req.continue_final_message.unwrap_or(false));
+        let mut ctx: Vec<(String, Value)> = self
+            .specials
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+            .collect();
+        for (k, v) in req.chat_template_kwargs.into_iter().flatten() {
+            ctx.push((k, Value::from_serialize(v)));
+        }
+        ctx.push(("messages".into(), Value::from_serialize(&messages)));
+        ctx.push((
+            "tools".into(),
+            req.tools
+                .map(Value::from_serialize)
+                .unwrap_or(Value::from(())),
+        ));
+        ctx.push((
+            "add_generation_prompt".into(),
+            Value::from(add_generation_prompt),
+        ));
+        let ctx: Value = ctx.into_iter().collect();
+        let template = env
+            .get_template(CHAT)
+            .map_err(|e| TokenizeError::Template(e.to_string()))?;
+        template
+            .render(ctx)
+            .map_err(|e| TokenizeError::Template(e.to_string()))
+    }
+}
+
+/// The chat template environment, configured as `transformers` renders chat templates.
+fn chat_environment(template: String) -> Result<Environment<'static>, minijinja::Error> {
+    let mut env = Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function("raise_exception", |msg: String| -> Result<Value, _> {
+        Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+    });
+    env.add_function("strftime_now", |format: String| -> String {
+        strftime_now(&format)
+    });
+    env.add_template_owned(CHAT, template)?;
+    Ok(env)
+}
+
+/// Today's date for templates that print it (`strftime_now("%d %b %Y")`): the common date
+/// directives, in UTC.
+fn strftime_now(format: &str) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = (secs / 86_400) as i64;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    let name = MONTHS[(month - 1) as usize];
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('d') => out.push_str(&format!("{day:02}")),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", year % 100)),
+            Some('b') => out.push_str(&name[..3]),
+            Some('B') => out.push_str(name),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// The fields of a chat body the template needs.
+#[derive(Deserialize)]
+struct ChatBody {
+    messages: Vec<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default)]
+    tools: Option<serde_json::Value>,
+    #[serde(default)]
+    add_generation_prompt: Option<bool>,
+    #[serde(default)]
+    continue_final_message: Option<bool>,
+    #[serde(default)]
+    chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// One message as vLLM hands it to the template: content parts flattened to their text
+/// joined by `\n`, tool-call `arguments` strings parsed into objects.
+fn normalize_message(mut m: serde_json::Map<String, serde_json::Value>) -> serde_json::Value {
+    use serde_json::Value as J;
+    if let Some(J::Array(parts)) = m.get("content") {
+        let texts: Vec<&str> = parts
+            .iter()
+            .filter(|p| p.get("type").and_then(J::as_str).unwrap_or("text") == "text")
+            .filter_map(|p| p.get("text").and_then(J::as_str))
+            .collect();
+        let joined = texts.join("\n");
+        m.insert("content".into(), J::String(joined));
+    }
+    if let Some(J::Array(calls)) = m.get_mut("tool_calls") {
+        for call in calls {
+            if let Some(args) = call
+                .get_mut("function")
+                .and_then(|f| f.get_mut("arguments"))
+            {
+                if let J::String(s) = args {
+                    if let Ok(parsed) = serde_json::from_str::<J>(s) {
+                        *args = parsed;
+                    }
+                }
+            }
+        }
+    }
+    J::Object(m)
+}
+
+/// The text prompts of a completions / embeddings body (`key` = `prompt` or `input`); `None`
+/// when the prompt is token ids.
+fn input_texts(body: &[u8], key: &str) -> Result<Option<Vec<String>>, TokenizeError> {
+    #[derive(Deserialize)]
+    struct Body<'a> {
+        #[serde(default, borrow)]
+        prompt: Option<&'a RawValue>,
+        #[serde(default, borrow)]
+        input: Option<&'a RawValue>,
+    }
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Input {
+        One(String),
+        Many(Vec<String>),
+        // Only the shape matters: token ids were hashed by the parser.
+        #[allow(dead_code)]
+        Ids(Vec<serde_json::Value>),
+    }
+    let body: Body<'_> =
+        serde_json::from_slice(body).map_err(|e| TokenizeError::Body(e.to_string()))?;
+    let raw = if key == "prompt" {
+        body.prompt
+    } else {
+        body.input
+    }
+    .ok_or_else(|| TokenizeError::Body(format!("no `{key}`")))?;
+    match serde_json::from_str::<Input>(raw.get()) {
+        Ok(Input::One(s)) => Ok(Some(vec![s])),
+        Ok(Input::Many(v)) => Ok(Some(v)),
+        Ok(Input::Ids(_)) => Ok(None),
+        Err(e) => Err(TokenizeError::Body(format!("`{key}`: {e}"))),
+    }
+}
+
+#[cfg(test)]
+#[path = "tokenizer_tests.rs"]
+mod tests;
