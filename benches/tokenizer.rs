@@ -1,6 +1,6 @@
 //! The cost of exact tokens: a pool's model tokenizer on a chat request (parse the body, render
 //! the chat template, encode, hash the blocks) against the built-in estimate
-//! (`parse_request` alone), at ~1 KiB, ~16 KiB (the inline limit) and ~128 KiB of prompt.
+//! (`parse_request` alone), at ~1 KiB, ~16 KiB and ~128 KiB of prompt.
 //!
 //! The tokenizer is `PRONTO_BENCH_TOKENIZER` (a `tokenizer.json` or a model directory with its
 //! chat template) when set — use a real model's, e.g. `$PEERS/tiny-llama` (a trained BPE) —
