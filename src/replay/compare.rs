@@ -12,8 +12,8 @@
 //!
 //! ## Outputs (in `--out`)
 //! - `comparison.md`: one table, rows in `--run` order: requests, errors (of which sheds:
-//!   429/503 answers), TTFT mean/p50/p90/p99, TPOT p50, throughput, the router's CPU seconds
-//!   and peak RSS; with `--baseline NAME`, TTFT mean and p99 as a ratio of that run's
+//!   429/503 answers), TTFT mean/p50/p90/p99, TPOT p50, cached prompt share, throughput, the
+//!   router's CPU seconds and peak RSS; with `--baseline NAME`, TTFT mean and p99 as a ratio of that run's
 //!   (`0.70×` = 30 % lower).
 //! - `comparison.json`: the same rows, machine-readable ([`ComparisonRow`]).
 //! - `ttft_cdf.svg`: every run's TTFT CDF in one plot ([`super::svg::cdf_svg`]).
@@ -272,6 +272,7 @@ impl Comparison {
             "p90",
             "p99",
             "TPOT p50",
+            "cached %",
             "req/s",
             "router CPU s",
             "router peak RSS",
@@ -310,6 +311,8 @@ impl Comparison {
                     ms(sm.ttft_p99_ms),
                     sm.tpot_p50_ms
                         .map_or_else(|| "-".into(), |x| format!("{x:.1}")),
+                    sm.cached_token_ratio
+                        .map_or_else(|| "-".into(), |x| format!("{:.1}", 100.0 * x)),
                     format!("{:.2}", sm.throughput_rps),
                     cpu,
                     rss,
@@ -323,7 +326,8 @@ impl Comparison {
         }
         s.push_str(
             "\nTTFT and TPOT in ms over successful requests; sheds are 429/503 answers, \
-             counted among the errors. Router CPU: seconds of the router process (children \
+             counted among the errors. Cached %: the engines' prefix-cache hits over prompt \
+             tokens, from responses' `usage` (`-` when the engines do not report it). Router CPU: seconds of the router process (children \
              included) from ready to the end of the replay, start-up excluded; peak RSS: its \
              VmHWM. Fleet and load generator are not counted.\n",
         );
