@@ -13,18 +13,19 @@
 #  2. starts two vLLM servers (ports 8101/8102, one core each) publishing KV events on ZMQ
 #     (vLLM binds `tcp://*:5557` / `5558`; every router connects to tcp://127.0.0.1:5557 /
 #     5558) with `--enable-scale-out` (the /render and /tokenize calls vllm-router makes);
-#  3. runs one phase per router, each with its own long shared prefix (so no phase profits
-#     from another's cache): 12 repeats of the prefix interleaved with 12 distinct prompts,
-#     streamed with the OpenAI Python SDK —
+#  3. runs one phase per router, each with its own prefixes (so no phase profits from another's
+#     cache), streamed with the OpenAI Python SDK: sequentially, 12 repeats of a long prefix
+#     interleaved with 12 distinct prompts; then a mixed load, 4 shared prefixes x 8 requests
+#     and 16 distinct prompts, shuffled, 4 in flight —
 #       pronto-exact   Pronto predicted_ttft, kv_events per backend, and the pool's
 #                      `tokenizer:` = the model directory (exact ids: the events match);
 #       pronto-approx  the same without `tokenizer:` (estimated tokens: approximate index);
 #       sglang         SGLang router (smg) cache_aware;
 #       vllm-kv        vLLM router kv_aware on the same KV events (--kv-event-block-size 128);
-#  4. per phase: TTFT of repeats and of distinct prompts (mean/p50/max), vLLM's prefix-cache
-#     hit tokens / query tokens on each server (the ground truth of affinity), which server
-#     served the repeats (hit deltas), and for Pronto the decisions, TTFT prediction error per
-#     backend and KV events decoded.
+#  4. per phase (OUT/summary.md): TTFT mean/p50/p90 of each part, vLLM's prefix-cache hit
+#     tokens / query tokens summed over the servers (the ground truth of affinity), requests
+#     per server, and for Pronto the decisions, TTFT prediction error per backend and KV events
+#     decoded.
 # Checks (exit 1 on failure): streaming works through every router; Pronto scraped vLLM's real
 # /metrics names (pronto_backend_kv_usage_ratio per backend) and decoded KV events from both;
 # Pronto's /admin/tokenize gives exactly vLLM's /tokenize ids (chat and completions); in the
@@ -79,11 +80,14 @@ for port in 8101 8102; do
   done
   curl -sf "http://127.0.0.1:$port/health" >/dev/null || { tail -30 "$OUT"/vllm-*.log; exit 1; }
 done
-# One direct request per engine, so each publishes KV events whatever the routing does.
-for port in 8101 8102; do
-  curl -sf "http://127.0.0.1:$port/v1/completions" -H 'content-type: application/json' \
-    -d "{\"model\":\"$model\",\"prompt\":\"$(printf 'warm up the cache %.0s' $(seq 1 60))\",\"max_tokens\":1}" >/dev/null
-done
+# One direct request per engine, so each publishes KV events (to the router now subscribed)
+# whatever the routing does.
+warm_engines() {
+  for port in 8101 8102; do
+    curl -sf "http://127.0.0.1:$port/v1/completions" -H 'content-type: application/json' \
+      -d "{\"model\":\"$model\",\"prompt\":\"$(printf "warm up the $1 cache %.0s" $(seq 1 60))\",\"max_tokens\":1}" >/dev/null
+  done
+}
 
 # vLLM's per-server counters (prefix-cache hit and query tokens, finished requests).
 engine_counters() {
@@ -144,6 +148,8 @@ for phase in $ROUTERS; do
   for _ in $(seq 1 150); do curl -sf "$base/v1/models" >/dev/null 2>&1 && break; sleep 0.2; done
   curl -sf "$base/v1/models" >/dev/null || { echo "FAIL: $phase did not start"; tail -20 "$OUT/$phase/router.log"; fail=1; kill "$router_pid"; wait "$router_pid" 2>/dev/null || true; router_pid=""; continue; }
   sleep 2   # subscribers connect; scrapes start
+  warm_engines "$phase"
+  sleep 1
   engine_counters >"$OUT/$phase/engines-before.txt"
 
   if [[ $phase == pronto-exact ]]; then
@@ -202,14 +208,47 @@ if phase == "pronto-exact":
     assert reps[1:].count(reps[0]) >= len(reps) - 1 - 3, "the repeated prefix stays where it is cached"
 PY
   engine_counters >"$OUT/$phase/engines-after.txt"
+
+  echo "== $phase: concurrent mixed workload (4 shared prefixes x 8, 16 distinct; 4 at a time)"
+  "$py" - "$model" "$base" "$phase" "$OUT/$phase/mixed.json" <<'PY' || fail=1
+import json, random, sys, time, openai
+from concurrent.futures import ThreadPoolExecutor
+model, base, phase, out = sys.argv[1:5]
+c = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0)
+def prefix(g):
+    return " ".join(f"rule {i} of {phase} group {g} policy on caching." for i in range(80))
+tasks = [("G", g, f"G{g}-{k}: apply the rules") for g in range(4) for k in range(8)]
+tasks += [("D", None, f"D{k}: " + f"unrelated {phase} request {k} " * 50) for k in range(16)]
+random.Random(1).shuffle(tasks)
+def ask(t):
+    kind, g, text = t
+    msgs = ([{"role": "system", "content": prefix(g)}] if g is not None else []) + [{"role": "user", "content": text}]
+    t0 = time.perf_counter()
+    raw = c.chat.completions.with_raw_response.create(model=model, stream=True, max_tokens=8, messages=msgs)
+    ttft, n = None, 0
+    for chunk in raw.parse():
+        if chunk.choices and chunk.choices[0].delta.content and ttft is None:
+            ttft = time.perf_counter() - t0
+        n += 1
+    return {"kind": kind, "group": g, "backend": raw.headers.get("x-pronto-backend"),
+            "predicted_ms": raw.headers.get("x-pronto-predicted-ttft-ms"),
+            "ttft_ms": ttft * 1e3 if ttft else None, "chunks": n}
+with ThreadPoolExecutor(4) as ex:
+    rows = list(ex.map(ask, tasks))
+json.dump(rows, open(out, "w"))
+assert all(r["chunks"] > 1 and r["ttft_ms"] for r in rows), "streaming through the router"
+t = sorted(r["ttft_ms"] for r in rows)
+print(f"{len(rows)} requests: TTFT mean {sum(t) / len(t):.1f} ms, p50 {t[len(t) // 2]:.1f}, p90 {t[int(len(t) * 0.9)]:.1f}, max {t[-1]:.1f}")
+PY
+  engine_counters >"$OUT/$phase/engines-mixed.txt"
   if [[ $phase == pronto-* ]]; then
     m=$(curl -sf http://127.0.0.1:8181/metrics)
     printf '%s\n' "$m" >"$OUT/$phase/pronto-metrics.txt"
     for b in vllm-0 vllm-1; do
       usage=$(grep "^pronto_backend_kv_usage_ratio{backend=\"$b\"}" <<<"$m" || true)
-      dec=$(grep "^pronto_kv_events_total{backend=\"$b\",result=\"decoded\"}" <<<"$m" | awk '{print $2}')
-      s=$(grep "^pronto_ttft_prediction_error_seconds_sum{backend=\"$b\"}" <<<"$m" | awk '{print $2}')
-      n=$(grep "^pronto_ttft_prediction_error_seconds_count{backend=\"$b\"}" <<<"$m" | awk '{print $2}')
+      dec=$(grep "^pronto_kv_events_total{backend=\"$b\",result=\"decoded\"}" <<<"$m" | awk '{print $2}' || true)
+      s=$(grep "^pronto_ttft_prediction_error_seconds_sum{backend=\"$b\"}" <<<"$m" | awk '{print $2}' || true)
+      n=$(grep "^pronto_ttft_prediction_error_seconds_count{backend=\"$b\"}" <<<"$m" | awk '{print $2}' || true)
       echo "$b: kv_usage scraped: ${usage:+yes} | KV events decoded=${dec:-0} | TTFT prediction error mean=$(awk -v s="${s:-0}" -v n="${n:-0}" 'BEGIN{printf (n>0? "%.1f ms over %d": "n/a"), (n>0? s/n*1e3: 0), n}')" | tee -a "$OUT/$phase/pronto-summary.txt"
       [[ -n $usage ]] || { echo "FAIL: $b metrics not scraped"; fail=1; }
       awk -v d="${dec:-0}" 'BEGIN{exit !(d>0)}' || { echo "FAIL: no KV events decoded from $b"; fail=1; }
@@ -232,20 +271,30 @@ def counters(path):
         p, h, q, r = line.split()
         d[p] = (int(h), int(q), int(r))
     return d
-print("| router | repeats TTFT mean / p50 / max ms | distinct TTFT mean / p50 / max ms | vLLM prefix hits / queried tokens | requests per server (8101/8102) | repeats' hit tokens per server |")
-print("|---|---|---|---|---|---|")
+def delta(ph, a, b):
+    a, b = counters(os.path.join(out, ph, a)), counters(os.path.join(out, ph, b))
+    return {p: tuple(y - x for x, y in zip(a[p], b[p])) for p in a}
+def stats(rows, kind=None):
+    t = sorted(r["ttft_ms"] for r in rows if (kind is None or r["kind"] == kind) and r["ttft_ms"])
+    return f"{statistics.mean(t):.1f} / {t[len(t) // 2]:.1f} / {t[int(len(t) * 0.9)]:.1f}"
+def hits(d):
+    h, q = sum(v[0] for v in d.values()), sum(v[1] for v in d.values())
+    return f"{h} / {q} ({100 * h / max(q, 1):.0f} %)"
+print("Sequential: 12 repeats of one long prefix interleaved with 12 distinct prompts. Mixed: 4 shared")
+print("prefixes x 8 requests + 16 distinct prompts, shuffled (seed 1), 4 in flight. TTFT mean / p50 / p90 in ms;")
+print("prefix hits are vLLM's own counters (tokens), summed over both servers.")
+print()
+print("| router | sequential: repeats TTFT | sequential: distinct TTFT | sequential: prefix hits | mixed: TTFT | mixed: prefix hits | mixed: requests per server (8101/8102) |")
+print("|---|---|---|---|---|---|---|")
 for ph in phases:
     f = os.path.join(out, ph, "requests.json")
-    if not os.path.exists(f):
-        print(f"| {ph} | skipped | | | | |"); continue
-    rows = json.load(open(f))
-    def stats(kind):
-        t = sorted(r["ttft_ms"] for r in rows if r["kind"] == kind and r["ttft_ms"])
-        return f"{statistics.mean(t):.1f} / {statistics.median(t):.1f} / {t[-1]:.1f}"
-    a, b = counters(os.path.join(out, ph, "engines-before.txt")), counters(os.path.join(out, ph, "engines-after.txt"))
-    dh = {p: b[p][0] - a[p][0] for p in a}; dq = {p: b[p][1] - a[p][1] for p in a}; dr = {p: b[p][2] - a[p][2] for p in a}
-    hits, queries = sum(dh.values()), sum(dq.values())
-    print(f"| {ph} | {stats('R')} | {stats('D')} | {hits} / {queries} ({100 * hits / max(queries, 1):.0f} %) | {dr['8101']} / {dr['8102']} | {dh['8101']} / {dh['8102']} |")
+    g = os.path.join(out, ph, "mixed.json")
+    if not os.path.exists(f) or not os.path.exists(g):
+        print(f"| {ph} | skipped | | | | | |"); continue
+    seq, mixed = json.load(open(f)), json.load(open(g))
+    ds = delta(ph, "engines-before.txt", "engines-after.txt")
+    dm = delta(ph, "engines-after.txt", "engines-mixed.txt")
+    print(f"| {ph} | {stats(seq, 'R')} | {stats(seq, 'D')} | {hits(ds)} | {stats(mixed)} | {hits(dm)} | {dm['8101'][2]} / {dm['8102'][2]} |")
 PY
 echo "results in $OUT"
 exit $fail
