@@ -183,23 +183,29 @@ fn prompt_totals(fleet: &SimFleet) -> Vec<u64> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_gateway_routes_by_the_engines_published_cache() {
+/// A 2-backend fleet (`num_kv_blocks` each) publishing KV events (`opts`), a gateway pool `m`
+/// over it with `kv_events` per backend (plus `pool_extra` lines), and each subscriber warmed
+/// up: returns them with the messages each backend's index has decoded so far.
+async fn fleet_and_gateway(
+    num_kv_blocks: usize,
+    opts: pronto::sim::fleet::SimFleetOptions,
+    pool_extra: &str,
+) -> (SimFleet, Gateway, [f64; 2]) {
     let yaml = format!(
         "model: {MODEL}\nbackends:\n{}",
         (0..2)
             .map(|i| format!(
-                "  - {{ name: s{i}, profile: h100-llama3-8b, num_kv_blocks: 60, port: 0, \
-                 kv_events_port: 0 }}\n"
+                "  - {{ name: s{i}, profile: h100-llama3-8b, num_kv_blocks: {num_kv_blocks}, \
+                 port: 0, kv_events_port: 0 }}\n"
             ))
             .collect::<String>()
     );
-    let fleet = SimFleet::start(&FleetConfig::parse(&yaml, "test").unwrap(), 0.01)
+    let fleet = SimFleet::start_with(&FleetConfig::parse(&yaml, "test").unwrap(), opts)
         .await
         .unwrap();
     let urls = fleet.urls();
     let eps = fleet.kv_event_endpoints();
-    let mut pool = format!("  {MODEL}:\n    policy: cache_aware\n    backends:\n");
+    let mut pool = format!("  {MODEL}:\n    policy: cache_aware\n{pool_extra}    backends:\n");
     for i in 0..2 {
         pool.push_str(&format!(
             "      - name: {MODEL}-b{i}\n        url: {}\n        kv_events: {{endpoint: '{}', \
@@ -210,20 +216,34 @@ async fn the_gateway_routes_by_the_engines_published_cache() {
     }
     let gw = Gateway::start(&common::config_yaml(&pool, ""));
     let client = reqwest::Client::new();
-
     // Warm up: until each subscriber receives, poke its engine directly.
     let mut seen = [0.0f64; 2];
     for (b, url) in urls.iter().enumerate() {
         for attempt in 0..100 {
             post(&client, url, &chat(&format!("warm{b}-{attempt}"))).await;
-            let m = metrics(&gw).await;
-            if decoded(&m, b) > 0.0 {
+            if decoded(&metrics(&gw).await, b) > 0.0 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         seen[b] = wait_decoded(&gw, b, 0.0).await;
     }
+    (fleet, gw, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_routes_by_the_engines_published_cache() {
+    let (fleet, gw, mut seen) = fleet_and_gateway(
+        60,
+        pronto::sim::fleet::SimFleetOptions {
+            time_scale: 0.01,
+            ..Default::default()
+        },
+        "",
+    )
+    .await;
+    let urls = fleet.urls();
+    let client = reqwest::Client::new();
 
     // 1. A prefix cached on b1 behind the gateway's back: the exact index knows it (the
     //    approximate index, which only sees routed requests, would not).
@@ -285,50 +305,18 @@ async fn with_the_models_tokenizer_real_token_ids_are_matched() {
     let tok_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples/tokenizer");
     let tokenizer = pronto::request::ModelTokenizer::load(std::path::Path::new(tok_dir), None)
         .expect("example tokenizer");
-    let yaml = format!(
-        "model: {MODEL}\nbackends:\n{}",
-        (0..2)
-            .map(|i| format!(
-                "  - {{ name: s{i}, profile: h100-llama3-8b, num_kv_blocks: 2000, port: 0, \
-                 kv_events_port: 0 }}\n"
-            ))
-            .collect::<String>()
-    );
-    let fleet = SimFleet::start_with(
-        &FleetConfig::parse(&yaml, "test").unwrap(),
+    let (fleet, gw, mut seen) = fleet_and_gateway(
+        2000,
         pronto::sim::fleet::SimFleetOptions {
             time_scale: 0.01,
             tokenizer: Some(std::sync::Arc::new(tokenizer)),
             ..Default::default()
         },
+        &format!("    tokenizer: {tok_dir}\n"),
     )
-    .await
-    .unwrap();
+    .await;
     let urls = fleet.urls();
-    let eps = fleet.kv_event_endpoints();
-    let mut pool =
-        format!("  {MODEL}:\n    policy: cache_aware\n    tokenizer: {tok_dir}\n    backends:\n");
-    for i in 0..2 {
-        pool.push_str(&format!(
-            "      - name: {MODEL}-b{i}\n        url: {}\n        kv_events: {{endpoint: '{}', \
-             block_size: 16}}\n",
-            urls[i],
-            eps[i].as_ref().unwrap()
-        ));
-    }
-    let gw = Gateway::start(&common::config_yaml(&pool, ""));
     let client = reqwest::Client::new();
-    let mut seen = [0.0f64; 2];
-    for (b, url) in urls.iter().enumerate() {
-        for attempt in 0..100 {
-            post(&client, url, &chat(&format!("warm{b}-{attempt}"))).await;
-            if decoded(&metrics(&gw).await, b) > 0.0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        seen[b] = wait_decoded(&gw, b, 0.0).await;
-    }
 
     // The gateway computes the engine's ids: /admin/tokenize agrees with the engine's /tokenize.
     let body = chat("alpha");
