@@ -320,24 +320,19 @@ async fn with_the_models_tokenizer_real_token_ids_are_matched() {
 
     // The gateway computes the engine's ids: /admin/tokenize agrees with the engine's /tokenize.
     let body = chat("alpha");
-    let ours: serde_json::Value = client
-        .post(gw.admin_url("/admin/tokenize"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let engine: serde_json::Value = client
-        .post(format!("{}/tokenize", urls[0]))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let json = |url: String| {
+        let req = client.post(url).json(&body);
+        async move {
+            req.send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let ours = json(gw.admin_url("/admin/tokenize")).await;
+    let engine = json(format!("{}/tokenize", urls[0])).await;
     assert_eq!(ours["result"], "exact", "{ours}");
     assert_eq!(ours["token_ids"], engine["tokens"]);
     assert_ne!(ours["prompt_tokens"], ours["estimated_prompt_tokens"]);
