@@ -244,6 +244,7 @@ PY
   if [[ $phase == pronto-* ]]; then
     m=$(curl -sf http://127.0.0.1:8181/metrics)
     printf '%s\n' "$m" >"$OUT/$phase/pronto-metrics.txt"
+    curl -sf http://127.0.0.1:8181/admin/backends >"$OUT/$phase/backends.json" || true
     for b in vllm-0 vllm-1; do
       usage=$(grep "^pronto_backend_kv_usage_ratio{backend=\"$b\"}" <<<"$m" || true)
       dec=$(grep "^pronto_kv_events_total{backend=\"$b\",result=\"decoded\"}" <<<"$m" | awk '{print $2}' || true)
