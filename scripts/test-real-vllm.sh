@@ -89,6 +89,17 @@ warm_engines() {
   done
 }
 
+# Untimed warm-up: a fresh CPU vLLM is slower for its first requests (first-use compilation
+# and allocation), which would count against whichever router runs first.
+echo "== warming both engines (untimed)"
+for k in $(seq 1 12); do
+  for port in 8101 8102; do
+    curl -sf "http://127.0.0.1:$port/v1/completions" -H 'content-type: application/json' \
+      -d "{\"model\":\"$model\",\"prompt\":\"$(printf "warm-up $k text %.0s" $(seq 1 $((k * 20))))\",\"max_tokens\":8}" >/dev/null &
+  done
+  wait
+done
+
 # vLLM's per-server counters (prefix-cache hit and query tokens, finished requests).
 engine_counters() {
   for port in 8101 8102; do
