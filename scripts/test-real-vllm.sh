@@ -93,11 +93,13 @@ warm_engines() {
 # and allocation), which would count against whichever router runs first.
 echo "== warming both engines (untimed)"
 for k in $(seq 1 12); do
+  warm=()
   for port in 8101 8102; do
     curl -sf "http://127.0.0.1:$port/v1/completions" -H 'content-type: application/json' \
       -d "{\"model\":\"$model\",\"prompt\":\"$(printf "warm-up $k text %.0s" $(seq 1 $((k * 20))))\",\"max_tokens\":8}" >/dev/null &
+    warm+=($!)
   done
-  wait
+  wait "${warm[@]}"   # not a bare `wait`: the vLLM servers are background jobs too
 done
 
 # vLLM's per-server counters (prefix-cache hit and query tokens, finished requests).
