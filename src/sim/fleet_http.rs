@@ -94,9 +94,7 @@ impl BackendShared {
         }
         Ok(token_ids(canonical.as_bytes()))
     }
-}
 
-impl BackendShared {
     /// Longest prompt + output the engine can ever hold, tokens.
     pub fn max_model_len(&self) -> u64 {
         (self.num_kv_blocks * self.block_size) as u64
