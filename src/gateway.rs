@@ -42,7 +42,8 @@ use crate::routing::{apply_prefix_matches, limit_to_resident, BackendView, Polic
 use crate::telemetry::Metrics;
 use crate::tokens::BLOCK_TOKENS;
 
-/// Prefix blocks indexed per pool at most (about 65 bytes each: ~260 MiB at the cap).
+/// Prefix blocks indexed per pool at most (about 97 bytes each with up to 256 backends, 65
+/// without the four per-backend recency words: ~390 MiB at the cap).
 const INDEX_MAX_BLOCKS: usize = 4 << 20;
 /// Index entries unused this long are forgotten (engines evict long before).
 const INDEX_TTL: std::time::Duration = std::time::Duration::from_secs(600);

@@ -8,7 +8,8 @@
 //! Prompt blocks are identified by their chained [`BlockHash`] (see [`crate::tokens`]): the hash
 //! at position `i` identifies the whole prompt prefix up to block `i`. So an entry is keyed by the
 //! hash alone and holds a bitset of the backends that were sent that prefix, a last-used tick and
-//! the block's chain depth. Entries live in [`IndexConfig::max_blocks`]-bounded shards (a power
+//! the block's chain depth, plus the last-use ticks of its `RECENT` (= 4) most
+//! recent distinct recorders (see *Per-backend recency*). Entries live in [`IndexConfig::max_blocks`]-bounded shards (a power
 //! of two, up to 64, chosen from the hash bits), each a `std::sync::RwLock` over a map and a flat
 //! slab; lookups take read locks only, so reads never wait on reads.
 //!
@@ -43,13 +44,34 @@
 //! writes keeps the hot shared-system-prompt entries free of cache-line contention.
 //!
 //! Recording is cheap for the common case of a prompt extending a recent one: a bisection finds
-//! the first block that is not already held by the backend *and* used in the current tick (both
-//! are prefix properties by the invariant above), and only the blocks from there on are written,
+//! the first block that is not already held by the backend *and* used by that backend in the
+//! current tick (both are prefix properties by the invariant above and its per-backend form
+//! under *Per-backend recency*), and only the blocks from there on are written,
 //! grouped by shard so each shard is locked once.
+//!
+//! ## Per-backend recency
+//! An engine evicts a prefix it was not sent for longer than its residency time, even if other
+//! backends keep that prefix hot, so [`PrefixIndex::limit_to_recent`] needs each backend's own
+//! last use. Exact per-backend ticks would cost a word per backend per block; instead an entry
+//! keeps `RECENT` words `tick << 16 | (backend + 1)` for its most recent distinct recorders
+//! (a record refreshes the backend's own word, else fills an empty one, else replaces the
+//! oldest). A backend that holds the block and has a word gets that word's tick: exact. One
+//! without a word was pushed out by `RECENT` later recorders, so its last use is no later than
+//! the oldest of them: that tick is used, an upper bound — generous only for blocks at least
+//! `RECENT + 1` backends share, such as system prompts, which every backend keeps hot anyway.
+//! [`PrefixIndex::forget_backend`] clears the backend's words too (if every word is cleared,
+//! the any-backend tick is the bound). Expiry and eviction still use the any-backend tick.
+//!
+//! These per-backend ticks keep the chain property of the any-backend tick: along a chain they
+//! never increase, for every backend (a descendant's recorders are a subset of its ancestor's,
+//! each at most as recent, so the ancestor's `k`-th most recent recorder is at least as recent
+//! as the descendant's). `limit_to_recent`'s bisection and the record fast path rely on it.
 //!
 //! ## Bounds
 //! At most `max_blocks` entries in all (each shard holds its share). A full shard evicts by
 //! sampled LRU: the smallest (tick, −depth) of 8 consecutive slots from a pseudo-random start.
+//! Memory: a slab slot of `2 + ⌈max_backends / 64⌉ + RECENT` words plus the map's ~19 bytes:
+//! about 97 bytes per block for 256 backends (65 before the recorder words).
 
 pub mod residency;
 mod shard;
@@ -155,13 +177,13 @@ impl PrefixIndex {
             return;
         }
         let clock = self.clock(now);
-        let (word, bit) = (backend / 64, 1u64 << (backend % 64));
-        // First position that is not (held by `backend` and used this tick): a prefix property.
+        // First position that is not (held by `backend` and used by it this tick): a prefix
+        // property, as the backend's ticks never increase along a chain.
         let done = |i: usize| {
             let key = hashes[i].0;
             self.read(key)
-                .get(key)
-                .is_some_and(|e| shard::tick_of(e[0]) >= clock.now && e[1 + word] & bit != 0)
+                .held_tick(key, backend)
+                .is_some_and(|t| t >= clock.now)
         };
         let (mut lo, mut hi) = (0, hashes.len());
         while lo < hi {
@@ -179,7 +201,7 @@ impl PrefixIndex {
         if self.shard_mask == 0 {
             let mut shard = self.write_shard(0);
             for (i, h) in todo.iter().enumerate() {
-                shard.upsert(h.0, lo + i, word, bit, clock);
+                shard.upsert(h.0, lo + i, backend, clock);
             }
             return;
         }
@@ -206,7 +228,7 @@ impl PrefixIndex {
             let mut shard = self.write_shard(s);
             for &i in run {
                 let i = i as usize;
-                shard.upsert(todo[i].0, lo + i, word, bit, clock);
+                shard.upsert(todo[i].0, lo + i, backend, clock);
             }
         }
     }
@@ -239,11 +261,14 @@ impl PrefixIndex {
     /// has long evicted a prefix nobody sent for longer than its residency time, whatever the
     /// index remembers. A non-finite or negative age leaves that backend's length as it is.
     ///
-    /// Because an ancestor is always at least as recent as its descendants (see *Time*), the
-    /// recent blocks of a chain are a prefix of it: one lookup checks the last matched block,
-    /// and only a backend whose match ends in a stale block pays a bisection over its length.
-    /// A block's tick is its last use by *any* backend, so a prefix kept hot by others counts
-    /// as recent everywhere it is held — right for shared system prompts, generous otherwise.
+    /// A block's age for backend `b` is the time since `b` itself was last sent it (or, for a
+    /// block more than `RECENT` backends share, an upper bound on that: see
+    /// *Per-backend recency* in the module docs), so a prefix kept hot by other backends does
+    /// not count as cached on one that has not seen it for longer than its residency.
+    /// Because an ancestor is always at least as recent as its descendants for each backend,
+    /// the recent blocks of a chain are a prefix of it: one lookup checks the last matched
+    /// block, and only a backend whose match ends in a stale block pays a bisection over its
+    /// length.
     pub fn limit_to_recent(
         &self,
         hashes: &[BlockHash],
@@ -253,14 +278,14 @@ impl PrefixIndex {
     ) {
         let clock = self.clock(now);
         let tick_s = self.tick_nanos as f64 * 1e-9;
-        let tick_at = |i: usize| {
-            let key = hashes[i].0;
-            self.read(key).get(key).map_or(0, |e| shard::tick_of(e[0]))
-        };
-        for (len, &age) in lengths.iter_mut().zip(max_age_s) {
-            if *len == 0 || !(age.is_finite() && age >= 0.0) {
+        for (b, (len, &age)) in lengths.iter_mut().zip(max_age_s).enumerate() {
+            if *len == 0 || !(age.is_finite() && age >= 0.0) || b >= self.max_backends {
                 continue;
             }
+            let tick_at = |i: usize| {
+                let key = hashes[i].0;
+                self.read(key).held_tick(key, b).unwrap_or(0)
+            };
             let cutoff = clock.now.saturating_sub((age / tick_s).ceil() as u64);
             let n = (*len as usize).min(hashes.len());
             if tick_at(n - 1) >= cutoff {
@@ -312,9 +337,8 @@ impl PrefixIndex {
         if backend >= self.max_backends {
             return 0;
         }
-        let (word, bit) = (backend / 64, 1u64 << (backend % 64));
         (0..self.shards.len())
-            .map(|s| self.write_shard(s).forget(word, bit))
+            .map(|s| self.write_shard(s).forget(backend))
             .sum()
     }
 

@@ -1,11 +1,16 @@
 //! One shard of the prefix index: a hash map from block hash to a slot in a flat slab, and the
-//! slab itself (`[key, meta, bits…]` per slot), bounded by a fixed capacity with sampled-LRU
-//! eviction.
+//! slab itself (`[key, meta, bits…, recent…]` per slot), bounded by a fixed capacity with
+//! sampled-LRU eviction.
 //!
 //! `meta` packs the entry's last-used tick and its chain depth so that one integer comparison
 //! orders eviction candidates: `meta = tick << 16 | (0xFFFF - depth)`. The smallest `meta` is the
 //! least recently used entry, and among entries used in the same tick the *deepest* one (the tail
 //! of a chain goes before its head, as in an engine's prefix cache).
+//!
+//! `recent` is [`RECENT`] words: the most recent distinct recorders of the entry, each
+//! `tick << 16 | (backend + 1)` (0 = empty), in no particular order. A record by a backend
+//! refreshes its own word, or fills an empty one, or replaces the oldest. See
+//! [`backend_tick`] for how a backend's last use is read back.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -21,6 +26,13 @@ const SAMPLE: usize = 8;
 /// Depth bits in `meta`.
 const DEPTH_BITS: u32 = 16;
 const DEPTH_MAX: u64 = (1 << DEPTH_BITS) - 1;
+
+/// Recent-recorder words per entry (see the module docs and [`backend_tick`]).
+pub(super) const RECENT: usize = 4;
+
+/// Backend-id bits in a recent-recorder word.
+const WHO_BITS: u32 = 16;
+const WHO_MASK: u64 = (1 << WHO_BITS) - 1;
 
 /// The spread form of a key; the shard is chosen from its middle bits, the map uses all of it.
 #[inline]
@@ -38,6 +50,35 @@ pub(super) fn pack(tick: u64, depth: usize) -> u64 {
 #[inline]
 pub(super) fn tick_of(meta: u64) -> u64 {
     meta >> DEPTH_BITS
+}
+
+/// Backend `b`'s last-use tick of an entry `[meta, bits…, recent…]` (`words` bitset words),
+/// assuming `b` holds it: its own recent-recorder word if it has one; otherwise at least
+/// [`RECENT`] other backends used the entry after `b` did, so `b`'s last use is no later than the
+/// oldest of them — that tick, an upper bound. With no recorder words left (all forgotten), the
+/// entry's any-backend tick, also an upper bound.
+///
+/// Along a chain this is non-increasing for every backend, as the any-backend tick is: a
+/// descendant's recorders are a subset of its ancestor's, each no more recent, so the ancestor's
+/// `k`-th most recent recorder is at least as recent as the descendant's for every `k`.
+#[inline]
+pub(super) fn backend_tick(entry: &[u64], words: usize, backend: usize) -> u64 {
+    let who = backend as u64 + 1;
+    let mut oldest = u64::MAX;
+    for &r in &entry[1 + words..1 + words + RECENT] {
+        if r == 0 {
+            continue;
+        }
+        if r & WHO_MASK == who {
+            return r >> WHO_BITS;
+        }
+        oldest = oldest.min(r >> WHO_BITS);
+    }
+    if oldest == u64::MAX {
+        tick_of(entry[0])
+    } else {
+        oldest
+    }
 }
 
 /// Hasher for keys that are hashes already: one multiply, no SipHash rounds.
@@ -82,15 +123,38 @@ impl Clock {
     }
 }
 
+/// Put a recorder word `mark` (`tick << 16 | who`) into `recent`: refresh the recorder's own
+/// word (never lowering it), else fill an empty word, else replace the oldest if `mark` is newer.
+#[inline]
+fn note_recent(recent: &mut [u64], mark: u64) {
+    let who = mark & WHO_MASK;
+    let mut target = 0;
+    for (i, &r) in recent.iter().enumerate() {
+        if r & WHO_MASK == who {
+            recent[i] = r.max(mark);
+            return;
+        }
+        if r < recent[target] {
+            target = i;
+        }
+    }
+    // Empty words (0) sort first; a tie in ticks keeps the incumbent.
+    if recent[target] >> WHO_BITS < mark >> WHO_BITS || recent[target] == 0 {
+        recent[target] = mark;
+    }
+}
+
 /// One shard: map + slab, at most `cap` entries.
 #[derive(Debug)]
 pub(super) struct Shard {
     map: Map,
-    /// `stride` words per slot: key, meta, then the backend bitset.
+    /// `stride` words per slot: key, meta, the backend bitset, then [`RECENT`] recorder words.
     data: Vec<u64>,
     /// Slots in `data` that hold no entry.
     free: Vec<u32>,
     stride: usize,
+    /// Bitset words per slot.
+    words: usize,
     cap: usize,
     /// xorshift state for the eviction sample's start.
     rng: u64,
@@ -104,7 +168,8 @@ impl Shard {
             map: Map::default(),
             data: Vec::new(),
             free: Vec::new(),
-            stride: 2 + words,
+            stride: 2 + words + RECENT,
+            words,
             cap,
             rng: crate::tokens::mix64(seed) | 1,
             evictions: 0,
@@ -121,7 +186,7 @@ impl Shard {
         self.evictions
     }
 
-    /// `[meta, bits…]` of `key`, if present (expired or not).
+    /// `[meta, bits…, recent…]` of `key`, if present (expired or not).
     #[inline]
     pub fn get(&self, key: u64) -> Option<&[u64]> {
         let slot = *self.map.get(&key)? as usize;
@@ -129,11 +194,23 @@ impl Shard {
         Some(&self.data[base + 1..base + self.stride])
     }
 
-    /// Mark `key` (at chain position `depth`) as held by the backend `(word, bit)` and used at
+    /// Backend `backend`'s last-use tick of `key` ([`backend_tick`]) if the entry is present
+    /// (expired or not) and the backend holds it.
+    #[inline]
+    pub fn held_tick(&self, key: u64, backend: usize) -> Option<u64> {
+        let e = self.get(key)?;
+        (e[1 + backend / 64] & (1 << (backend % 64)) != 0)
+            .then(|| backend_tick(e, self.words, backend))
+    }
+
+    /// Mark `key` (at chain position `depth`) as held by `backend` and used by it at
     /// `clock.now`. An expired entry is reset first, so stale backends do not come back. Inserts,
     /// evicting if the shard is full; does nothing in a shard of capacity 0.
-    pub fn upsert(&mut self, key: u64, depth: usize, word: usize, bit: u64, clock: Clock) {
+    pub fn upsert(&mut self, key: u64, depth: usize, backend: usize, clock: Clock) {
         let meta = pack(clock.now, depth);
+        let (word, bit) = (backend / 64, 1u64 << (backend % 64));
+        let mark = (clock.now << WHO_BITS) | (backend as u64 + 1);
+        let words = self.words;
         if let Some(&slot) = self.map.get(&key) {
             let base = slot as usize * self.stride;
             let entry = &mut self.data[base + 1..base + self.stride];
@@ -142,6 +219,7 @@ impl Shard {
             }
             entry[0] = entry[0].max(meta);
             entry[1 + word] |= bit;
+            note_recent(&mut entry[1 + words..], mark);
             return;
         }
         if self.cap == 0 {
@@ -162,6 +240,7 @@ impl Shard {
         entry[0] = key;
         entry[1] = meta;
         entry[2 + word] = bit;
+        entry[2 + words] = mark;
         self.map.insert(key, slot as u32);
     }
 
@@ -214,13 +293,18 @@ impl Shard {
 
     /// Clear the backend `(word, bit)` everywhere, removing entries left with no backend;
     /// returns how many entries were removed.
-    pub fn forget(&mut self, word: usize, bit: u64) -> usize {
-        let (data, free, stride) = (&mut self.data, &mut self.free, self.stride);
+    pub fn forget(&mut self, backend: usize) -> usize {
+        let (word, bit) = (backend / 64, 1u64 << (backend % 64));
+        let who = backend as u64 + 1;
+        let (data, free, stride, words) = (&mut self.data, &mut self.free, self.stride, self.words);
         let before = self.map.len();
         self.map.retain(|_, slot| {
             let base = *slot as usize * stride;
-            let bits = &mut data[base + 2..base + stride];
+            let (bits, recent) = data[base + 2..base + stride].split_at_mut(words);
             bits[word] &= !bit;
+            for r in recent.iter_mut().filter(|r| **r & WHO_MASK == who) {
+                *r = 0;
+            }
             let keep = bits.iter().any(|&w| w != 0);
             if !keep {
                 free.push(*slot);

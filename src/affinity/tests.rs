@@ -3,6 +3,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
+use super::shard::RECENT;
 use super::*;
 use crate::tokens::chain_hash;
 
@@ -119,16 +120,16 @@ fn limit_to_recent_keeps_only_the_recently_used_head_per_backend() {
     let t0 = Instant::now();
     let s = Duration::from_secs(1);
     // Backend 0 was sent a 10-block prompt at t0; backend 1 the same prompt's first 4 blocks
-    // again at t0 + 50 s, which refreshes those 4 blocks for everyone.
+    // at t0 + 50 s. That refreshes those 4 blocks for backend 1 only.
     let chain = extend(&[], 1, 10);
     idx.record(0, &chain, t0);
     idx.record(1, &chain[..4], t0 + 50 * s);
     let now = t0 + 60 * s;
     let mut len = lengths(&idx, &chain, now, 3);
     assert_eq!(len, [10, 4, 0]);
-    // Residency 30 s: only the 4 blocks used 10 s ago are still cached anywhere.
+    // Residency 30 s: backend 0 last had the prompt 60 s ago, whoever used it since.
     idx.limit_to_recent(&chain, now, &[30.0, 30.0, 30.0], &mut len);
-    assert_eq!(len, [4, 4, 0]);
+    assert_eq!(len, [0, 4, 0]);
     // Per backend: a long residency keeps everything; an infinite one means "unknown".
     let mut len = lengths(&idx, &chain, now, 2);
     idx.limit_to_recent(&chain, now, &[90.0, 5.0], &mut len);
@@ -138,14 +139,92 @@ fn limit_to_recent_keeps_only_the_recently_used_head_per_backend() {
     assert_eq!(len, [10, 4]);
     // Agrees with a walk over every prefix length.
     for age in [0.0, 5.0, 10.0, 11.0, 59.0, 61.0] {
-        let mut len = lengths(&idx, &chain, now, 1);
-        idx.limit_to_recent(&chain, now, &[age], &mut len);
-        let walk = (0..=10)
-            .rev()
-            .find(|&k| k == 0 || (age >= 60.0 || (k <= 4 && age >= 10.0)))
-            .unwrap();
-        assert_eq!(len[0], walk as u32, "age {age}");
+        let mut len = lengths(&idx, &chain, now, 2);
+        idx.limit_to_recent(&chain, now, &[age, age], &mut len);
+        let walk0 = if age >= 60.0 { 10 } else { 0 };
+        let walk1 = if age >= 10.0 { 4 } else { 0 };
+        assert_eq!(len, [walk0, walk1], "age {age}");
     }
+    // Backend 0 sends the first 6 blocks again: they are recent for it, the rest are not.
+    idx.record(0, &chain[..6], now);
+    let mut len = lengths(&idx, &chain, now, 2);
+    idx.limit_to_recent(&chain, now, &[30.0, 30.0], &mut len);
+    assert_eq!(len, [6, 4]);
+}
+
+#[test]
+fn a_backend_pushed_out_of_the_recent_recorders_gets_the_oldest_of_them() {
+    let idx = PrefixIndex::new(cfg(1 << 20)); // tick = 1 s
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let chain = extend(&[], 1, 8);
+    idx.record(0, &chain, t0);
+    // RECENT - 1 others use the prompt later: backend 0 keeps its own (old) recorder word.
+    for b in 1..RECENT {
+        idx.record(b, &chain, t0 + 40 * s + b as u32 * s);
+    }
+    let now = t0 + 60 * s;
+    let mut len = lengths(&idx, &chain, now, RECENT + 1);
+    idx.limit_to_recent(&chain, now, &[30.0; RECENT + 1], &mut len);
+    assert_eq!(len[0], 0, "its own use is 60 s old");
+    assert!(len[1..RECENT].iter().all(|&l| l == 8), "{len:?}");
+    // One more: backend 0 is out of the recorder words, so its last use is bounded by the
+    // oldest recorder's (t0 + 41 s) and the prompt counts as recent for it again.
+    idx.record(RECENT, &chain[..5], t0 + 50 * s);
+    let mut len = lengths(&idx, &chain, now, RECENT + 1);
+    assert_eq!(len[0], 8);
+    idx.limit_to_recent(&chain, now, &[30.0; RECENT + 1], &mut len);
+    assert_eq!(len[0], 5, "only the blocks with {RECENT} later recorders");
+    assert_eq!(len[RECENT], 5);
+    // With a residency shorter than the oldest recorder's age it is stale again.
+    let mut len = lengths(&idx, &chain, now, 1);
+    idx.limit_to_recent(&chain, now, &[15.0], &mut len);
+    assert_eq!(len[0], 0);
+}
+
+#[test]
+fn forget_backend_frees_its_recorder_word() {
+    let idx = PrefixIndex::new(cfg(1 << 20)); // tick = 1 s
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let chain = extend(&[], 1, 8);
+    idx.record(0, &chain, t0);
+    for b in 1..RECENT {
+        idx.record(b, &chain, t0 + 40 * s);
+    }
+    // Forgetting backend 1 frees its word, so the next recorder takes it instead of pushing
+    // backend 0 out: backend 0 keeps its own, old, tick.
+    assert_eq!(idx.forget_backend(1), 0);
+    idx.record(RECENT, &chain, t0 + 50 * s);
+    let now = t0 + 60 * s;
+    let mut len = lengths(&idx, &chain, now, RECENT + 1);
+    assert_eq!(len[1], 0);
+    idx.limit_to_recent(&chain, now, &[30.0; RECENT + 1], &mut len);
+    assert_eq!((len[0], len[RECENT]), (0, 8));
+    // A forgotten backend that is sent the prompt again starts afresh.
+    idx.record(1, &chain[..3], now);
+    let mut len = lengths(&idx, &chain, now, 2);
+    assert_eq!(len, [8, 3]);
+    idx.limit_to_recent(&chain, now, &[0.0, 0.0], &mut len);
+    assert_eq!(len, [0, 3]);
+}
+
+#[test]
+fn records_in_the_same_tick_by_others_do_not_skip_a_backends_write() {
+    // The record fast path skips blocks the backend itself used this tick, not blocks anyone
+    // used this tick: backend 1's record must make the chain recent for backend 1.
+    let idx = PrefixIndex::new(cfg(1 << 20));
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let chain = extend(&[], 1, 30);
+    idx.record(1, &chain[..10], t0);
+    let now = t0 + 100 * s;
+    idx.record(0, &chain, now);
+    idx.record(1, &chain[..20], now);
+    let mut len = lengths(&idx, &chain, now, 2);
+    assert_eq!(len, [30, 20]);
+    idx.limit_to_recent(&chain, now, &[1.0, 1.0], &mut len);
+    assert_eq!(len, [30, 20]);
 }
 
 #[test]
@@ -245,8 +324,13 @@ fn memory_grows_with_entries() {
     let t = Instant::now();
     idx.record(0, &extend(&[], 1, 10_000), t);
     let per_block = (idx.memory_bytes() - empty) / idx.len();
-    // Slab (key, meta, 4 bitset words) alone is 48 bytes; the map adds at least 17.
-    assert!((65..=200).contains(&per_block), "{per_block} bytes/block");
+    // Slab (key, meta, 4 bitset words, RECENT recorder words) alone is 48 + 8·RECENT bytes;
+    // the map adds at least 17.
+    let least = 65 + 8 * RECENT;
+    assert!(
+        (least..=200).contains(&per_block),
+        "{per_block} bytes/block"
+    );
 }
 
 #[test]
@@ -280,16 +364,23 @@ fn concurrent_readers_and_writers() {
 
 // === property tests ===
 
-/// A reference model: exact sets, no bounds.
+/// A reference model: exact sets, no bounds; per (block, backend) and per block last-use ticks.
 #[derive(Default)]
 struct Model {
     held: HashMap<BlockHash, u64>,
+    last: HashMap<(BlockHash, usize), u64>,
+    any: HashMap<BlockHash, u64>,
 }
 
 impl Model {
     fn record(&mut self, b: usize, h: &[BlockHash]) {
+        self.record_at(b, h, 0);
+    }
+    fn record_at(&mut self, b: usize, h: &[BlockHash], tick: u64) {
         for x in h {
             *self.held.entry(*x).or_default() |= 1 << b;
+            self.last.insert((*x, b), tick);
+            self.any.insert(*x, tick);
         }
     }
     fn forget(&mut self, b: usize) {
@@ -297,6 +388,25 @@ impl Model {
             *bits &= !(1 << b);
             *bits != 0
         });
+        self.last.retain(|&(_, x), _| x != b);
+        let held = &self.held;
+        self.any.retain(|x, _| held.contains_key(x));
+    }
+    /// Leading blocks of `h` that `b` holds and that were used no more than `age` ticks before
+    /// `now`: by `b` itself (`own`) or by anyone.
+    fn recent(&self, h: &[BlockHash], b: usize, now: u64, age: u64, own: bool) -> u32 {
+        h.iter()
+            .take_while(|x| {
+                let tick = if own {
+                    self.last.get(&(**x, b))
+                } else {
+                    self.any
+                        .get(x)
+                        .filter(|_| self.last.contains_key(&(**x, b)))
+                };
+                tick.is_some_and(|&t| t + age >= now)
+            })
+            .count() as u32
     }
     fn lengths(&self, h: &[BlockHash], nb: usize) -> Vec<u32> {
         (0..nb)
@@ -378,6 +488,56 @@ proptest! {
             prop_assert_eq!(idx.len(), model.held.len());
         }
         prop_assert_eq!(idx.evictions(), 0);
+    }
+
+    #[test]
+    fn per_backend_recency_is_bounded_by_the_truth_and_exact_for_few_backends(
+        spec in pool_spec(),
+        ops in prop::collection::vec((op(), 0..10u64), 1..40),
+        few in any::<bool>(),
+    ) {
+        // With at most RECENT backends every recorder has its own word: exact. With more, a
+        // backend pushed out gets an upper bound: never below its own last use, never above
+        // the any-backend tick the index used before.
+        let nb = if few { RECENT } else { 6 };
+        let pool = chain_pool(&spec);
+        let idx = PrefixIndex::new(IndexConfig { max_backends: nb, ..cfg(1 << 16) }); // 1 s
+        let mut model = Model::default();
+        let t0 = Instant::now();
+        let mut tick = 0u64;
+        for (op, step) in ops {
+            tick += step;
+            let t = t0 + Duration::from_secs(tick);
+            match op {
+                Op::Record { backend, chain, len } => {
+                    let backend = backend % nb;
+                    let h = &pool[chain][..len.min(pool[chain].len())];
+                    idx.record(backend, h, t);
+                    model.record_at(backend, h, tick);
+                }
+                Op::Forget(b) => {
+                    idx.forget_backend(b % nb);
+                    model.forget(b % nb);
+                }
+            }
+            for h in &pool {
+                for age in [0u64, 3, 10, 40] {
+                    let mut got = vec![0; nb];
+                    idx.match_lengths(h, t, &mut got);
+                    idx.limit_to_recent(h, t, &vec![age as f64; nb], &mut got);
+                    for (b, &g) in got.iter().enumerate() {
+                        let own = model.recent(h, b, tick, age, true);
+                        let any = model.recent(h, b, tick, age, false);
+                        if few {
+                            prop_assert_eq!(g, own, "backend {} age {}", b, age);
+                        } else {
+                            prop_assert!(own <= g && g <= any,
+                                "backend {} age {}: {} <= {} <= {}", b, age, own, g, any);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
