@@ -70,8 +70,11 @@
 //! ## Bounds
 //! At most `max_blocks` entries in all (each shard holds its share). A full shard evicts by
 //! sampled LRU: the smallest (tick, −depth) of 8 consecutive slots from a pseudo-random start.
-//! Memory: a slab slot of `2 + ⌈max_backends / 64⌉ + RECENT` words plus the map's ~19 bytes:
-//! about 97 bytes per block for 256 backends (65 before the recorder words).
+//! Memory: a slab slot of `2 + ⌈max_backends / 64⌉ + RECENT` words plus the map's ~19 bytes
+//! in use: about 97 bytes per block for 256 backends (65 without the recorder words). Allocated
+//! capacity adds slack as the slab and map grow by doubling: `benches/affinity.rs` measures
+//! 121 / 126 / 168 bytes per block at 8 / 64 / 256 backends with 1M blocks (66 / 66 / 115
+//! without the recorder words).
 
 pub mod residency;
 mod shard;
