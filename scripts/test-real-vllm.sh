@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pronto in front of two REAL vLLM CPU servers with KV-cache events on, then the same workload
+# Pronto (release build) in front of two REAL vLLM CPU servers with KV-cache events on, then the same workload
 # through the peer routers on the same servers. Not part of CI (slow: ~4 minutes once vLLM is
 # installed; the install itself is ~6 minutes and ~6 GB).
 #
@@ -60,9 +60,11 @@ if [[ ! -x $PEERS/sglang-router/bin/smg || ! -x $PEERS/vllm-router/bin/vllm-rout
   "$shared/peers/install-routers.sh" >"$OUT/install-routers.log" 2>&1 || echo "(peer routers not installable: their phases are skipped)"
 fi
 
-echo "== building pronto"
-(cd "$repo" && cargo build --quiet --bin pronto)
-pronto=$repo/target/debug/pronto
+echo "== building pronto (release)"
+# Release: the peers are release builds, and a debug build's tokenizer
+# alone adds milliseconds per request.
+(cd "$repo" && cargo build --quiet --release --bin pronto)
+pronto=${CARGO_TARGET_DIR:-$repo/target}/release/pronto
 
 for i in 0 1; do
   port=$((8101 + i)); zport=$((5557 + i))
