@@ -29,6 +29,7 @@ pub mod model;
 pub mod route;
 mod schema;
 pub mod tls;
+mod tokenizer;
 pub mod validate;
 
 use std::fmt;

@@ -25,14 +25,12 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::duration::{format_size, parse_duration, parse_size};
 use super::file::{BackendFile, ConfigFile, KvEventsFile, PolicyFile, PoolFile, Quantity};
 use super::model::*;
-use crate::request::ModelTokenizer;
 use crate::routing::PolicySpec;
 
 /// Smallest accepted `limits.max_body_bytes`.
@@ -522,48 +520,6 @@ impl Checker {
             discover,
             profile,
             tokenizer,
-        }
-    }
-
-    /// A pool's `tokenizer` (and `chat_template`), loaded; `None` when absent or invalid
-    /// (errors recorded at the field that is wrong).
-    fn tokenizer(&mut self, path: &str, pool: &PoolFile) -> Option<Arc<ModelTokenizer>> {
-        let Some(file) = pool.tokenizer.as_deref() else {
-            if pool.chat_template.is_some() {
-                self.error(
-                    format!("{path}.chat_template"),
-                    "needs `tokenizer` (the template renders prompts for that tokenizer)",
-                );
-            }
-            return None;
-        };
-        if let Some(t) = pool.chat_template.as_deref() {
-            if !Path::new(t).is_file() {
-                self.error(
-                    format!("{path}.chat_template"),
-                    format!("{t} is not a file"),
-                );
-                return None;
-            }
-        }
-        match ModelTokenizer::load(
-            Path::new(file),
-            pool.chat_template.as_deref().map(Path::new),
-        ) {
-            Ok(t) => {
-                if !t.has_chat_template() {
-                    self.warn(
-                        format!("{path}.tokenizer"),
-                        "no chat template found beside it (chat_template.jinja or \
-                         tokenizer_config.json); chat requests keep the estimated tokens",
-                    );
-                }
-                Some(Arc::new(t))
-            }
-            Err(message) => {
-                self.error(format!("{path}.tokenizer"), message);
-                None
-            }
         }
     }
 

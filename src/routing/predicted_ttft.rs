@@ -112,28 +112,29 @@ impl Policy for PredictedTtft {
             } else {
                 p
             };
-            let better = |cur: Option<(usize, f64, f64)>| {
+            // (index, cost, prediction): lower cost wins, ties to fewer in flight.
+            let beats = |cost: f64, cur: Option<(usize, f64, f64)>| {
                 cur.is_none_or(|(j, c, _)| {
                     cost < c || (cost == c && b.inflight < snapshot.backends[j].inflight)
                 })
             };
-            if better(best) {
+            if beats(cost, best) {
                 best = Some((i, cost, p));
             }
             let cold = !calibrated || model.since_last_observation_s > self.explore_after_s;
             if cold && b.outstanding_prefill_tokens == 0 {
                 // As a probe, an uncalibrated backend may be judged on its peer's model.
-                let mut q = p;
+                let (mut q_cost, mut q) = (cost, p);
                 if !calibrated {
                     let peer = *reference.get_or_insert_with(|| self.reference_model(snapshot));
-                    if let Some(c) = peer {
-                        q = q.min(c.predict(&inputs));
+                    if let Some(borrowed) = peer.map(|c| c.predict(&inputs)) {
+                        if borrowed < q_cost {
+                            (q_cost, q) = (borrowed, borrowed);
+                        }
                     }
                 }
-                if probe.is_none_or(|(j, c, _)| {
-                    q < c || (q == c && b.inflight < snapshot.backends[j].inflight)
-                }) {
-                    probe = Some((i, q, q));
+                if beats(q_cost, probe) {
+                    probe = Some((i, q_cost, q));
                 }
             }
         }

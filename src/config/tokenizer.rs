@@ -1,0 +1,55 @@
+//! A pool's `tokenizer:` / `chat_template:` (the model's own tokenizer, see
+//! [`crate::request::tokenizer`]): loaded at validation, so a missing or broken file is a
+//! located error and an invalid config never replaces a working one. Relative paths were
+//! resolved against the config file's directory beforehand ([`super::tls::resolve_paths`]).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::file::PoolFile;
+use super::validate::Checker;
+use crate::request::ModelTokenizer;
+
+impl Checker {
+    /// A pool's `tokenizer` (and `chat_template`), loaded; `None` when absent or invalid
+    /// (errors recorded at the field that is wrong).
+    pub(super) fn tokenizer(&mut self, path: &str, pool: &PoolFile) -> Option<Arc<ModelTokenizer>> {
+        let Some(file) = pool.tokenizer.as_deref() else {
+            if pool.chat_template.is_some() {
+                self.error(
+                    format!("{path}.chat_template"),
+                    "needs `tokenizer` (the template renders prompts for that tokenizer)",
+                );
+            }
+            return None;
+        };
+        if let Some(t) = pool.chat_template.as_deref() {
+            if !Path::new(t).is_file() {
+                self.error(
+                    format!("{path}.chat_template"),
+                    format!("{t} is not a file"),
+                );
+                return None;
+            }
+        }
+        match ModelTokenizer::load(
+            Path::new(file),
+            pool.chat_template.as_deref().map(Path::new),
+        ) {
+            Ok(t) => {
+                if !t.has_chat_template() {
+                    self.warn(
+                        format!("{path}.tokenizer"),
+                        "no chat template found beside it (chat_template.jinja or \
+                         tokenizer_config.json); chat requests keep the estimated tokens",
+                    );
+                }
+                Some(Arc::new(t))
+            }
+            Err(message) => {
+                self.error(format!("{path}.tokenizer"), message);
+                None
+            }
+        }
+    }
+}
