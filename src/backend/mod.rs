@@ -200,6 +200,10 @@ impl Backend {
             self.ns_since_created(now)
                 .saturating_sub(self.alloc_rate_at_ns.load(Ordering::Relaxed)) as f64
                 * 1e-9;
+        let kv_alloc_rate = decayed_rate(
+            f64::from_bits(self.alloc_rate_bits.load(Ordering::Relaxed)),
+            age_s,
+        );
         BackendView {
             name: self.config.name.clone(),
             healthy: self.is_healthy(now),
@@ -216,13 +220,11 @@ impl Backend {
             cached_tokens: 0,
             kv_reserved_tokens,
             kv_capacity_tokens,
+            kv_alloc_rate,
             cache_residency_s: residency_s(
                 kv_capacity_tokens.map(|c| c as f64),
                 kv_reserved_tokens as f64,
-                decayed_rate(
-                    f64::from_bits(self.alloc_rate_bits.load(Ordering::Relaxed)),
-                    age_s,
-                ),
+                kv_alloc_rate,
             ),
             ttft_model: Some(self.ttft.view(now)),
         }
@@ -525,10 +527,14 @@ mod tests {
             calmer.cache_residency_s > busy.cache_residency_s,
             "fewer pinned tokens leave more room for old prefixes"
         );
+        let later = b.view(now + Duration::from_secs(60));
         assert!(
-            b.view(now + Duration::from_secs(60)).cache_residency_s > calmer.cache_residency_s,
+            later.cache_residency_s > calmer.cache_residency_s,
             "no allocations: the rate decays"
         );
+        // 100k tokens over 10 s (averaged over the span observed): the turnover policies see.
+        assert!(busy.kv_alloc_rate > 5_000.0 && busy.kv_alloc_rate < 20_000.0);
+        assert!(later.kv_alloc_rate < busy.kv_alloc_rate / 2.0);
     }
 
     #[test]

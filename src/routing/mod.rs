@@ -86,6 +86,10 @@ pub struct BackendView {
     pub kv_reserved_tokens: u64,
     /// The engine's KV-cache capacity in tokens, when known (config hint or scrape).
     pub kv_capacity_tokens: Option<u64>,
+    /// KV-cache tokens the backend allocates per second (its dispatched uncached prompts and
+    /// expected outputs, time-averaged; 0: unknown). In a steady state blocks are freed as fast
+    /// as they are taken, so this is also how fast room appears ([`BackendView::kv_wait_s`]).
+    pub kv_alloc_rate: f64,
     /// Seconds a prefix stays in the backend's cache after its last use (infinite: unknown);
     /// prefix credit older than this is not given (see [`crate::affinity::residency`]).
     pub cache_residency_s: f64,
@@ -140,6 +144,7 @@ impl BackendView {
             cached_tokens: 0,
             kv_reserved_tokens: 0,
             kv_capacity_tokens: None,
+            kv_alloc_rate: 0.0,
             cache_residency_s: f64::INFINITY,
             ttft_model: None,
         }
@@ -152,6 +157,25 @@ impl BackendView {
     pub fn kv_fits(&self, features: &RequestFeatures) -> bool {
         self.kv_capacity_tokens
             .is_none_or(|cap| self.kv_reserved_tokens + self.kv_need(features) <= cap)
+    }
+
+    /// Expected seconds before `features` has room in this backend's KV cache: 0 when it fits
+    /// ([`BackendView::kv_fits`]); else the tokens that do not fit over the rate at which the
+    /// backend's cache turns over ([`BackendView::kv_alloc_rate`]); infinite when that rate is
+    /// unknown. An engine out of blocks queues the request (or preempts) until running
+    /// requests finish, a wait the TTFT model cannot see in its inputs.
+    pub fn kv_wait_s(&self, features: &RequestFeatures) -> f64 {
+        let Some(cap) = self.kv_capacity_tokens else {
+            return 0.0;
+        };
+        let overflow = (self.kv_reserved_tokens + self.kv_need(features)).saturating_sub(cap);
+        if overflow == 0 {
+            0.0
+        } else if self.kv_alloc_rate > 0.0 {
+            overflow as f64 / self.kv_alloc_rate
+        } else {
+            f64::INFINITY
+        }
     }
 
     /// KV-cache tokens `features` will add on this backend: its uncached prompt here plus its

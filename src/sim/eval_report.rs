@@ -35,6 +35,51 @@ pub struct RunReport {
     pub rejected: u64,
     /// Preemptions across the fleet.
     pub preemptions: u64,
+    /// Every request's outcome, in trace order (written by `--requests-csv`).
+    #[serde(skip)]
+    pub outcomes: Vec<RequestOutcome>,
+}
+
+/// What happened to one request of an evaluator run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RequestOutcome {
+    /// Arrival, virtual seconds.
+    pub arrival_s: f64,
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Backend index in fleet order; `None` when shed.
+    pub backend: Option<usize>,
+    /// The policy's predicted TTFT, when it made one.
+    pub predicted_ttft_s: Option<f64>,
+    /// Prompt tokens the engine found in its prefix cache.
+    pub cached_tokens: u32,
+    /// Time to first token; `None` when shed or rejected.
+    pub ttft_s: Option<f64>,
+}
+
+/// `id,arrival_s,prompt_tokens,backend,predicted_ttft_s,cached_tokens,ttft_s` lines, one per
+/// request (empty fields where there is no value).
+pub fn outcomes_csv(run: &RunReport) -> String {
+    use std::fmt::Write;
+    let mut out =
+        String::from("id,arrival_s,prompt_tokens,backend,predicted_ttft_s,cached_tokens,ttft_s\n");
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
+    for (i, o) in run.outcomes.iter().enumerate() {
+        let backend = o
+            .backend
+            .and_then(|b| run.per_backend.get(b))
+            .map_or("", |(n, _)| n.as_str());
+        let _ = writeln!(
+            out,
+            "{i},{:.6},{},{backend},{},{},{}",
+            o.arrival_s,
+            o.prompt_tokens,
+            opt(o.predicted_ttft_s),
+            o.cached_tokens,
+            opt(o.ttft_s)
+        );
+    }
+    out
 }
 
 /// Nearest-rank percentile of sorted values (`q` in 0..=1); 0 when empty.
@@ -132,6 +177,7 @@ mod tests {
             shed: 0,
             rejected: 0,
             preemptions: 0,
+            outcomes: vec![],
         };
         let v: serde_json::Value =
             serde_json::from_str(&to_json(std::slice::from_ref(&r), None)).unwrap();

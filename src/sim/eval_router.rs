@@ -178,6 +178,7 @@ impl RouterSideState {
         self.index
             .match_lengths(&features.block_hashes, now, &mut self.matched);
         for (v, r) in self.views.iter_mut().zip(&self.residency) {
+            v.kv_alloc_rate = r.rate(now);
             v.cache_residency_s = r.residency_s(now, v.kv_reserved_tokens as f64);
         }
         if residency {

@@ -118,6 +118,7 @@ fn mooncake_conversation_prefix_when_present() {
         limit: Some(500),
         seed: 1,
         json: false,
+        requests_csv: None,
     };
     let fleet = load_fleet(&args.fleet).unwrap();
     let (reqs, cap) = prepare_trace(&args, &fleet).unwrap();
@@ -144,4 +145,40 @@ fn predicted_ttft_beats_round_robin_on_p99_for_shared_prefix_traffic() {
     );
     assert!(pt.ttft_p99_ms < rr.ttft_p99_ms);
     assert!(pt.ttft_mean_ms < rr.ttft_mean_ms);
+}
+
+#[test]
+fn per_request_outcomes_match_the_summary_and_write_as_csv() {
+    let reqs = workload(0.8);
+    let fleet = small_fleet();
+    let r = evaluate(&fleet, "m", &reqs, "predicted_ttft").unwrap();
+    assert_eq!(r.outcomes.len(), reqs.len());
+    let mut ttft: Vec<f64> = r.outcomes.iter().filter_map(|o| o.ttft_s).collect();
+    ttft.sort_by(f64::total_cmp);
+    let p99 = super::eval_report::percentile(&ttft, 0.99) * 1e3;
+    assert!((p99 - r.ttft_p99_ms).abs() < 1e-9);
+    for (o, q) in r.outcomes.iter().zip(&reqs) {
+        assert_eq!(
+            (o.arrival_s, o.prompt_tokens),
+            (q.arrival_s, q.input_tokens)
+        );
+        assert!(o.backend.is_some() && o.predicted_ttft_s.is_some());
+        assert!(o.cached_tokens <= o.prompt_tokens);
+    }
+    let cached: u64 = r.outcomes.iter().map(|o| u64::from(o.cached_tokens)).sum();
+    assert!(cached > 0, "the workload shares prefixes");
+    let csv = super::eval_report::outcomes_csv(&r);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), reqs.len() + 1);
+    assert!(lines[0].starts_with("id,arrival_s,prompt_tokens,backend,"));
+    let first: Vec<&str> = lines[1].split(',').collect();
+    assert_eq!(first.len(), 7);
+    assert!(first[3].starts_with('b'), "backend by name: {}", lines[1]);
+    // The oracle makes no prediction: the field is empty.
+    let o = evaluate(&fleet, "m", &reqs, ORACLE).unwrap();
+    assert!(super::eval_report::outcomes_csv(&o)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .contains(",,"));
 }

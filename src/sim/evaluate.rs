@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use super::engine::{Engine, EngineConfig, EngineEvent, SimRequest};
-use super::eval_report::{percentile, RunReport};
+use super::eval_report::{percentile, RequestOutcome, RunReport};
 use super::eval_router::{Dispatch, RouterSideState};
 use super::fleet_config::FleetConfig;
 use super::profile::StepWork;
@@ -99,6 +99,10 @@ pub struct EvaluateArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Write every request's outcome to `DIR/<policy>.csv` (arrival, prompt tokens, backend,
+    /// predicted and actual TTFT, cached tokens): to see which requests make a tail.
+    #[arg(long, value_name = "DIR")]
+    pub requests_csv: Option<PathBuf>,
 }
 
 /// One simulated backend: a name and its engine configuration.
@@ -193,6 +197,8 @@ struct Track {
     prompt_tokens: u32,
     first_token_s: Option<f64>,
     dispatch: Dispatch,
+    predicted_ttft_s: Option<f64>,
+    cached_tokens: u32,
 }
 
 struct Backend {
@@ -276,6 +282,7 @@ pub fn evaluate(
                         } => {
                             let tr = &mut tracks[id as usize];
                             tr.first_token_s = Some(t);
+                            tr.cached_tokens = cached_tokens;
                             ttft.push(t - tr.arrival_s);
                             hit_tokens += u64::from(cached_tokens);
                             prompt_tokens += u64::from(tr.prompt_tokens);
@@ -324,6 +331,8 @@ pub fn evaluate(
                     prompt_tokens: r.input_tokens,
                     first_token_s: None,
                     dispatch: Dispatch::default(),
+                    predicted_ttft_s: None,
+                    cached_tokens: 0,
                 });
                 let mut features = features_of(model, &ids, r);
                 let now = base + Duration::from_secs_f64(t);
@@ -333,7 +342,7 @@ pub fn evaluate(
                 };
                 let views = router.views(&features, now, residency);
                 let chosen = match &chooser {
-                    Chooser::Oracle => Some(oracle_pick(&backends, &ids, id, r, t)),
+                    Chooser::Oracle => Some((oracle_pick(&backends, &ids, id, r, t), None)),
                     Chooser::Policy(p, exact) => {
                         let views = if *exact {
                             exact_views.clear();
@@ -346,14 +355,17 @@ pub fn evaluate(
                             views
                         };
                         let snapshot = crate::routing::Snapshot { backends: views };
-                        p.select(&features, &snapshot, now).ok().map(|d| d.index)
+                        p.select(&features, &snapshot, now)
+                            .ok()
+                            .map(|d| (d.index, d.predicted_ttft_s))
                     }
                 };
-                let Some(b) = chosen else {
+                let Some((b, predicted)) = chosen else {
                     shed += 1;
                     continue;
                 };
                 tracks[id as usize].backend = b;
+                tracks[id as usize].predicted_ttft_s = predicted;
                 per_backend[b] += 1;
                 tracks[id as usize].dispatch = router.on_dispatch(b, &features, now);
                 // Block hashes at the gateway's block size, reused by engines of that size.
@@ -421,6 +433,17 @@ pub fn evaluate(
         shed,
         rejected,
         preemptions,
+        outcomes: tracks
+            .iter()
+            .map(|t| RequestOutcome {
+                arrival_s: t.arrival_s,
+                prompt_tokens: t.prompt_tokens,
+                backend: (t.backend != usize::MAX).then_some(t.backend),
+                predicted_ttft_s: t.predicted_ttft_s,
+                cached_tokens: t.cached_tokens,
+                ttft_s: t.first_token_s.map(|f| f - t.arrival_s),
+            })
+            .collect(),
     })
 }
 
@@ -563,6 +586,13 @@ pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
                 reqs.len(),
                 reqs.len() as f64 / wall.max(1e-9)
             );
+        }
+        if let Some(dir) = &args.requests_csv {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("--requests-csv: cannot create {}", dir.display()))?;
+            let file = dir.join(format!("{p}.csv"));
+            std::fs::write(&file, super::eval_report::outcomes_csv(&report))
+                .with_context(|| format!("--requests-csv: cannot write {}", file.display()))?;
         }
         runs.push(report);
     }
