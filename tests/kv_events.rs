@@ -303,8 +303,8 @@ async fn the_gateway_routes_by_the_engines_published_cache() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_models_tokenizer_real_token_ids_are_matched() {
     let tok_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples/tokenizer");
-    let tokenizer = pronto::request::ModelTokenizer::load(std::path::Path::new(tok_dir), None)
-        .expect("example tokenizer");
+    let tokenizer =
+        pronto::request::ModelTokenizer::from_spec(tok_dir, None).expect("example tokenizer");
     let (fleet, gw, mut seen) = fleet_and_gateway(
         2000,
         pronto::sim::fleet::SimFleetOptions {
