@@ -22,7 +22,9 @@
 //!   `function_call`) is `name ":" arguments` (the `tiktoken-rs` heuristic: + 1 per call), a
 //!   `refusal` its tokens. Content given as parts is the text parts joined by `\n`, as for a
 //!   template. The request's `tools` definitions are not counted (neither is their format
-//!   public, nor does the cookbook count them).
+//!   public, nor does the cookbook count them). The one difference from `tiktoken-rs`'s
+//!   `num_tokens_from_messages`: it counts special-token text in a message (`<|endoftext|>`)
+//!   as one token, Pronto as the text it is.
 //!
 //! ## The frame ids (`START`, `SEP`, `END`)
 //! The public encodings do not all hold chat tokens, so the frame is a fixed triple per
