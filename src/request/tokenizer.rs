@@ -45,7 +45,8 @@
 //! ~0.24 ms per KiB against ~3.5 µs per KiB for the estimate (`benches/tokenizer.rs`; 42 ms
 //! for a 128 KiB prompt, ~2 % of that prompt's prefill on an H100). The gateway runs it on
 //! tokio's blocking pool unless the body is tiny ([`INLINE_MAX_BYTES`]), so a proxy thread
-//! never stalls on a long document.
+//! never stalls on a long document. A tiktoken encoding is ~10x cheaper: ~23 µs per KiB
+//! (`o200k_base`, OpenAI's chat format; 3.3 ms for 128 KiB).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
