@@ -2,10 +2,11 @@
 //! the chat template, encode, hash the blocks) against the built-in estimate
 //! (`parse_request` alone), at ~1 KiB, ~16 KiB and ~128 KiB of prompt.
 //!
-//! The tokenizer is `PRONTO_BENCH_TOKENIZER` (a `tokenizer.json` or a model directory with its
-//! chat template) when set — use a real model's, e.g. `$PEERS/tiny-llama` (a trained BPE) —
-//! else the repository's toy example (`config/examples/tokenizer`: bytes, no merges), which
-//! under-states a real BPE's cost.
+//! `exact/…` is the Hugging Face tokenizer `PRONTO_BENCH_TOKENIZER` (a `tokenizer.json` or a
+//! model directory with its chat template) when set — use a real model's, e.g.
+//! `$PEERS/tiny-llama` (a trained BPE) — else the repository's toy example
+//! (`config/examples/tokenizer`: bytes, no merges), which under-states a real BPE's cost.
+//! `tiktoken/…` is `tiktoken:o200k_base` (built in: OpenAI's chat format, no template).
 //!
 //! Run: `PRONTO_BENCH_TOKENIZER=~/.cache/pronto-peers/tiny-llama cargo bench --bench tokenizer
 //! -- --warm-up-time 1 --measurement-time 3`.
@@ -52,12 +53,14 @@ fn bench(c: &mut Criterion) {
         .unwrap_or_else(|| {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/examples/tokenizer")
         });
-    let tok = ModelTokenizer::load(&path, None).expect("tokenizer loads");
+    let tok = ModelTokenizer::from_spec(path.to_str().expect("UTF-8 path"), None)
+        .expect("tokenizer loads");
     assert!(
         tok.has_chat_template(),
         "{} has no chat template",
         path.display()
     );
+    let tiktoken = ModelTokenizer::from_spec("tiktoken:o200k_base", None).expect("built in");
     let mut g = c.benchmark_group("tokenizer");
     for (label, bytes) in [
         ("1KiB", 1 << 10),
@@ -72,6 +75,15 @@ fn bench(c: &mut Criterion) {
         g.bench_function(format!("exact/{label}"), |b| {
             b.iter(|| {
                 let ids = tok
+                    .prompt_ids(Endpoint::ChatCompletions, black_box(&body))
+                    .unwrap()
+                    .unwrap();
+                block_hashes(&ids, BLOCK_TOKENS)
+            })
+        });
+        g.bench_function(format!("tiktoken/{label}"), |b| {
+            b.iter(|| {
+                let ids = tiktoken
                     .prompt_ids(Endpoint::ChatCompletions, black_box(&body))
                     .unwrap()
                     .unwrap();

@@ -303,8 +303,8 @@ async fn the_gateway_routes_by_the_engines_published_cache() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_models_tokenizer_real_token_ids_are_matched() {
     let tok_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples/tokenizer");
-    let tokenizer = pronto::request::ModelTokenizer::load(std::path::Path::new(tok_dir), None)
-        .expect("example tokenizer");
+    let tokenizer =
+        pronto::request::ModelTokenizer::from_spec(tok_dir, None).expect("example tokenizer");
     let (fleet, gw, mut seen) = fleet_and_gateway(
         2000,
         pronto::sim::fleet::SimFleetOptions {
@@ -358,5 +358,59 @@ async fn with_the_models_tokenizer_real_token_ids_are_matched() {
     )
     .unwrap_or(0.0);
     assert!(exact >= 3.0, "tokenized exactly: {exact}");
+    fleet.shutdown().await;
+}
+
+/// A tiktoken encoding on both sides (no files: it is built in): the gateway's
+/// `/admin/tokenize` equals the engine's `/tokenize` for a chat body (OpenAI's chat format) and
+/// a completions body (ordinary text).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_tiktoken_encoding_the_gateway_and_the_engine_agree() {
+    let spec = "tiktoken:cl100k_base";
+    let tokenizer = pronto::request::ModelTokenizer::from_spec(spec, None).expect("built in");
+    let (fleet, gw, _) = fleet_and_gateway(
+        2000,
+        pronto::sim::fleet::SimFleetOptions {
+            time_scale: 0.01,
+            tokenizer: Some(std::sync::Arc::new(tokenizer)),
+            ..Default::default()
+        },
+        &format!("    tokenizer: {spec}\n"),
+    )
+    .await;
+    let url = &fleet.urls()[0];
+    let client = reqwest::Client::new();
+    let json = |url: String, body: serde_json::Value| {
+        let req = client.post(url).json(&body);
+        async move {
+            req.send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let completion = serde_json::json!({"model": MODEL, "prompt": "hello world"});
+    for (endpoint, body) in [("chat", chat("alpha")), ("completions", completion)] {
+        let ours = json(
+            gw.admin_url(&format!("/admin/tokenize?endpoint={endpoint}")),
+            body.clone(),
+        )
+        .await;
+        let engine = json(format!("{url}/tokenize"), body).await;
+        assert_eq!(ours["result"], "exact", "{ours}");
+        assert_eq!(ours["tokenizer"], spec);
+        assert_eq!(ours["token_ids"], engine["tokens"], "{endpoint}");
+        assert_eq!(ours["prompt_tokens"], engine["count"], "{endpoint}");
+        let ids = ours["token_ids"].as_array().unwrap();
+        if endpoint == "chat" {
+            // ChatML's `<|im_start|>` opens the turn; the estimate counts otherwise.
+            assert_eq!(ids[0], 100264, "{ours}");
+            assert_ne!(ours["prompt_tokens"], ours["estimated_prompt_tokens"]);
+        } else {
+            assert_eq!(ours["token_ids"], serde_json::json!([15339, 1917]));
+        }
+    }
     fleet.shutdown().await;
 }

@@ -229,13 +229,18 @@ fn schema_value() -> Value {
                     "tokenizer": {
                         "description": "The model's tokenizer: a Hugging Face tokenizer.json or \
                                         a directory holding it (with tokenizer_config.json and \
-                                        chat_template.jinja); exact prompt tokens and \
-                                        engine-matching block hashes. Relative to the config file",
+                                        chat_template.jinja), relative to the config file; or \
+                                        `tiktoken:<name>`, an OpenAI encoding (o200k_base, \
+                                        o200k_harmony, cl100k_base, p50k_base, p50k_edit, \
+                                        r50k_base) or a model name mapped to one (gpt-4o, \
+                                        gpt-4, ...), built in. Exact prompt tokens and \
+                                        engine-matching block hashes",
                         "type": "string",
                     },
                     "chat_template": {
                         "description": "A Jinja chat template file overriding the one beside \
-                                        the tokenizer (needs `tokenizer`)",
+                                        the tokenizer (needs `tokenizer`; with `tiktoken:` it \
+                                        replaces OpenAI's chat format)",
                         "type": "string",
                     },
                 },

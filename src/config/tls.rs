@@ -111,7 +111,8 @@ fn files_digest(cert: &[u8], key: &[u8]) -> Digest {
 }
 
 /// Resolve relative `tls.cert`, `tls.key`, backend `ca_file` and pool `tokenizer` /
-/// `chat_template` paths against the directory of the config file at `path`.
+/// `chat_template` paths against the directory of the config file at `path` (a `tokenizer`
+/// of `tiktoken:<name>` is left as it is).
 pub(super) fn resolve_paths(file: &mut super::file::ConfigFile, path: &Path) {
     let Some(dir) = path.parent() else { return };
     let resolve = |p: &mut String| {
@@ -124,7 +125,11 @@ pub(super) fn resolve_paths(file: &mut super::file::ConfigFile, path: &Path) {
         tls.key.iter_mut().for_each(resolve);
     }
     for (_, pool) in file.pools.iter_mut().flat_map(|p| p.0.iter_mut()) {
-        pool.tokenizer.iter_mut().for_each(resolve);
+        // `tiktoken:<name>` names an encoding, not a file.
+        pool.tokenizer
+            .iter_mut()
+            .filter(|t| !t.starts_with(crate::request::tiktoken::TIKTOKEN_PREFIX))
+            .for_each(resolve);
         pool.chat_template.iter_mut().for_each(resolve);
         for b in pool.backends.iter_mut().flatten() {
             b.ca_file.iter_mut().for_each(resolve);

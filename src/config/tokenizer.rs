@@ -1,7 +1,9 @@
 //! A pool's `tokenizer:` / `chat_template:` (the model's own tokenizer, see
-//! [`crate::request::tokenizer`]): loaded at validation, so a missing or broken file is a
-//! located error and an invalid config never replaces a working one. Relative paths were
-//! resolved against the config file's directory beforehand ([`super::tls::resolve_paths`]).
+//! [`crate::request::tokenizer`]; `tiktoken:<name>` for an OpenAI encoding): loaded at
+//! validation, so a missing or broken file, or an unknown encoding, is a located error and an
+//! invalid config never replaces a working one. Relative paths were resolved against the
+//! config file's directory beforehand ([`super::tls::resolve_paths`]; a `tiktoken:` value is
+//! not a path).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -32,10 +34,7 @@ impl Checker {
                 return None;
             }
         }
-        match ModelTokenizer::load(
-            Path::new(file),
-            pool.chat_template.as_deref().map(Path::new),
-        ) {
+        match ModelTokenizer::from_spec(file, pool.chat_template.as_deref().map(Path::new)) {
             Ok(t) => {
                 if !t.has_chat_template() {
                     self.warn(

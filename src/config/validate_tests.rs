@@ -716,3 +716,42 @@ fn tokenizer_files_are_loaded_and_located() {
     assert_eq!(w[0].0, "pools.m.tokenizer");
     assert!(w[0].1.contains("no chat template"), "{}", w[0].1);
 }
+
+#[test]
+fn tiktoken_encodings_need_no_files() {
+    let with = |extra: &str| {
+        format!(
+            "pools:\n  m:\n{extra}    backends:\n      - {{name: a, url: 'http://127.0.0.1:8001'}}\n      - {{name: b, url: 'http://127.0.0.1:8002'}}\n"
+        )
+    };
+    // No template and no warning: OpenAI's chat format is built in.
+    let (config, warns) = run(&with("    tokenizer: tiktoken:o200k_base\n")).unwrap();
+    assert!(warns.is_empty(), "{warns:?}");
+    let tok = config.pools[0].tokenizer.as_ref().expect("loaded");
+    assert_eq!(tok.tiktoken_encoding(), Some("o200k_base"));
+
+    let (path, message) = one_error(&with("    tokenizer: tiktoken:nope\n"));
+    assert_eq!(path, "pools.m.tokenizer");
+    assert!(
+        message.starts_with("unknown tiktoken encoding \"nope\" (one of: o200k_base, "),
+        "{message}"
+    );
+
+    // In a file, the encoding is not a relative path; the template beside it is.
+    let text = with("    tokenizer: tiktoken:gpt-4o\n");
+    let file = std::path::Path::new("/etc/pronto/pronto.yaml");
+    let config = crate::config::Config::from_file_text(file, &text).unwrap();
+    let tok = config.pools[0].tokenizer.as_ref().expect("loaded");
+    assert_eq!(tok.path(), std::path::Path::new("tiktoken:gpt-4o"));
+    let text = with("    tokenizer: tiktoken:gpt-4o\n    chat_template: t.jinja\n");
+    let e = crate::config::Config::from_file_text(file, &text).unwrap_err();
+    let errors: Vec<(&str, &str)> = e
+        .errors
+        .iter()
+        .map(|d| (d.path.as_str(), d.message.as_str()))
+        .collect();
+    assert_eq!(
+        errors,
+        [("pools.m.chat_template", "/etc/pronto/t.jinja is not a file")]
+    );
+}

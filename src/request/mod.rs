@@ -6,6 +6,7 @@
 mod features;
 mod json_str;
 mod parse;
+pub mod tiktoken;
 pub mod token_ratio;
 pub mod tokenizer;
 

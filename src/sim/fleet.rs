@@ -72,7 +72,8 @@ pub struct SimFleetArgs {
     #[arg(long)]
     pub kv_events_base_port: Option<u16>,
     /// Tokenize prompts with this model tokenizer (a `tokenizer.json` or a directory with one
-    /// and its chat template), as a real engine does, instead of Pronto's built-in mapping:
+    /// and its chat template, or `tiktoken:<encoding or OpenAI model>`), as a real engine
+    /// does, instead of Pronto's built-in mapping:
     /// the KV events then carry that tokenizer's ids (test a gateway pool's `tokenizer:`).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
@@ -428,7 +429,12 @@ pub async fn run_sim_fleet(args: SimFleetArgs) -> anyhow::Result<()> {
     let (cfg, base_dir) = args.fleet_config()?;
     let tokenizer = match &args.tokenizer {
         Some(path) => Some(Arc::new(
-            ModelTokenizer::load(path, None).map_err(|e| anyhow::anyhow!("--tokenizer: {e}"))?,
+            ModelTokenizer::from_spec(
+                path.to_str()
+                    .ok_or_else(|| anyhow::anyhow!("--tokenizer: not UTF-8: {}", path.display()))?,
+                None,
+            )
+            .map_err(|e| anyhow::anyhow!("--tokenizer: {e}"))?,
         )),
         None => None,
     };
