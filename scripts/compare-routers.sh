@@ -34,6 +34,8 @@
 #   LOAD_SCALE=X        use this `pronto replay --load-scale` instead of the calibrated one
 #   TIME_SCALE=1        simulated step-time multiplier
 #   BACKENDS=8 PROFILE=h100-llama3-8b KV_BLOCKS=24000   the fleet
+#   FLEET=FILE          a fleet file instead (e.g. config/sim/fleet-hetero.yaml: 4×H100 + 4×A100);
+#                       its backends keep their profiles, KV blocks and ports
 #   CONTENDERS="..."    subset / order of contenders (see above)
 #   BASELINE="sglang cache_aware"   row the TTFT ratios are relative to
 #   PEERS=DIR           peer venvs (default $HOME/.cache/pronto-peers)
@@ -57,6 +59,16 @@ BASELINE=${BASELINE:-sglang cache_aware}
 PEERS=${PEERS:-$HOME/.cache/pronto-peers}
 REQUEST_TIMEOUT=${REQUEST_TIMEOUT:-5m}
 MODEL=llama-3-8b
+FLEET=${FLEET:-}
+if [[ -n $FLEET ]]; then
+    [[ -f $FLEET ]] || { echo "compare-routers: FLEET=$FLEET not found" >&2; exit 1; }
+    BACKENDS=$(grep -cE '^ *- *\{ *name:' "$FLEET")
+    FLEET_ARGS=(--config "$FLEET")
+    FLEET_NOTE="$FLEET ($BACKENDS backends)"
+else
+    FLEET_ARGS=(--backends "$BACKENDS" --profile "$PROFILE" --base-port 0 --num-kv-blocks "$KV_BLOCKS")
+    FLEET_NOTE="$BACKENDS × pronto sim-fleet $PROFILE, $KV_BLOCKS KV blocks of 16 tokens each"
+fi
 BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/pronto}
 REPORT_BIN=${REPORT_BIN:-$BIN}
 OUT=${OUT:-target/compare-routers/$(date -u +%Y%m%dT%H%M%SZ)}
@@ -96,8 +108,8 @@ WORKLOAD_ARGS=()
 if [[ -f "$TRACE" ]]; then
     WORKLOAD_ARGS=(--trace "$TRACE" --spread --limit "$LIMIT")
     if [[ -z "${LOAD_SCALE:-}" ]]; then
-        fleet_file="$OUT/fleet.yaml"
-        {
+        fleet_file=${FLEET:-$OUT/fleet.yaml}
+        [[ -n $FLEET ]] || {
             echo "model: $MODEL"
             echo "backends:"
             for i in $(seq 0 $((BACKENDS - 1))); do
@@ -133,7 +145,7 @@ else
     WORKLOAD_NOTE="SYNTHETIC workload (the trace file $TRACE was absent), seed 1, --load-scale $LOAD_SCALE (load not calibrated)"
 fi
 WORKLOAD_ARGS+=(--load-scale "$LOAD_SCALE" --seed 1)
-NOTE="$WORKLOAD_NOTE. Fleet: $BACKENDS × pronto sim-fleet $PROFILE, $KV_BLOCKS KV blocks of 16 tokens each, time scale $TIME_SCALE; a fresh fleet per router. Host: $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -1))."
+NOTE="$WORKLOAD_NOTE. Fleet: $FLEET_NOTE, time scale $TIME_SCALE; a fresh fleet per router. Host: $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -1))."
 echo "compare-routers: $NOTE"
 
 # --- peers ---------------------------------------------------------------------------------
@@ -209,8 +221,8 @@ run_one() {
         policy=${policy%+exact}
         kv_args=(--kv-events-base-port "$(free_port)")
     fi
-    RUST_LOG=warn "$BIN" sim-fleet --backends "$BACKENDS" --profile "$PROFILE" --base-port 0 \
-        --num-kv-blocks "$KV_BLOCKS" --time-scale "$TIME_SCALE" --model "$MODEL" "${kv_args[@]}" \
+    RUST_LOG=warn "$BIN" sim-fleet "${FLEET_ARGS[@]}" \
+        --time-scale "$TIME_SCALE" --model "$MODEL" "${kv_args[@]}" \
         >"$dir/fleet.log" 2>&1 &
     local fleet_pid=$!
     PIDS+=("$fleet_pid")
