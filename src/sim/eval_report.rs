@@ -51,18 +51,21 @@ pub struct RequestOutcome {
     pub backend: Option<usize>,
     /// The policy's predicted TTFT, when it made one.
     pub predicted_ttft_s: Option<f64>,
+    /// Why the policy chose the backend (`None` for the oracle or a shed request).
+    pub reason: Option<crate::routing::Reason>,
     /// Prompt tokens the engine found in its prefix cache.
     pub cached_tokens: u32,
     /// Time to first token; `None` when shed or rejected.
     pub ttft_s: Option<f64>,
 }
 
-/// `id,arrival_s,prompt_tokens,backend,predicted_ttft_s,cached_tokens,ttft_s` lines, one per
+/// `id,arrival_s,prompt_tokens,backend,predicted_ttft_s,cached_tokens,ttft_s,reason` lines, one per
 /// request (empty fields where there is no value).
 pub fn outcomes_csv(run: &RunReport) -> String {
     use std::fmt::Write;
-    let mut out =
-        String::from("id,arrival_s,prompt_tokens,backend,predicted_ttft_s,cached_tokens,ttft_s\n");
+    let mut out = String::from(
+        "id,arrival_s,prompt_tokens,backend,predicted_ttft_s,cached_tokens,ttft_s,reason\n",
+    );
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
     for (i, o) in run.outcomes.iter().enumerate() {
         let backend = o
@@ -71,12 +74,13 @@ pub fn outcomes_csv(run: &RunReport) -> String {
             .map_or("", |(n, _)| n.as_str());
         let _ = writeln!(
             out,
-            "{i},{:.6},{},{backend},{},{},{}",
+            "{i},{:.6},{},{backend},{},{},{},{}",
             o.arrival_s,
             o.prompt_tokens,
             opt(o.predicted_ttft_s),
             o.cached_tokens,
-            opt(o.ttft_s)
+            opt(o.ttft_s),
+            o.reason.map_or("", |r| r.as_str())
         );
     }
     out

@@ -162,7 +162,7 @@ fn per_request_outcomes_match_the_summary_and_write_as_csv() {
             (o.arrival_s, o.prompt_tokens),
             (q.arrival_s, q.input_tokens)
         );
-        assert!(o.backend.is_some() && o.predicted_ttft_s.is_some());
+        assert!(o.backend.is_some() && o.predicted_ttft_s.is_some() && o.reason.is_some());
         assert!(o.cached_tokens <= o.prompt_tokens);
     }
     let cached: u64 = r.outcomes.iter().map(|o| u64::from(o.cached_tokens)).sum();
@@ -172,7 +172,7 @@ fn per_request_outcomes_match_the_summary_and_write_as_csv() {
     assert_eq!(lines.len(), reqs.len() + 1);
     assert!(lines[0].starts_with("id,arrival_s,prompt_tokens,backend,"));
     let first: Vec<&str> = lines[1].split(',').collect();
-    assert_eq!(first.len(), 7);
+    assert_eq!(first.len(), 8);
     assert!(first[3].starts_with('b'), "backend by name: {}", lines[1]);
     // The oracle makes no prediction: the field is empty.
     let o = evaluate(&fleet, "m", &reqs, ORACLE).unwrap();

@@ -100,7 +100,8 @@ pub struct EvaluateArgs {
     #[arg(long)]
     pub json: bool,
     /// Write every request's outcome to `DIR/<policy>.csv` (arrival, prompt tokens, backend,
-    /// predicted and actual TTFT, cached tokens): to see which requests make a tail.
+    /// predicted and actual TTFT, cached tokens, the decision's reason): to see which requests
+    /// make a tail.
     #[arg(long, value_name = "DIR")]
     pub requests_csv: Option<PathBuf>,
 }
@@ -198,6 +199,7 @@ struct Track {
     first_token_s: Option<f64>,
     dispatch: Dispatch,
     predicted_ttft_s: Option<f64>,
+    reason: Option<crate::routing::Reason>,
     cached_tokens: u32,
 }
 
@@ -332,6 +334,7 @@ pub fn evaluate(
                     first_token_s: None,
                     dispatch: Dispatch::default(),
                     predicted_ttft_s: None,
+                    reason: None,
                     cached_tokens: 0,
                 });
                 let mut features = features_of(model, &ids, r);
@@ -342,7 +345,7 @@ pub fn evaluate(
                 };
                 let views = router.views(&features, now, residency);
                 let chosen = match &chooser {
-                    Chooser::Oracle => Some((oracle_pick(&backends, &ids, id, r, t), None)),
+                    Chooser::Oracle => Some((oracle_pick(&backends, &ids, id, r, t), None, None)),
                     Chooser::Policy(p, exact) => {
                         let views = if *exact {
                             exact_views.clear();
@@ -357,15 +360,16 @@ pub fn evaluate(
                         let snapshot = crate::routing::Snapshot { backends: views };
                         p.select(&features, &snapshot, now)
                             .ok()
-                            .map(|d| (d.index, d.predicted_ttft_s))
+                            .map(|d| (d.index, d.predicted_ttft_s, Some(d.reason)))
                     }
                 };
-                let Some((b, predicted)) = chosen else {
+                let Some((b, predicted, reason)) = chosen else {
                     shed += 1;
                     continue;
                 };
                 tracks[id as usize].backend = b;
                 tracks[id as usize].predicted_ttft_s = predicted;
+                tracks[id as usize].reason = reason;
                 per_backend[b] += 1;
                 tracks[id as usize].dispatch = router.on_dispatch(b, &features, now);
                 // Block hashes at the gateway's block size, reused by engines of that size.
@@ -440,6 +444,7 @@ pub fn evaluate(
                 prompt_tokens: t.prompt_tokens,
                 backend: (t.backend != usize::MAX).then_some(t.backend),
                 predicted_ttft_s: t.predicted_ttft_s,
+                reason: t.reason,
                 cached_tokens: t.cached_tokens,
                 ttft_s: t.first_token_s.map(|f| f - t.arrival_s),
             })
