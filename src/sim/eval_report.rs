@@ -59,8 +59,9 @@ pub struct RequestOutcome {
     pub ttft_s: Option<f64>,
 }
 
-/// `id,arrival_s,prompt_tokens,backend,predicted_ttft_s,cached_tokens,ttft_s,reason` lines, one per
-/// request (empty fields where there is no value).
+/// A header and one line per request:
+/// `id,arrival_s,prompt_tokens,backend,predicted_ttft_s,cached_tokens,ttft_s,reason` (empty
+/// fields where there is no value).
 pub fn outcomes_csv(run: &RunReport) -> String {
     use std::fmt::Write;
     let mut out = String::from(
