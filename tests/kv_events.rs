@@ -296,6 +296,39 @@ async fn the_gateway_routes_by_the_engines_published_cache() {
     fleet.shutdown().await;
 }
 
+/// Fleet and gateway both tokenizing with `spec` (a `tokenizer:` value): the engines as a real
+/// one does, the gateway's pool through its `tokenizer:`.
+async fn fleet_and_gateway_with_tokenizer(spec: &str) -> (SimFleet, Gateway, [f64; 2]) {
+    let tokenizer = pronto::request::ModelTokenizer::from_spec(spec, None).expect(spec);
+    fleet_and_gateway(
+        2000,
+        pronto::sim::fleet::SimFleetOptions {
+            time_scale: 0.01,
+            tokenizer: Some(std::sync::Arc::new(tokenizer)),
+            ..Default::default()
+        },
+        &format!("    tokenizer: {spec}\n"),
+    )
+    .await
+}
+
+/// POST `body` to `url`; the JSON answer.
+async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    body: &serde_json::Value,
+) -> serde_json::Value {
+    client
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// With the model's tokenizer on both sides — the engine tokenizing as a real one does (its
 /// chat template, its ids), the gateway's pool given the same `tokenizer:` — the engine's
 /// events carry ids the built-in estimate could never match, and the exact index matches
@@ -303,36 +336,14 @@ async fn the_gateway_routes_by_the_engines_published_cache() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_models_tokenizer_real_token_ids_are_matched() {
     let tok_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples/tokenizer");
-    let tokenizer =
-        pronto::request::ModelTokenizer::from_spec(tok_dir, None).expect("example tokenizer");
-    let (fleet, gw, mut seen) = fleet_and_gateway(
-        2000,
-        pronto::sim::fleet::SimFleetOptions {
-            time_scale: 0.01,
-            tokenizer: Some(std::sync::Arc::new(tokenizer)),
-            ..Default::default()
-        },
-        &format!("    tokenizer: {tok_dir}\n"),
-    )
-    .await;
+    let (fleet, gw, mut seen) = fleet_and_gateway_with_tokenizer(tok_dir).await;
     let urls = fleet.urls();
     let client = reqwest::Client::new();
 
     // The gateway computes the engine's ids: /admin/tokenize agrees with the engine's /tokenize.
     let body = chat("alpha");
-    let json = |url: String| {
-        let req = client.post(url).json(&body);
-        async move {
-            req.send()
-                .await
-                .unwrap()
-                .json::<serde_json::Value>()
-                .await
-                .unwrap()
-        }
-    };
-    let ours = json(gw.admin_url("/admin/tokenize")).await;
-    let engine = json(format!("{}/tokenize", urls[0])).await;
+    let ours = post_json(&client, &gw.admin_url("/admin/tokenize"), &body).await;
+    let engine = post_json(&client, &format!("{}/tokenize", urls[0]), &body).await;
     assert_eq!(ours["result"], "exact", "{ours}");
     assert_eq!(ours["token_ids"], engine["tokens"]);
     assert_ne!(ours["prompt_tokens"], ours["estimated_prompt_tokens"]);
@@ -367,38 +378,14 @@ async fn with_the_models_tokenizer_real_token_ids_are_matched() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_tiktoken_encoding_the_gateway_and_the_engine_agree() {
     let spec = "tiktoken:cl100k_base";
-    let tokenizer = pronto::request::ModelTokenizer::from_spec(spec, None).expect("built in");
-    let (fleet, gw, _) = fleet_and_gateway(
-        2000,
-        pronto::sim::fleet::SimFleetOptions {
-            time_scale: 0.01,
-            tokenizer: Some(std::sync::Arc::new(tokenizer)),
-            ..Default::default()
-        },
-        &format!("    tokenizer: {spec}\n"),
-    )
-    .await;
+    let (fleet, gw, _) = fleet_and_gateway_with_tokenizer(spec).await;
     let url = &fleet.urls()[0];
     let client = reqwest::Client::new();
-    let json = |url: String, body: serde_json::Value| {
-        let req = client.post(url).json(&body);
-        async move {
-            req.send()
-                .await
-                .unwrap()
-                .json::<serde_json::Value>()
-                .await
-                .unwrap()
-        }
-    };
     let completion = serde_json::json!({"model": MODEL, "prompt": "hello world"});
     for (endpoint, body) in [("chat", chat("alpha")), ("completions", completion)] {
-        let ours = json(
-            gw.admin_url(&format!("/admin/tokenize?endpoint={endpoint}")),
-            body.clone(),
-        )
-        .await;
-        let engine = json(format!("{url}/tokenize"), body).await;
+        let admin = gw.admin_url(&format!("/admin/tokenize?endpoint={endpoint}"));
+        let ours = post_json(&client, &admin, &body).await;
+        let engine = post_json(&client, &format!("{url}/tokenize"), &body).await;
         assert_eq!(ours["result"], "exact", "{ours}");
         assert_eq!(ours["tokenizer"], spec);
         assert_eq!(ours["token_ids"], engine["tokens"], "{endpoint}");

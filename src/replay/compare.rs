@@ -13,8 +13,8 @@
 //! ## Outputs (in `--out`)
 //! - `comparison.md`: one table, rows in `--run` order: requests, errors (of which sheds:
 //!   429/503 answers), TTFT mean/p50/p90/p99, TPOT p50, cached prompt share, throughput, the
-//!   router's CPU seconds and peak RSS; with `--baseline NAME`, TTFT mean and p99 as a ratio of that run's
-//!   (`0.70×` = 30 % lower).
+//!   router's CPU seconds and peak RSS; with `--baseline NAME`, TTFT mean and p99 as a ratio
+//!   of that run's (`0.70×` = 30 % lower).
 //! - `comparison.json`: the same rows, machine-readable ([`ComparisonRow`]).
 //! - `ttft_cdf.svg`: every run's TTFT CDF in one plot ([`super::svg::cdf_svg`]).
 

@@ -480,7 +480,7 @@ struct ChatBody {
 fn normalize_message(mut m: serde_json::Map<String, serde_json::Value>) -> serde_json::Value {
     use serde_json::Value as J;
     if let Some(parts @ J::Array(_)) = m.get("content") {
-        let joined = content_text(parts).unwrap_or_default();
+        let joined = content_text(parts).unwrap_or_default().into_owned();
         m.insert("content".into(), J::String(joined));
     }
     if let Some(J::Array(calls)) = m.get_mut("tool_calls") {
@@ -500,19 +500,19 @@ fn normalize_message(mut m: serde_json::Map<String, serde_json::Value>) -> serde
     J::Object(m)
 }
 
-/// A message's `content` as text: a string as it is, parts as their text parts joined by
-/// `\n`; `None` for anything else (`null`).
-pub(super) fn content_text(content: &serde_json::Value) -> Option<String> {
+/// A message's `content` as text: a string as it is (borrowed, not copied), parts as their
+/// text parts joined by `\n`; `None` for anything else (`null`).
+pub(super) fn content_text(content: &serde_json::Value) -> Option<std::borrow::Cow<'_, str>> {
     use serde_json::Value as J;
     match content {
-        J::String(s) => Some(s.clone()),
+        J::String(s) => Some(s.as_str().into()),
         J::Array(parts) => {
             let texts: Vec<&str> = parts
                 .iter()
                 .filter(|p| p.get("type").and_then(J::as_str).unwrap_or("text") == "text")
                 .filter_map(|p| p.get("text").and_then(J::as_str))
                 .collect();
-            Some(texts.join("\n"))
+            Some(texts.join("\n").into())
         }
         _ => None,
     }

@@ -94,7 +94,7 @@ impl Policy for PredictedTtft {
         &self,
         features: &RequestFeatures,
         snapshot: &Snapshot<'_>,
-        now: Instant,
+        _now: Instant,
     ) -> Result<Decision, NoBackend> {
         let mut best: Option<(usize, f64, f64)> = None;
         let mut probe: Option<(usize, f64, f64)> = None;
@@ -111,7 +111,7 @@ impl Policy for PredictedTtft {
                 continue;
             }
             let Some(model) = b.ttft_model else {
-                return self.fallback(features, snapshot, now);
+                return self.fallback(features, snapshot);
             };
             let calibrated = model.quality.samples >= self.min_samples;
             let inputs = b.ttft_inputs(features);
@@ -153,7 +153,7 @@ impl Policy for PredictedTtft {
         }
         let (index, cost, p) = best.ok_or(NoBackend)?;
         if !trusted {
-            return self.fallback(features, snapshot, now);
+            return self.fallback(features, snapshot);
         }
         if let Some((j, probe_cost, q)) = probe {
             if j != index && probe_cost <= self.explore_margin * cost.max(1e-3) {
@@ -210,7 +210,6 @@ impl PredictedTtft {
         &self,
         features: &RequestFeatures,
         snapshot: &Snapshot<'_>,
-        _now: Instant,
     ) -> Result<Decision, NoBackend> {
         let n = snapshot.backends.len();
         if n == 0 {
