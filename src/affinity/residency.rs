@@ -10,18 +10,19 @@
 //! since, and is gone once those fill the cache: residency ≈ `capacity / allocation rate`. The
 //! router knows both parts of the rate (it dispatched the prompts and asked for the outputs),
 //! so [`Residency`] keeps an exponentially decayed sum of allocated tokens (time constant
-//! [`RATE_TAU_S`]) and answers `capacity / rate`. Unknown capacity or no traffic yet → infinite
-//! (the index's TTL alone applies). Pure: the caller passes the time in.
+//! [`RATE_TAU_S`]) and answers the rate; [`residency_s`] turns a capacity and a rate into
+//! `capacity / rate` (what the routing view does: `BackendView::cache_residency_s`). Unknown
+//! capacity or no traffic yet → infinite (the index's TTL alone applies). Pure: the caller
+//! passes the time in.
 
 use std::time::Instant;
 
 /// Time constant of the allocation-rate average, seconds.
 pub const RATE_TAU_S: f64 = 30.0;
 
-/// Residency estimator of one backend's prefix cache.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The allocation rate into one backend's KV cache, from which its residency follows.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Residency {
-    capacity_tokens: Option<f64>,
     /// Σ tokens · exp(−age/τ) at `last`.
     decayed_tokens: f64,
     last: Option<Instant>,
@@ -29,26 +30,6 @@ pub struct Residency {
 }
 
 impl Residency {
-    /// An estimator for a cache of `capacity_tokens` (None: unknown).
-    pub fn new(capacity_tokens: Option<f64>) -> Residency {
-        Residency {
-            capacity_tokens: capacity_tokens.filter(|c| c.is_finite() && *c > 0.0),
-            decayed_tokens: 0.0,
-            last: None,
-            first: None,
-        }
-    }
-
-    /// Change the known capacity (e.g. a scrape found the engine's block count).
-    pub fn set_capacity(&mut self, capacity_tokens: Option<f64>) {
-        self.capacity_tokens = capacity_tokens.filter(|c| c.is_finite() && *c > 0.0);
-    }
-
-    /// The known capacity in tokens.
-    pub fn capacity_tokens(&self) -> Option<f64> {
-        self.capacity_tokens
-    }
-
     /// `tokens` will take KV blocks on the backend from `now` (a dispatched prompt's uncached
     /// part plus its expected output).
     pub fn on_alloc(&mut self, tokens: f64, now: Instant) {
@@ -71,13 +52,6 @@ impl Residency {
         // ∫ exp(−s/τ) ds over the observed span: the weight a constant rate would have.
         let weight = RATE_TAU_S * (1.0 - (-span.max(1.0) / RATE_TAU_S).exp());
         sum / weight
-    }
-
-    /// Seconds a block survives in the cache after its last use (infinite when unknown), with
-    /// `pinned_tokens` of the cache held by running requests (not evictable, so not room for
-    /// old prefixes).
-    pub fn residency_s(&self, now: Instant, pinned_tokens: f64) -> f64 {
-        residency_s(self.capacity_tokens, pinned_tokens, self.rate(now))
     }
 
     fn decay_to(&mut self, now: Instant) {
@@ -116,7 +90,7 @@ mod tests {
     #[test]
     fn steady_rate_gives_capacity_over_rate() {
         let t0 = Instant::now();
-        let mut r = Residency::new(Some(100_000.0));
+        let mut r = Residency::default();
         // 1000 tokens every 100 ms = 10k tokens/s for 5 minutes.
         for i in 0..3000 {
             r.on_alloc(1000.0, t0 + Duration::from_millis(100 * i));
@@ -124,35 +98,35 @@ mod tests {
         let now = t0 + Duration::from_secs(300);
         let rate = r.rate(now);
         assert!((rate - 10_000.0).abs() / 10_000.0 < 0.05, "rate {rate}");
-        let res = r.residency_s(now, 0.0);
+        let res = residency_s(Some(100_000.0), 0.0, rate);
         assert!((res - 10.0).abs() < 0.6, "residency {res}");
         // Traffic stops: the rate decays, the residency grows.
         let later = now + Duration::from_secs(60);
-        assert!(r.residency_s(later, 0.0) > 5.0 * res);
+        assert!(residency_s(Some(100_000.0), 0.0, r.rate(later)) > 5.0 * res);
+        // Pinned tokens are not room for old prefixes.
+        assert!((residency_s(Some(100_000.0), 50_000.0, rate) - res / 2.0).abs() < 0.3);
     }
 
     #[test]
     fn cold_start_is_not_read_as_idle() {
         let t0 = Instant::now();
-        let mut r = Residency::new(Some(50_000.0));
+        let mut r = Residency::default();
         for i in 0..20 {
             r.on_alloc(500.0, t0 + Duration::from_millis(100 * i));
         }
         // 10k tokens in 2 s (5k tokens/s): residency ≈ 10 s, not the 30-s-average's 3×.
-        let res = r.residency_s(t0 + Duration::from_secs(2), 0.0);
+        let res = residency_s(Some(50_000.0), 0.0, r.rate(t0 + Duration::from_secs(2)));
         assert!((5.0..15.0).contains(&res), "residency {res}");
     }
 
     #[test]
     fn unknown_capacity_or_no_traffic_is_infinite() {
         let t0 = Instant::now();
-        let mut r = Residency::new(None);
-        r.on_alloc(1e6, t0);
-        assert!(r.residency_s(t0, 0.0).is_infinite());
-        r.set_capacity(Some(0.0));
-        assert!(r.residency_s(t0, 0.0).is_infinite());
-        let r = Residency::new(Some(1e5));
-        assert!(r.residency_s(t0, 0.0).is_infinite());
+        let mut r = Residency::default();
         assert_eq!(r.rate(t0), 0.0);
+        assert!(residency_s(Some(1e5), 0.0, r.rate(t0)).is_infinite());
+        r.on_alloc(1e6, t0);
+        assert!(residency_s(None, 0.0, r.rate(t0)).is_infinite());
+        assert!(residency_s(Some(1e5), 0.0, r.rate(t0)).is_finite());
     }
 }

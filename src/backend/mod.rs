@@ -30,7 +30,7 @@ pub use latency::LatencyStats;
 pub use scrape::{EngineScraper, ScrapeOutcome};
 pub use ttft_model::TtftModel;
 
-use crate::affinity::residency::{decayed_rate, residency_s, Residency};
+use crate::affinity::residency::{decayed_rate, Residency};
 use crate::config::Backend as BackendConfig;
 use crate::predict::Coefficients;
 use crate::routing::BackendView;
@@ -115,7 +115,7 @@ impl Backend {
             running_decodes: AtomicU32::new(0),
             kv_reserved_tokens: AtomicU64::new(0),
             kv_capacity_tokens: AtomicU64::new(0),
-            residency: std::sync::Mutex::new(Residency::new(None)),
+            residency: std::sync::Mutex::new(Residency::default()),
             alloc_rate_bits: AtomicU64::new(0),
             alloc_rate_at_ns: AtomicU64::new(0),
             engine: EngineState::new(created),
@@ -221,11 +221,6 @@ impl Backend {
             kv_reserved_tokens,
             kv_capacity_tokens,
             kv_alloc_rate,
-            cache_residency_s: residency_s(
-                kv_capacity_tokens.map(|c| c as f64),
-                kv_reserved_tokens as f64,
-                kv_alloc_rate,
-            ),
             ttft_model: Some(self.ttft.view(now)),
         }
     }
@@ -466,7 +461,7 @@ mod tests {
             (1, 100, 0)
         );
         assert_eq!((v.kv_reserved_tokens, v.kv_capacity_tokens), (150, None));
-        assert!(v.cache_residency_s.is_infinite(), "capacity unknown");
+        assert!(v.cache_residency_s().is_infinite(), "capacity unknown");
         g.first_token();
         g.first_token();
         let v = b.view(now);
@@ -520,16 +515,16 @@ mod tests {
         let now = t0 + Duration::from_secs(10);
         let busy = b.view(now);
         assert_eq!(busy.kv_capacity_tokens, Some(100_000));
-        assert!(busy.cache_residency_s.is_finite());
+        assert!(busy.cache_residency_s().is_finite());
         guards.truncate(10);
         let calmer = b.view(now);
         assert!(
-            calmer.cache_residency_s > busy.cache_residency_s,
+            calmer.cache_residency_s() > busy.cache_residency_s(),
             "fewer pinned tokens leave more room for old prefixes"
         );
         let later = b.view(now + Duration::from_secs(60));
         assert!(
-            later.cache_residency_s > calmer.cache_residency_s,
+            later.cache_residency_s() > calmer.cache_residency_s(),
             "no allocations: the rate decays"
         );
         // 100k tokens over 10 s (averaged over the span observed): the turnover policies see.

@@ -88,11 +88,9 @@ pub struct BackendView {
     pub kv_capacity_tokens: Option<u64>,
     /// KV-cache tokens the backend allocates per second (its dispatched uncached prompts and
     /// expected outputs, time-averaged; 0: unknown). In a steady state blocks are freed as fast
-    /// as they are taken, so this is also how fast room appears ([`BackendView::kv_wait_s`]).
+    /// as they are taken, so this is also how fast room appears ([`BackendView::kv_wait_s`]),
+    /// and how fast an unused prefix is evicted ([`BackendView::cache_residency_s`]).
     pub kv_alloc_rate: f64,
-    /// Seconds a prefix stays in the backend's cache after its last use (infinite: unknown);
-    /// prefix credit older than this is not given (see [`crate::affinity::residency`]).
-    pub cache_residency_s: f64,
     /// The backend's learned TTFT model, when the caller keeps one.
     pub ttft_model: Option<TtftModelView>,
 }
@@ -145,7 +143,6 @@ impl BackendView {
             kv_reserved_tokens: 0,
             kv_capacity_tokens: None,
             kv_alloc_rate: 0.0,
-            cache_residency_s: f64::INFINITY,
             ttft_model: None,
         }
     }
@@ -157,6 +154,17 @@ impl BackendView {
     pub fn kv_fits(&self, features: &RequestFeatures) -> bool {
         self.kv_capacity_tokens
             .is_none_or(|cap| self.kv_reserved_tokens + self.kv_need(features) <= cap)
+    }
+
+    /// Seconds a prefix stays in the backend's cache after its last use (infinite: unknown):
+    /// the evictable part of the capacity over the allocation rate
+    /// ([`crate::affinity::residency`]). Prefix credit older than this is not given.
+    pub fn cache_residency_s(&self) -> f64 {
+        crate::affinity::residency::residency_s(
+            self.kv_capacity_tokens.filter(|&c| c > 0).map(|c| c as f64),
+            self.kv_reserved_tokens as f64,
+            self.kv_alloc_rate,
+        )
     }
 
     /// Expected seconds before `features` has room in this backend's KV cache: 0 when it fits
@@ -202,7 +210,8 @@ pub fn limit_to_resident(
     now: Instant,
     matched: &mut [u32],
 ) {
-    if features.block_hashes.is_empty() || views.iter().all(|v| !v.cache_residency_s.is_finite()) {
+    if features.block_hashes.is_empty() || views.iter().all(|v| !v.cache_residency_s().is_finite())
+    {
         return;
     }
     let mut stack = [f64::INFINITY; 64];
@@ -214,7 +223,7 @@ pub fn limit_to_resident(
         &mut heap
     };
     for (a, v) in ages.iter_mut().zip(views) {
-        *a = v.cache_residency_s;
+        *a = v.cache_residency_s();
     }
     index.limit_to_recent(&features.block_hashes, now, ages, matched);
 }

@@ -63,7 +63,7 @@ impl RouterSideState {
                 ..IndexConfig::default()
             }),
             matched: vec![0; names.len()],
-            residency: vec![Residency::new(None); names.len()],
+            residency: vec![Residency::default(); names.len()],
             scraped: vec![None; names.len()],
         }
     }
@@ -71,13 +71,7 @@ impl RouterSideState {
     /// Tell the router each backend's KV-cache capacity in tokens (as a scrape of the engine's
     /// `cache_config_info` would), so prefix credit expires with the engine's LRU residency.
     pub fn with_kv_capacities(mut self, capacities: &[Option<f64>]) -> RouterSideState {
-        for ((r, v), &c) in self
-            .residency
-            .iter_mut()
-            .zip(&mut self.views)
-            .zip(capacities)
-        {
-            r.set_capacity(c);
+        for (v, &c) in self.views.iter_mut().zip(capacities) {
             v.kv_capacity_tokens = c.map(|c| c as u64);
         }
         self
@@ -179,7 +173,6 @@ impl RouterSideState {
             .match_lengths(&features.block_hashes, now, &mut self.matched);
         for (v, r) in self.views.iter_mut().zip(&self.residency) {
             v.kv_alloc_rate = r.rate(now);
-            v.cache_residency_s = r.residency_s(now, v.kv_reserved_tokens as f64);
         }
         if residency {
             limit_to_resident(&self.index, &self.views, features, now, &mut self.matched);
