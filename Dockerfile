@@ -4,9 +4,12 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends cmake &
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY crates ./crates
 COPY benches ./benches
+COPY examples ./examples
 COPY config ./config
-RUN cargo build --release --locked --bin pronto && strip target/release/pronto
+# The gateway alone: the simulator and bench tools (the `tools` feature) stay out of the image.
+RUN cargo build --release --locked --bin pronto --no-default-features && strip target/release/pronto
 
 FROM debian:bookworm-slim
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends ca-certificates \

@@ -2,10 +2,10 @@
 //! workload (shared system prompts, growing conversations) over four bounded H100 backends.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use pronto::replay::trace::{spread_ties, SyntheticWorkload};
-use pronto::sim::engine::EngineConfig;
-use pronto::sim::evaluate::{apply_load, evaluate, SimBackend};
-use pronto::sim::profile::Profile;
+use pronto_sim::engine::EngineConfig;
+use pronto_sim::evaluate::{apply_load, evaluate, SimBackend};
+use pronto_sim::profile::Profile;
+use pronto_sim::workload::{spread_ties, SyntheticWorkload};
 
 fn bench(c: &mut Criterion) {
     let mut cfg = EngineConfig::from_profile(Profile::builtin("h100-llama3-8b").unwrap());

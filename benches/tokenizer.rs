@@ -17,7 +17,8 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughpu
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use pronto::request::{parse_request, Endpoint, ModelTokenizer};
+use pronto::request::{parse_request, Endpoint};
+use pronto::tokenizer::ModelTokenizer;
 use pronto::tokens::{block_hashes, BLOCK_TOKENS};
 
 const WORDS: &[&str] = &[

@@ -2,7 +2,7 @@
 //! `cargo run --release --example evaluate -- --trace ../shared/traces/mooncake/conversation_trace.jsonl --load 0.8`.
 
 use clap::Parser;
-use pronto::sim::evaluate::{run_evaluate, EvaluateArgs};
+use pronto_sim::evaluate::{run_evaluate, EvaluateArgs};
 
 #[derive(Parser)]
 struct Cli {

@@ -16,8 +16,8 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use pronto::sim::fleet::SimFleet;
-use pronto::sim::fleet_config::FleetConfig;
+use pronto_sim::fleet::SimFleet;
+use pronto_sim::fleet_config::FleetConfig;
 use serde_json::json;
 
 struct Outcome {

@@ -5,12 +5,17 @@ cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo build --locked --all-targets
-cargo test --locked --all-targets 2>&1 | tee -a "$log"
-cargo test --locked --doc 2>&1 | tee -a "$log"
+# Style first: it is the cheapest failure.
+cargo fmt --all -- --check
+cargo clippy --locked --workspace --all-targets -- -D warnings
+cargo build --locked --workspace --all-targets
+# The gateway without the tools (what the container image ships) builds too.
+cargo build --locked --bin pronto --no-default-features
+cargo test --locked --workspace --all-targets 2>&1 | tee -a "$log"
+cargo test --locked --workspace --doc 2>&1 | tee -a "$log"
 # The criterion benches compile (dev profile: the release build alone would take most of CI's
 # budget on two cores; `cargo bench` builds them optimised).
-cargo bench --locked --no-run --profile dev
+cargo bench --locked --workspace --no-run --profile dev
 # One minute of the synthetic workload through the gateway in front of a simulated fleet.
 SKIP_BUILD=1 DURATION=${REPLAY_SMOKE_DURATION:-60s} ./scripts/replay-smoke.sh
 # One closing line over every test binary (each prints its own `test result:` line).

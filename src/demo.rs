@@ -14,8 +14,8 @@ use anyhow::Context;
 use futures::StreamExt;
 
 use crate::config::Config;
-use crate::sim::fleet::SimFleet;
-use crate::sim::fleet_config::FleetConfig;
+use pronto_sim::fleet::SimFleet;
+use pronto_sim::fleet_config::FleetConfig;
 
 /// The demo fleet: mixed profiles, bounded caches.
 const DEMO_FLEET: &str = "\

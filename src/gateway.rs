@@ -37,9 +37,10 @@ use std::time::Instant;
 use crate::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
 use crate::backend::Backend;
 use crate::config::{Config, Route};
-use crate::request::{ModelTokenizer, RequestFeatures, TokenRatio};
+use crate::request::{RequestFeatures, TokenRatio};
 use crate::routing::{apply_prefix_matches, limit_to_resident, BackendView, Policy};
 use crate::telemetry::Metrics;
+use crate::tokenizer::ModelTokenizer;
 use crate::tokens::BLOCK_TOKENS;
 
 /// Prefix blocks indexed per pool at most (about 97 bytes each with up to 256 backends, 65

@@ -27,15 +27,20 @@ enum Command {
     /// Validate a config file: print every error with its location and field path.
     CheckConfig(pronto::config::CheckConfigArgs),
     /// The gateway in front of a built-in simulated fleet, with a short chat workload.
+    #[cfg(feature = "tools")]
     Demo(pronto::demo::DemoArgs),
     /// Serve a simulated fleet of OpenAI-compatible GPU backends on loopback.
-    SimFleet(pronto::sim::fleet::SimFleetArgs),
+    #[cfg(feature = "tools")]
+    SimFleet(pronto_sim::fleet::SimFleetArgs),
     /// Replay a trace through the engine model on a virtual clock, once per policy.
-    Evaluate(pronto::sim::evaluate::EvaluateArgs),
+    #[cfg(feature = "tools")]
+    Evaluate(pronto_sim::evaluate::EvaluateArgs),
     /// Replay a trace open-loop against a live gateway or backend; write results and plots.
-    Replay(pronto::replay::ReplayArgs),
+    #[cfg(feature = "tools")]
+    Replay(pronto_bench::ReplayArgs),
     /// One table and one TTFT CDF plot over several replays (e.g. one per router).
-    CompareReport(pronto::replay::CompareReportArgs),
+    #[cfg(feature = "tools")]
+    CompareReport(pronto_bench::CompareReportArgs),
     /// Config tooling.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -114,15 +119,20 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(a) => serve(a),
         Command::CheckConfig(a) => return pronto::config::run_check_config(&a),
+        #[cfg(feature = "tools")]
         Command::Demo(a) => pronto::demo::run_demo(a).map(|()| ExitCode::SUCCESS),
+        #[cfg(feature = "tools")]
         Command::SimFleet(a) => tokio::runtime::Runtime::new()
             .map_err(anyhow::Error::from)
-            .and_then(|rt| rt.block_on(pronto::sim::fleet::run_sim_fleet(a)))
+            .and_then(|rt| rt.block_on(pronto_sim::fleet::run_sim_fleet(a)))
             .map(|()| ExitCode::SUCCESS),
-        Command::Evaluate(a) => pronto::sim::evaluate::run_evaluate(a).map(|()| ExitCode::SUCCESS),
-        Command::Replay(a) => pronto::replay::run_replay(a).map(|()| ExitCode::SUCCESS),
+        #[cfg(feature = "tools")]
+        Command::Evaluate(a) => pronto_sim::evaluate::run_evaluate(a).map(|()| ExitCode::SUCCESS),
+        #[cfg(feature = "tools")]
+        Command::Replay(a) => pronto_bench::run_replay(a).map(|()| ExitCode::SUCCESS),
+        #[cfg(feature = "tools")]
         Command::CompareReport(a) => {
-            pronto::replay::run_compare_report(a).map(|()| ExitCode::SUCCESS)
+            pronto_bench::run_compare_report(a).map(|()| ExitCode::SUCCESS)
         }
         Command::Config(ConfigCommand::Schema) => {
             println!("{}", pronto::config::config_schema());

@@ -8,8 +8,8 @@ use std::time::Duration;
 use common::gateway::TempDir;
 use common::{client, config_yaml, metric_value, pool, Gateway};
 use futures::StreamExt;
-use pronto::sim::fleet::SimFleet;
-use pronto::sim::fleet_config::FleetConfig;
+use pronto_sim::fleet::SimFleet;
+use pronto_sim::fleet_config::FleetConfig;
 
 /// The H100 profile with a running batch of two, so a third request on a backend waits.
 fn small_batch_profile(dir: &TempDir) -> std::path::PathBuf {

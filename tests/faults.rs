@@ -1,5 +1,5 @@
 //! The fault suite: the `pronto` binary in front of the in-process simulated fleet, driven
-//! through the simulator's fault knobs ([`pronto::sim::fleet_faults`]). Each test asserts what
+//! through the simulator's fault knobs ([`pronto_sim::fleet_faults`]). Each test asserts what
 //! the client sees (a clear status or error event, never a hang: every wait is bounded), that
 //! healthy backends are not ejected, and the order of recovery; the measured recovery time is
 //! printed (`--nocapture`) for the report, never asserted.
@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::{admin_backends, config_yaml, Gateway};
 use futures::StreamExt;
-use pronto::sim::fleet::SimFleet;
-use pronto::sim::fleet_config::FleetConfig;
+use pronto_sim::fleet::SimFleet;
+use pronto_sim::fleet_config::FleetConfig;
 use serde_json::{json, Value};
 
 const MODEL: &str = "sim-model";

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use common::{metric_value, metrics_when, Gateway};
 use pronto::kv_events::{decode_message, encode_message, Encoding, ExactIndex, KvEvent};
-use pronto::sim::engine::{Engine, EngineConfig, SimRequest};
-use pronto::sim::fleet::SimFleet;
-use pronto::sim::fleet_config::FleetConfig;
-use pronto::sim::profile::Profile;
 use pronto::tokens::{block_hashes, BLOCK_TOKENS};
+use pronto_sim::engine::{Engine, EngineConfig, SimRequest};
+use pronto_sim::fleet::SimFleet;
+use pronto_sim::fleet_config::FleetConfig;
+use pronto_sim::profile::Profile;
 use rand::{Rng, SeedableRng};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kv_events");
@@ -188,7 +188,7 @@ fn prompt_totals(fleet: &SimFleet) -> Vec<u64> {
 /// up: returns them with the messages each backend's index has decoded so far.
 async fn fleet_and_gateway(
     num_kv_blocks: usize,
-    opts: pronto::sim::fleet::SimFleetOptions,
+    opts: pronto_sim::fleet::SimFleetOptions,
     pool_extra: &str,
 ) -> (SimFleet, Gateway, [f64; 2]) {
     let yaml = format!(
@@ -235,7 +235,7 @@ async fn fleet_and_gateway(
 async fn the_gateway_routes_by_the_engines_published_cache() {
     let (fleet, gw, mut seen) = fleet_and_gateway(
         60,
-        pronto::sim::fleet::SimFleetOptions {
+        pronto_sim::fleet::SimFleetOptions {
             time_scale: 0.01,
             ..Default::default()
         },
@@ -299,10 +299,10 @@ async fn the_gateway_routes_by_the_engines_published_cache() {
 /// Fleet and gateway both tokenizing with `spec` (a `tokenizer:` value): the engines as a real
 /// one does, the gateway's pool through its `tokenizer:`.
 async fn fleet_and_gateway_with_tokenizer(spec: &str) -> (SimFleet, Gateway, [f64; 2]) {
-    let tokenizer = pronto::request::ModelTokenizer::from_spec(spec, None).expect(spec);
+    let tokenizer = pronto::tokenizer::ModelTokenizer::from_spec(spec, None).expect(spec);
     fleet_and_gateway(
         2000,
-        pronto::sim::fleet::SimFleetOptions {
+        pronto_sim::fleet::SimFleetOptions {
             time_scale: 0.01,
             tokenizer: Some(std::sync::Arc::new(tokenizer)),
             ..Default::default()

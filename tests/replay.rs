@@ -10,9 +10,9 @@ use std::path::Path;
 
 use clap::Parser;
 use common::{config_yaml, pool, Gateway};
-use pronto::replay::{run_replay, ReplayArgs, RequestRecord};
-use pronto::sim::fleet::SimFleet;
-use pronto::sim::fleet_config::FleetConfig;
+use pronto_bench::{run_replay, ReplayArgs, RequestRecord};
+use pronto_sim::fleet::SimFleet;
+use pronto_sim::fleet_config::FleetConfig;
 
 const MODEL: &str = "sim-model";
 const REQUESTS: usize = 60;

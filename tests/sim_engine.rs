@@ -1,7 +1,7 @@
 //! Scheduler tests for the simulated engine, on virtual time (sums of step durations).
 
-use pronto::sim::engine::{Engine, EngineConfig, EngineEvent, SimRequest};
-use pronto::sim::profile::Profile;
+use pronto_sim::engine::{Engine, EngineConfig, EngineEvent, SimRequest};
+use pronto_sim::profile::Profile;
 
 fn engine(num_kv_blocks: usize, budget: usize, max_num_seqs: usize) -> Engine {
     let mut cfg = EngineConfig::from_profile(Profile::builtin("h100-llama3-8b").unwrap());

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use pronto::sim::fleet::SimFleet;
-use pronto::sim::fleet_config::FleetConfig;
+use pronto_sim::fleet::SimFleet;
+use pronto_sim::fleet_config::FleetConfig;
 use serde_json::{json, Value};
 
 const MODEL: &str = "sim-model";

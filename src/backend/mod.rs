@@ -9,13 +9,9 @@
 //! Engine-side load scraped from each backend's `/metrics` ([`EngineScraper`]) is kept in
 //! [`Backend::engine`] and enters the routing view only while it is fresh ([`EngineState`]).
 
-pub mod engine_metrics;
-mod engine_state;
 mod health;
 pub mod latency;
 mod scrape;
-mod seq_cell;
-mod ttft_model;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,12 +19,14 @@ use std::time::{Duration, Instant};
 
 use pingora_core::upstreams::peer::HttpPeer;
 
-pub use engine_metrics::{EngineFlavor, EngineMetricsError, EngineSample};
-pub use engine_state::{EngineState, Scraped, STALE_AFTER_FAILURES};
 pub use health::HealthChecker;
 pub use latency::LatencyStats;
+pub use pronto_core::engine::metrics as engine_metrics;
+pub use pronto_core::engine::{
+    EngineFlavor, EngineMetricsError, EngineSample, EngineState, Scraped, STALE_AFTER_FAILURES,
+};
+pub use pronto_core::predict::TtftModel;
 pub use scrape::{EngineScraper, ScrapeOutcome};
-pub use ttft_model::TtftModel;
 
 use crate::affinity::residency::{decayed_rate, Residency};
 use crate::config::Backend as BackendConfig;
@@ -94,7 +92,7 @@ impl Backend {
         let kv_events = config.kv_events.as_ref().map(|k| {
             Arc::new(
                 crate::kv_events::ExactIndex::new(k.block_size)
-                    .with_metrics(&metrics, &config.name),
+                    .with_sink(metrics.kv_index_sink(&config.name)),
             )
         });
         let prior = config

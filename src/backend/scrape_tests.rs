@@ -12,7 +12,7 @@ use crate::backend::STALE_AFTER_FAILURES;
 use crate::config::Config;
 use crate::telemetry::Metrics;
 
-const VLLM: &str = include_str!("../../tests/fixtures/metrics/vllm.txt");
+const VLLM: &str = include_str!("../../crates/pronto-core/tests/fixtures/metrics/vllm.txt");
 
 /// Serves `GET /metrics` with a fixed status and body; counts hits.
 async fn serve(status: StatusCode, body: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {

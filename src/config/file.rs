@@ -172,7 +172,7 @@ pub struct PoolFile {
     /// Default profile hint of the pool's backends (a backend's own fields override it).
     pub profile: Option<ProfileFile>,
     /// The model's tokenizer: a `tokenizer.json` or a model directory holding one (exact
-    /// prompt tokens and engine-matching block hashes; see `crate::request::tokenizer`).
+    /// prompt tokens and engine-matching block hashes; see `crate::tokenizer`).
     pub tokenizer: Option<String>,
     /// A chat template file overriding the one found beside the tokenizer.
     pub chat_template: Option<String>,

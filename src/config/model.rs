@@ -172,7 +172,7 @@ pub struct Pool {
     pub profile: Option<ProfileHint>,
     /// The model's tokenizer (`tokenizer:` / `chat_template:`), loaded: exact prompt tokens
     /// and engine-matching block hashes. Equal across reloads when its files are unchanged.
-    pub tokenizer: Option<Arc<crate::request::ModelTokenizer>>,
+    pub tokenizer: Option<Arc<crate::tokenizer::ModelTokenizer>>,
 }
 
 /// A pool's `discover:` section: every address a DNS name resolves to is a backend.

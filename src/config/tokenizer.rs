@@ -1,5 +1,5 @@
 //! A pool's `tokenizer:` / `chat_template:` (the model's own tokenizer, see
-//! [`crate::request::tokenizer`]; `tiktoken:<name>` for an OpenAI encoding): loaded at
+//! [`crate::tokenizer`]; `tiktoken:<name>` for an OpenAI encoding): loaded at
 //! validation, so a missing or broken file, or an unknown encoding, is a located error and an
 //! invalid config never replaces a working one. Relative paths were resolved against the
 //! config file's directory beforehand ([`super::tls::resolve_paths`]; a `tiktoken:` value is
@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::file::PoolFile;
 use super::validate::Checker;
-use crate::request::ModelTokenizer;
+use crate::tokenizer::ModelTokenizer;
 
 impl Checker {
     /// A pool's `tokenizer` (and `chat_template`), loaded; `None` when absent or invalid

@@ -5,24 +5,26 @@
 //! `kv_events: {endpoint: tcp://HOST:PORT, block_size: N}` gets
 //! - a subscriber task ([`subscriber`]: a minimal ZMTP client, [`zmtp`]) that reconnects with
 //!   backoff,
-//! - a decoder for both event encodings ([`decode`]),
+//! - a decoder for both event encodings ([`decode`], in the routing core),
 //! - an [`ExactIndex`] of the blocks the engine holds, expressed as Pronto's own chained
-//!   block hashes so a request's `block_hashes` are looked up directly ([`index`]).
+//!   block hashes so a request's `block_hashes` are looked up directly ([`index`], in the
+//!   routing core).
 //!
-//! Routing ([`crate::gateway::Pool::views`]) takes a backend's prefix match from its exact
-//! index whenever that index is live and trusted, and from the approximate index otherwise.
-//! The rules for gaps, reconnects and trust are in [`index`]'s docs.
+//! Routing (the core's view builder) takes a backend's prefix match from its exact index
+//! whenever that index is live and trusted, and from the approximate index otherwise. The
+//! rules for gaps, reconnects and trust are in [`index`]'s docs.
 //!
-//! Matching needs the engine's token ids to be Pronto's ([`crate::tokens`]): true for the
-//! simulator, which publishes the same events ([`crate::sim`]). A real model's tokenizer
-//! yields other ids: such an index never becomes trusted and routing stays approximate
-//! (loading the model's `tokenizer.json` is not implemented).
+//! Matching needs the engine's token ids to be the ones Pronto hashes ([`crate::tokens`]):
+//! true for the simulator, which publishes the same events, and for a real engine when its
+//! pool has the model's `tokenizer:` ([`crate::tokenizer`]). Otherwise the index never
+//! becomes trusted and routing stays approximate.
 
-pub mod decode;
-pub mod index;
 pub mod subscriber;
 pub mod zmtp;
 
-pub use decode::{decode_message, encode_message, DecodeError, Encoding, EventBatch, KvEvent};
-pub use index::{ExactIndex, IndexCounts};
+pub use pronto_core::kv_index::{decode, index};
+pub use pronto_core::kv_index::{
+    decode_message, encode_message, DecodeError, Encoding, EventBatch, ExactIndex, IndexCounts,
+    KvEvent,
+};
 pub use subscriber::{run_subscriber, KvEventsService};

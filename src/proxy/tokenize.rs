@@ -1,5 +1,5 @@
 //! A pool's model tokenizer on the request path: exact prompt tokens and engine-matching
-//! block hashes replace the parser's estimate (see [`crate::request::tokenizer`]).
+//! block hashes replace the parser's estimate (see [`crate::tokenizer`]).
 //!
 //! Small prompts are tokenized on the proxy thread; prompts over
 //! [`INLINE_MAX_BYTES`] on tokio's blocking pool, so a long document never stalls the other
@@ -11,9 +11,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::gateway::Pool;
-use crate::request::tokenizer::INLINE_MAX_BYTES;
-use crate::request::{Endpoint, RequestFeatures, TokenizeError};
+use crate::request::{Endpoint, RequestFeatures};
 use crate::telemetry::Metrics;
+use crate::tokenizer::TokenizeError;
+use crate::tokenizer::INLINE_MAX_BYTES;
 use crate::tokens::{block_hashes, TokenId, BLOCK_TOKENS};
 
 /// Whether two pools count tokens alike (same tokenizer object, or both the estimate).

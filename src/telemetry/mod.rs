@@ -5,8 +5,8 @@
 //! input (a request for an unknown model is counted under pool `none`).
 
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Label value for requests that matched no pool or reached no backend.
@@ -209,7 +209,53 @@ fn histogram_with(
     h
 }
 
+/// One backend's exact-index series: `pronto_kv_events_total{backend,result}`,
+/// `pronto_kv_events_resyncs_total{backend}` and `pronto_kv_events_blocks{backend}`.
+#[derive(Debug)]
+struct KvIndexSeries {
+    received: IntCounter,
+    decoded: IntCounter,
+    errors: IntCounter,
+    unmapped: IntCounter,
+    resyncs: IntCounter,
+    blocks: IntGauge,
+}
+
+impl pronto_core::kv_index::IndexSink for KvIndexSeries {
+    fn count(&self, what: &'static str, n: u64) {
+        let c = match what {
+            "received" => &self.received,
+            "decoded" => &self.decoded,
+            "error" => &self.errors,
+            "unmapped_block" => &self.unmapped,
+            "resync" => &self.resyncs,
+            _ => return,
+        };
+        c.inc_by(n);
+    }
+
+    fn blocks(&self, blocks: usize) {
+        self.blocks.set(blocks as i64);
+    }
+}
+
 impl Metrics {
+    /// Where backend `backend`'s exact prefix index reports its events and size.
+    pub fn kv_index_sink(
+        &self,
+        backend: &str,
+    ) -> std::sync::Arc<dyn pronto_core::kv_index::IndexSink> {
+        let ev = |r: &str| self.kv_events_total.with_label_values(&[backend, r]);
+        std::sync::Arc::new(KvIndexSeries {
+            received: ev("received"),
+            decoded: ev("decoded"),
+            errors: ev("error"),
+            unmapped: ev("unmapped_block"),
+            resyncs: self.kv_events_resyncs_total.with_label_values(&[backend]),
+            blocks: self.kv_events_blocks.with_label_values(&[backend]),
+        })
+    }
+
     /// Register every family in a fresh registry.
     pub fn new() -> Metrics {
         let r = Registry::new();

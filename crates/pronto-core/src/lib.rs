@@ -1,0 +1,24 @@
+//! Pronto's routing core: everything that decides where a request goes, pure and synchronous.
+//!
+//! No async runtime, no sockets, no files, no metrics registry: every function takes the time
+//! (`now`) as an argument, so the gateway ([`pronto`]) and the offline evaluator
+//! (`pronto-sim`) drive the *same* code, one on the wall clock and one on a virtual clock.
+//!
+//! Data flows one way: request bytes → [`request::RequestFeatures`] → routing views
+//! ([`routing::views`], built from the [`load`] ledger, the [`affinity`] and [`kv_index`]
+//! prefix indexes, the scraped [`engine`] state and each backend's [`predict`] model) →
+//! [`routing::Policy::select`] → a [`routing::Decision`] carrying the one prediction it acted
+//! on → observations at the first token fed back into the ledger and the model.
+
+#![warn(missing_docs)]
+
+pub mod affinity;
+pub mod engine;
+pub mod kv_index;
+pub mod predict;
+pub mod request;
+pub mod routing;
+pub mod seq_cell;
+pub mod sse;
+pub mod time;
+pub mod tokens;

@@ -1,0 +1,206 @@
+//! Results of an evaluator run: the per-policy report, JSON and a plain-text table.
+
+use serde::Serialize;
+
+/// What one policy achieved on one trace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunReport {
+    /// Policy name.
+    pub policy: String,
+    /// Requests in the trace.
+    pub requests: u64,
+    /// Requests that finished with output.
+    pub completed: u64,
+    /// Mean time to first token, ms.
+    pub ttft_mean_ms: f64,
+    /// Median TTFT, ms.
+    pub ttft_p50_ms: f64,
+    /// 90th percentile TTFT, ms.
+    pub ttft_p90_ms: f64,
+    /// 99th percentile TTFT, ms.
+    pub ttft_p99_ms: f64,
+    /// Mean end-to-end latency, ms.
+    pub e2e_mean_ms: f64,
+    /// 99th percentile end-to-end latency, ms.
+    pub e2e_p99_ms: f64,
+    /// Completed requests / (last finish − first arrival).
+    pub throughput_rps: f64,
+    /// Prompt tokens served from prefix caches / prompt tokens.
+    pub prefix_hit_rate: f64,
+    /// Requests per backend, `(name, count)` in pool order.
+    pub per_backend: Vec<(String, u64)>,
+    /// Requests the policy refused (no eligible backend).
+    pub shed: u64,
+    /// Requests an engine rejected as too large for its KV cache.
+    pub rejected: u64,
+    /// Preemptions across the fleet.
+    pub preemptions: u64,
+    /// Every request's outcome, in trace order (written by `--requests-csv`).
+    #[serde(skip)]
+    pub outcomes: Vec<RequestOutcome>,
+}
+
+/// What happened to one request of an evaluator run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RequestOutcome {
+    /// Arrival, virtual seconds.
+    pub arrival_s: f64,
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Backend index in fleet order; `None` when shed.
+    pub backend: Option<usize>,
+    /// The policy's predicted TTFT, when it made one.
+    pub predicted_ttft_s: Option<f64>,
+    /// Why the policy chose the backend (`None` for the oracle or a shed request).
+    pub reason: Option<pronto_core::routing::Reason>,
+    /// Prompt tokens the engine found in its prefix cache.
+    pub cached_tokens: u32,
+    /// Time to first token; `None` when shed or rejected.
+    pub ttft_s: Option<f64>,
+}
+
+/// A header and one line per request:
+/// `id,arrival_s,prompt_tokens,backend,predicted_ttft_s,cached_tokens,ttft_s,reason` (empty
+/// fields where there is no value).
+pub fn outcomes_csv(run: &RunReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::from(
+        "id,arrival_s,prompt_tokens,backend,predicted_ttft_s,cached_tokens,ttft_s,reason\n",
+    );
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
+    for (i, o) in run.outcomes.iter().enumerate() {
+        let backend = o
+            .backend
+            .and_then(|b| run.per_backend.get(b))
+            .map_or("", |(n, _)| n.as_str());
+        let _ = writeln!(
+            out,
+            "{i},{:.6},{},{backend},{},{},{},{}",
+            o.arrival_s,
+            o.prompt_tokens,
+            opt(o.predicted_ttft_s),
+            o.cached_tokens,
+            opt(o.ttft_s),
+            o.reason.map_or("", |r| r.as_str())
+        );
+    }
+    out
+}
+
+/// Nearest-rank percentile of sorted values (`q` in 0..=1); 0 when empty.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// `{"capacity_rps": .., "runs": [..]}` with `per_backend` as `[{"name", "requests"}]`.
+pub fn to_json(runs: &[RunReport], capacity_rps: Option<f64>) -> String {
+    let runs: Vec<serde_json::Value> = runs
+        .iter()
+        .map(|r| {
+            let mut v = serde_json::to_value(r).expect("report serialises");
+            v["per_backend"] = r
+                .per_backend
+                .iter()
+                .map(|(name, n)| serde_json::json!({ "name": name, "requests": n }))
+                .collect();
+            v
+        })
+        .collect();
+    serde_json::json!({ "capacity_rps": capacity_rps, "runs": runs }).to_string()
+}
+
+/// A fixed-width table, one row per policy.
+pub fn table(runs: &[RunReport]) -> String {
+    let mut s = format!(
+        "{:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6} {:>5} {:>6}  per-backend\n",
+        "policy",
+        "ttft_mean",
+        "ttft_p50",
+        "ttft_p90",
+        "ttft_p99",
+        "e2e_mean",
+        "e2e_p99",
+        "req/s",
+        "hit%",
+        "shed",
+        "preempt"
+    );
+    for r in runs {
+        let per: Vec<String> = r.per_backend.iter().map(|(_, n)| n.to_string()).collect();
+        s += &format!(
+            "{:<16} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7.2} {:>6.1} {:>5} {:>6}  {}\n",
+            r.policy,
+            r.ttft_mean_ms,
+            r.ttft_p50_ms,
+            r.ttft_p90_ms,
+            r.ttft_p99_ms,
+            r.e2e_mean_ms,
+            r.e2e_p99_ms,
+            r.throughput_rps,
+            r.prefix_hit_rate * 100.0,
+            r.shed,
+            r.preemptions,
+            per.join("/")
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), 50.0);
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&v, 1.0), 100.0);
+        assert_eq!(percentile(&v, 0.0), 1.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn json_has_the_documented_fields() {
+        let r = RunReport {
+            policy: "round_robin".into(),
+            requests: 2,
+            completed: 2,
+            ttft_mean_ms: 1.0,
+            ttft_p50_ms: 1.0,
+            ttft_p90_ms: 1.0,
+            ttft_p99_ms: 1.0,
+            e2e_mean_ms: 2.0,
+            e2e_p99_ms: 2.0,
+            throughput_rps: 1.0,
+            prefix_hit_rate: 0.5,
+            per_backend: vec![("a".into(), 2)],
+            shed: 0,
+            rejected: 0,
+            preemptions: 0,
+            outcomes: vec![],
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&to_json(std::slice::from_ref(&r), None)).unwrap();
+        let run = &v["runs"][0];
+        for k in [
+            "policy",
+            "ttft_mean_ms",
+            "ttft_p50_ms",
+            "ttft_p90_ms",
+            "ttft_p99_ms",
+            "e2e_mean_ms",
+            "throughput_rps",
+            "prefix_hit_rate",
+            "shed",
+        ] {
+            assert!(run.get(k).is_some(), "missing {k}");
+        }
+        assert_eq!(run["per_backend"][0]["requests"], 2);
+        assert!(table(&[r]).contains("round_robin"));
+    }
+}

@@ -1,0 +1,182 @@
+//! Evaluator tests: determinism, the oracle bound, load scaling, real traces when present.
+
+use std::path::{Path, PathBuf};
+
+use super::evaluate::*;
+use crate::engine::EngineConfig;
+use crate::profile::Profile;
+use crate::workload::{spread_ties, SyntheticWorkload, TraceFormat, TraceRequest};
+
+fn repo(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(p)
+}
+
+/// Four H100 backends with a small cache (2,000 blocks = 32k tokens) so prefixes evict.
+fn small_fleet() -> Vec<SimBackend> {
+    let mut cfg = EngineConfig::from_profile(Profile::builtin("h100-llama3-8b").unwrap());
+    cfg.num_kv_blocks = 2000;
+    (0..4)
+        .map(|i| SimBackend {
+            name: format!("b{i}"),
+            config: cfg.clone(),
+        })
+        .collect()
+}
+
+fn workload(load: f64) -> Vec<TraceRequest> {
+    let mut reqs = SyntheticWorkload {
+        seed: 7,
+        conversations: 60,
+        ..SyntheticWorkload::default()
+    }
+    .generate();
+    spread_ties(&mut reqs);
+    apply_load(&small_fleet(), &mut reqs, load);
+    reqs
+}
+
+#[test]
+fn fleet_files_load() {
+    for f in ["config/sim/fleet.yaml", "config/sim/fleet-hetero.yaml"] {
+        let fleet = load_fleet(&repo(f)).unwrap();
+        assert_eq!(fleet.len(), 8, "{f}");
+        assert!(fleet.iter().all(|b| b.config.num_kv_blocks == 24_000));
+    }
+}
+
+#[test]
+fn runs_are_deterministic_and_complete() {
+    let reqs = workload(0.8);
+    let fleet = small_fleet();
+    for p in DEFAULT_POLICIES {
+        let a = evaluate(&fleet, "m", &reqs, p).unwrap();
+        let b = evaluate(&fleet, "m", &reqs, p).unwrap();
+        assert_eq!(a, b, "{p}");
+        assert_eq!(a.completed, reqs.len() as u64, "{p}");
+        assert_eq!(
+            a.per_backend.iter().map(|x| x.1).sum::<u64>(),
+            reqs.len() as u64
+        );
+        assert!(a.ttft_p50_ms <= a.ttft_p99_ms && a.ttft_p99_ms <= a.e2e_p99_ms);
+        assert!(a.prefix_hit_rate > 0.0 && a.prefix_hit_rate < 1.0, "{p}");
+    }
+    assert!(evaluate(&fleet, "m", &reqs, "nope").is_err());
+}
+
+#[test]
+fn oracle_beats_round_robin_at_the_tail() {
+    let reqs = workload(0.8);
+    let fleet = small_fleet();
+    let rr = evaluate(&fleet, "m", &reqs, "round_robin").unwrap();
+    let oracle = evaluate(&fleet, "m", &reqs, ORACLE).unwrap();
+    assert!(
+        oracle.ttft_p99_ms <= rr.ttft_p99_ms,
+        "oracle {} > rr {}",
+        oracle.ttft_p99_ms,
+        rr.ttft_p99_ms
+    );
+    assert!(oracle.ttft_mean_ms <= rr.ttft_mean_ms);
+}
+
+#[test]
+fn higher_load_means_higher_ttft() {
+    let fleet = small_fleet();
+    let lo = evaluate(&fleet, "m", &workload(0.3), "least_inflight").unwrap();
+    let hi = evaluate(&fleet, "m", &workload(1.2), "least_inflight").unwrap();
+    assert!(lo.ttft_mean_ms < hi.ttft_mean_ms, "{lo:?} vs {hi:?}");
+    assert!(lo.throughput_rps < hi.throughput_rps);
+}
+
+#[test]
+fn load_scaling_hits_the_target_rate() {
+    let fleet = small_fleet();
+    let mut reqs = workload(1.0);
+    let cap = fleet_capacity_rps(&fleet, &reqs);
+    reqs = {
+        let mut r = reqs.clone();
+        let c = apply_load(&fleet, &mut r, 0.5);
+        assert!((c - cap).abs() / cap < 1e-9);
+        r
+    };
+    let offered = reqs.len() as f64 / reqs.last().unwrap().arrival_s;
+    assert!((offered / cap - 0.5).abs() < 0.01, "{offered} vs {cap}");
+}
+
+#[test]
+fn mooncake_conversation_prefix_when_present() {
+    let Some(path) = crate::testing::shared("traces/mooncake/conversation_trace.jsonl") else {
+        return;
+    };
+    let args = EvaluateArgs {
+        trace: Some(path),
+        format: TraceFormat::Mooncake,
+        fleet: repo("config/sim/fleet.yaml"),
+        policies: vec![],
+        load: Some(0.8),
+        limit: Some(500),
+        seed: 1,
+        json: false,
+        requests_csv: None,
+    };
+    let fleet = load_fleet(&args.fleet).unwrap();
+    let (reqs, cap) = prepare_trace(&args, &fleet).unwrap();
+    assert_eq!(reqs.len(), 500);
+    assert!(cap.unwrap() > 0.0);
+    let rr = evaluate(&fleet, "m", &reqs, "round_robin").unwrap();
+    let oracle = evaluate(&fleet, "m", &reqs, ORACLE).unwrap();
+    assert_eq!(rr.completed, 500);
+    assert!(rr.prefix_hit_rate > 0.0);
+    assert!(oracle.ttft_mean_ms <= rr.ttft_mean_ms);
+}
+
+#[test]
+fn predicted_ttft_beats_round_robin_on_p99_for_shared_prefix_traffic() {
+    // Multi-turn chats over shared system prompts on bounded caches, at 80 % load: each turn
+    // extends the previous one's prefix, so routing to the backend that holds it saves prefill.
+    let reqs = workload(0.8);
+    let fleet = small_fleet();
+    let rr = evaluate(&fleet, "m", &reqs, "round_robin").unwrap();
+    let pt = evaluate(&fleet, "m", &reqs, "predicted_ttft").unwrap();
+    eprintln!(
+        "p99 TTFT ms: round_robin {:.1}, predicted_ttft {:.1}; hit rate {:.2} vs {:.2}",
+        rr.ttft_p99_ms, pt.ttft_p99_ms, rr.prefix_hit_rate, pt.prefix_hit_rate
+    );
+    assert!(pt.ttft_p99_ms < rr.ttft_p99_ms);
+    assert!(pt.ttft_mean_ms < rr.ttft_mean_ms);
+}
+
+#[test]
+fn per_request_outcomes_match_the_summary_and_write_as_csv() {
+    let reqs = workload(0.8);
+    let fleet = small_fleet();
+    let r = evaluate(&fleet, "m", &reqs, "predicted_ttft").unwrap();
+    assert_eq!(r.outcomes.len(), reqs.len());
+    let mut ttft: Vec<f64> = r.outcomes.iter().filter_map(|o| o.ttft_s).collect();
+    ttft.sort_by(f64::total_cmp);
+    let p99 = super::eval_report::percentile(&ttft, 0.99) * 1e3;
+    assert!((p99 - r.ttft_p99_ms).abs() < 1e-9);
+    for (o, q) in r.outcomes.iter().zip(&reqs) {
+        assert_eq!(
+            (o.arrival_s, o.prompt_tokens),
+            (q.arrival_s, q.input_tokens)
+        );
+        assert!(o.backend.is_some() && o.predicted_ttft_s.is_some() && o.reason.is_some());
+        assert!(o.cached_tokens <= o.prompt_tokens);
+    }
+    let cached: u64 = r.outcomes.iter().map(|o| u64::from(o.cached_tokens)).sum();
+    assert!(cached > 0, "the workload shares prefixes");
+    let csv = super::eval_report::outcomes_csv(&r);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), reqs.len() + 1);
+    assert!(lines[0].starts_with("id,arrival_s,prompt_tokens,backend,"));
+    let first: Vec<&str> = lines[1].split(',').collect();
+    assert_eq!(first.len(), 8);
+    assert!(first[3].starts_with('b'), "backend by name: {}", lines[1]);
+    // The oracle makes no prediction: the field is empty.
+    let o = evaluate(&fleet, "m", &reqs, ORACLE).unwrap();
+    assert!(super::eval_report::outcomes_csv(&o)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .contains(",,"));
+}

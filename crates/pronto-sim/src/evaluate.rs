@@ -1,0 +1,616 @@
+//! Offline evaluator: replay a trace through a simulated fleet on a virtual clock and compare
+//! routing policies.
+//!
+//! ## Discrete-event simulation
+//! Each backend is an [`Engine`] stepped independently: idle until a request arrives, then
+//! busy for one step's duration, then the step's events are delivered and the next step
+//! starts at once if there is work. Requests arrive at their trace times. At the same instant,
+//! step ends are processed before arrivals (the router sees the freshest state). Each arrival
+//! is routed by **the gateway's own** `Policy::select()` (built by
+//! [`PolicyKind::parse`]`(name).build()`) over a snapshot from [`RouterSideState`], which sees
+//! only what the gateway would (dispatches, first tokens, stream ends). `now` is a fixed
+//! [`Instant`] plus the virtual offset. TTFT = first-token step end − arrival; E2E = finish −
+//! arrival. Nothing is random: a run is a pure function of trace, fleet and policy.
+//!
+//! ## The `oracle` policy (evaluator only)
+//! Reads true engine state: for each backend it clones the engine, adds the request and steps
+//! the clone until the request's first token (from the end of the step in flight, if any).
+//! It picks the smallest true TTFT. Backends are tried in order of a cheap lower bound and
+//! skipped once the bound reaches the best TTFT found (ties go to the backend tried first);
+//! a clone stops stepping as soon as its time reaches the best. It is the best any router could
+//! do *for this request* given the current queues — greedy, not a global optimum, and it
+//! ignores how its choice delays requests already queued there.
+//!
+//! ## `POLICY+exact`: the exact prefix index
+//! Any gateway policy name with the suffix [`EXACT_SUFFIX`] (`predicted_ttft+exact`) runs that
+//! policy with each backend's expected prefix hit taken from what its engine really holds —
+//! what the gateway's KV-event-fed exact index ([`pronto_core::kv_index`]) reports — instead of
+//! the approximate prefix index (which only knows what was routed where). The engine state
+//! read is the one after the latest scheduled step (a live engine publishes a step's events
+//! when the step ends, one step later); everything else the policy sees is unchanged.
+//!
+//! ## `--load X`
+//! Capacity is the fleet's sustainable request rate for this trace's request mix:
+//! for each distinct engine configuration, a closed-loop calibration run feeds up to
+//! [`CALIBRATION_SAMPLE`] requests taken evenly across the trace to one fresh engine all at
+//! once (the queue never empties, so the engine batches as fully as its KV cache allows) and
+//! measures requests / virtual seconds to drain. The fleet's capacity is the sum over
+//! backends. Arrival times are then scaled so that the offered rate (requests / trace span)
+//! is `X ×` capacity. Without `--load` the trace's own timing is kept.
+//!
+//! Mooncake's conversation trace is quantised to 3 s; ties are spread over each bucket
+//! ([`spread_ties`]) before anything else.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use super::engine::{Engine, EngineConfig, EngineEvent, SimRequest};
+use super::eval_report::{percentile, RequestOutcome, RunReport};
+use super::eval_router::{Dispatch, RouterSideState};
+use super::fleet_config::FleetConfig;
+use super::profile::StepWork;
+use crate::workload::{self as trace, spread_ties, SyntheticWorkload, TraceFormat, TraceRequest};
+use pronto_core::request::RequestFeatures;
+use pronto_core::routing::{EngineLoad, Policy, PolicyKind};
+use pronto_core::tokens::{block_hashes, BlockHash, BLOCK_TOKENS};
+
+/// Requests in a `--load` calibration run.
+pub const CALIBRATION_SAMPLE: usize = 400;
+
+/// Seconds between the router's (simulated) scrapes of engine metrics, as the gateway's default.
+const SCRAPE_INTERVAL_S: f64 = 0.25;
+
+/// Name of the evaluator-only policy that reads true engine state.
+pub const ORACLE: &str = "oracle";
+
+/// Suffix of a policy name that swaps the approximate prefix index for the exact one.
+pub const EXACT_SUFFIX: &str = "+exact";
+
+/// Policies evaluated when none is given.
+pub const DEFAULT_POLICIES: &[&str] = &["round_robin", "least_inflight", ORACLE];
+
+/// `pronto evaluate`: replay a trace through the simulated fleet under each policy.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EvaluateArgs {
+    /// Trace file; without it a seeded synthetic multi-turn chat workload is used.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Trace format.
+    #[arg(long, value_enum, default_value_t = TraceFormat::Mooncake)]
+    pub format: TraceFormat,
+    /// Fleet file.
+    #[arg(long, default_value = "config/sim/fleet.yaml")]
+    pub fleet: PathBuf,
+    /// Policy to evaluate (repeatable): round_robin, least_inflight, oracle, ...
+    #[arg(long = "policy")]
+    pub policies: Vec<String>,
+    /// Offered load as a fraction of fleet capacity (default: the trace's own timing).
+    #[arg(long)]
+    pub load: Option<f64>,
+    /// Replay only the first N requests.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Seed of the synthetic workload.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write every request's outcome to `DIR/<policy>.csv` (arrival, prompt tokens, backend,
+    /// predicted and actual TTFT, cached tokens, the decision's reason): to see which requests
+    /// make a tail.
+    #[arg(long, value_name = "DIR")]
+    pub requests_csv: Option<PathBuf>,
+}
+
+/// One simulated backend: a name and its engine configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimBackend {
+    /// Backend name.
+    pub name: String,
+    /// Its engine.
+    pub config: EngineConfig,
+}
+
+/// Load a fleet file into evaluator backends.
+pub fn load_fleet(path: &Path) -> anyhow::Result<Vec<SimBackend>> {
+    let fleet = FleetConfig::load(path)?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let configs = fleet.engine_configs(base)?;
+    Ok(fleet
+        .backends
+        .iter()
+        .zip(configs)
+        .map(|(b, config)| SimBackend {
+            name: b.name.clone(),
+            config,
+        })
+        .collect())
+}
+
+/// Sustainable requests/s of one engine on `sample` (closed loop, all queued at once).
+pub fn engine_capacity_rps(config: &EngineConfig, sample: &[(u64, &TraceRequest)]) -> f64 {
+    let mut e = Engine::new(config.clone());
+    let mut ids = Vec::new();
+    for &(index, r) in sample {
+        ids.clear();
+        r.prompt_ids(index, &mut ids);
+        e.add_request(SimRequest {
+            id: index,
+            prompt: std::mem::take(&mut ids),
+            max_tokens: r.output_tokens,
+        });
+    }
+    let mut t = 0.0;
+    while let Some(s) = e.step() {
+        t += s.duration_s;
+    }
+    if t > 0.0 {
+        sample.len() as f64 / t
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// Fleet capacity (requests/s) for this trace's mix; see the module docs.
+pub fn fleet_capacity_rps(fleet: &[SimBackend], reqs: &[TraceRequest]) -> f64 {
+    let stride = reqs.len().div_ceil(CALIBRATION_SAMPLE).max(1);
+    let sample: Vec<(u64, &TraceRequest)> = reqs
+        .iter()
+        .enumerate()
+        .step_by(stride)
+        .map(|(i, r)| (i as u64, r))
+        .collect();
+    let mut per_config: Vec<(&EngineConfig, f64)> = Vec::new();
+    let mut total = 0.0;
+    for b in fleet {
+        let rate = match per_config.iter().find(|(c, _)| *c == &b.config) {
+            Some(&(_, r)) => r,
+            None => {
+                let r = engine_capacity_rps(&b.config, &sample);
+                per_config.push((&b.config, r));
+                r
+            }
+        };
+        total += rate;
+    }
+    total
+}
+
+/// Rescale arrivals so the offered rate is `load ×` the fleet's capacity; returns capacity.
+pub fn apply_load(fleet: &[SimBackend], reqs: &mut [TraceRequest], load: f64) -> f64 {
+    let capacity = fleet_capacity_rps(fleet, reqs);
+    let span = reqs.last().map_or(0.0, |r| r.arrival_s);
+    if reqs.len() > 1 && span > 0.0 && load > 0.0 && capacity.is_finite() {
+        let native = reqs.len() as f64 / span;
+        trace::scale_arrivals(reqs, native / (load * capacity));
+    }
+    capacity
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Track {
+    arrival_s: f64,
+    backend: usize,
+    prompt_tokens: u32,
+    first_token_s: Option<f64>,
+    dispatch: Dispatch,
+    predicted_ttft_s: Option<f64>,
+    reason: Option<pronto_core::routing::Reason>,
+    cached_tokens: u32,
+}
+
+struct Backend {
+    engine: Engine,
+    busy_until: Option<f64>,
+    pending: Vec<EngineEvent>,
+}
+
+/// Router choice for one arrival: a gateway policy or the oracle.
+enum Chooser {
+    /// A gateway policy; `true`: fed by the exact prefix index.
+    Policy(std::sync::Arc<dyn Policy>, bool),
+    Oracle,
+}
+
+/// Replay `reqs` through a fresh fleet under `policy`; deterministic.
+pub fn evaluate(
+    fleet: &[SimBackend],
+    model: &str,
+    reqs: &[TraceRequest],
+    policy: &str,
+) -> anyhow::Result<RunReport> {
+    anyhow::ensure!(!fleet.is_empty(), "the fleet has no backends");
+    let chooser = if policy == ORACLE {
+        Chooser::Oracle
+    } else {
+        let (name, exact) = match policy.strip_suffix(EXACT_SUFFIX) {
+            Some(name) => (name, true),
+            None => (policy, false),
+        };
+        let kind = PolicyKind::parse(name).with_context(|| {
+            format!(
+                "unknown policy {policy:?} (known: {}, {ORACLE}; any but {ORACLE} may end \
+                 with {EXACT_SUFFIX})",
+                PolicyKind::ALL.join(", ")
+            )
+        })?;
+        Chooser::Policy(kind.build(), exact)
+    };
+    let mut exact_views = Vec::new();
+    let names: Vec<&str> = fleet.iter().map(|b| b.name.as_str()).collect();
+    let capacities: Vec<Option<f64>> = fleet
+        .iter()
+        .map(|b| Some((b.config.num_kv_blocks * b.config.block_size) as f64))
+        .collect();
+    let mut router = RouterSideState::new(&names).with_kv_capacities(&capacities);
+    let mut backends: Vec<Backend> = fleet
+        .iter()
+        .map(|b| Backend {
+            engine: Engine::new(b.config.clone()),
+            busy_until: None,
+            pending: Vec::new(),
+        })
+        .collect();
+    let mut tracks: Vec<Track> = Vec::with_capacity(reqs.len());
+    let mut ttft = Vec::with_capacity(reqs.len());
+    let mut e2e = Vec::with_capacity(reqs.len());
+    let mut per_backend = vec![0u64; fleet.len()];
+    let (mut shed, mut rejected) = (0u64, 0u64);
+    let (mut hit_tokens, mut prompt_tokens) = (0u64, 0u64);
+    let mut last_finish = 0.0f64;
+    let base = Instant::now();
+    let mut next = 0usize;
+    let mut ids = Vec::new();
+    let mut next_scrape_s = f64::NEG_INFINITY;
+    loop {
+        let step_end = backends
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| b.busy_until.map(|t| (t, i)))
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let arrival = reqs.get(next).map(|r| r.arrival_s);
+        match (step_end, arrival) {
+            (None, None) => break,
+            (Some((t, b)), a) if a.is_none_or(|a| t <= a) => {
+                let events = std::mem::take(&mut backends[b].pending);
+                for ev in events {
+                    match ev {
+                        EngineEvent::FirstToken {
+                            id, cached_tokens, ..
+                        } => {
+                            let tr = &mut tracks[id as usize];
+                            tr.first_token_s = Some(t);
+                            tr.cached_tokens = cached_tokens;
+                            ttft.push(t - tr.arrival_s);
+                            hit_tokens += u64::from(cached_tokens);
+                            prompt_tokens += u64::from(tr.prompt_tokens);
+                            let now = base + Duration::from_secs_f64(t);
+                            router.on_first_token(b, &tr.dispatch, t - tr.arrival_s, now);
+                        }
+                        EngineEvent::Token { .. } => {}
+                        EngineEvent::Finished { id, output_tokens } => {
+                            let tr = tracks[id as usize];
+                            router.on_finish(b, &tr.dispatch, tr.first_token_s.is_some());
+                            if output_tokens == 0 {
+                                rejected += 1;
+                            } else {
+                                e2e.push(t - tr.arrival_s);
+                                last_finish = last_finish.max(t);
+                            }
+                        }
+                    }
+                }
+                start_step(&mut backends[b], t);
+            }
+            (_, Some(t)) => {
+                if t >= next_scrape_s {
+                    // The gateway scrapes every backend's /metrics every SCRAPE_INTERVAL_S.
+                    let at = base + Duration::from_secs_f64(t);
+                    for (i, b) in backends.iter().enumerate() {
+                        let st = b.engine.stats();
+                        let load = EngineLoad {
+                            waiting: st.waiting as f64,
+                            running: st.running as f64,
+                            kv_usage: st.kv_usage,
+                            age_s: 0.0,
+                        };
+                        router.on_scrape(i, load, at);
+                    }
+                    next_scrape_s = t + SCRAPE_INTERVAL_S;
+                }
+                let r = &reqs[next];
+                let id = next as u64;
+                next += 1;
+                ids.clear();
+                r.prompt_ids(id, &mut ids);
+                tracks.push(Track {
+                    arrival_s: t,
+                    backend: usize::MAX,
+                    prompt_tokens: r.input_tokens,
+                    first_token_s: None,
+                    dispatch: Dispatch::default(),
+                    predicted_ttft_s: None,
+                    reason: None,
+                    cached_tokens: 0,
+                });
+                let mut features = features_of(model, &ids, r);
+                let now = base + Duration::from_secs_f64(t);
+                let residency = match &chooser {
+                    Chooser::Policy(p, _) => p.limits_prefix_credit_to_residency(),
+                    Chooser::Oracle => true,
+                };
+                let views = router.views(&features, now, residency);
+                let chosen = match &chooser {
+                    Chooser::Oracle => Some((oracle_pick(&backends, &ids, id, r, t), None, None)),
+                    Chooser::Policy(p, exact) => {
+                        let views = if *exact {
+                            exact_views.clear();
+                            exact_views.extend_from_slice(views);
+                            for (v, b) in exact_views.iter_mut().zip(&backends) {
+                                v.cached_tokens = exact_hit(&b.engine, &ids, &features);
+                            }
+                            &exact_views[..]
+                        } else {
+                            views
+                        };
+                        let snapshot = pronto_core::routing::Snapshot { backends: views };
+                        p.select(&features, &snapshot, now)
+                            .ok()
+                            .map(|d| (d.index, d.predicted_ttft_s, Some(d.reason)))
+                    }
+                };
+                let Some((b, predicted, reason)) = chosen else {
+                    shed += 1;
+                    continue;
+                };
+                tracks[id as usize].backend = b;
+                tracks[id as usize].predicted_ttft_s = predicted;
+                tracks[id as usize].reason = reason;
+                per_backend[b] += 1;
+                tracks[id as usize].dispatch = router.on_dispatch(b, &features, now);
+                // Block hashes at the gateway's block size, reused by engines of that size.
+                let hashes = std::mem::take(&mut features.block_hashes);
+                let engine = &mut backends[b].engine;
+                if engine.config().block_size == BLOCK_TOKENS {
+                    engine.add_hashed(id, r.input_tokens, hashes.into(), r.output_tokens);
+                } else {
+                    engine.add_request(SimRequest {
+                        id,
+                        prompt: std::mem::take(&mut ids),
+                        max_tokens: r.output_tokens,
+                    });
+                }
+                if backends[b].busy_until.is_none() {
+                    start_step(&mut backends[b], t);
+                }
+            }
+            (Some(_), None) => unreachable!("handled by the step-end arm"),
+        }
+    }
+    let preemptions = backends
+        .iter()
+        .map(|b| b.engine.stats().preemptions_total)
+        .sum();
+    let first_arrival = reqs.first().map_or(0.0, |r| r.arrival_s);
+    let span = last_finish - first_arrival;
+    let ms = |v: f64| v * 1e3;
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    let ttft_mean = mean(&ttft);
+    let e2e_mean = mean(&e2e);
+    ttft.sort_by(f64::total_cmp);
+    e2e.sort_by(f64::total_cmp);
+    Ok(RunReport {
+        policy: policy.to_string(),
+        requests: reqs.len() as u64,
+        completed: e2e.len() as u64,
+        ttft_mean_ms: ms(ttft_mean),
+        ttft_p50_ms: ms(percentile(&ttft, 0.50)),
+        ttft_p90_ms: ms(percentile(&ttft, 0.90)),
+        ttft_p99_ms: ms(percentile(&ttft, 0.99)),
+        e2e_mean_ms: ms(e2e_mean),
+        e2e_p99_ms: ms(percentile(&e2e, 0.99)),
+        throughput_rps: if span > 0.0 {
+            e2e.len() as f64 / span
+        } else {
+            0.0
+        },
+        prefix_hit_rate: if prompt_tokens > 0 {
+            hit_tokens as f64 / prompt_tokens as f64
+        } else {
+            0.0
+        },
+        per_backend: router
+            .names()
+            .zip(per_backend)
+            .map(|(n, c)| (n.to_string(), c))
+            .collect(),
+        shed,
+        rejected,
+        preemptions,
+        outcomes: tracks
+            .iter()
+            .map(|t| RequestOutcome {
+                arrival_s: t.arrival_s,
+                prompt_tokens: t.prompt_tokens,
+                backend: (t.backend != usize::MAX).then_some(t.backend),
+                predicted_ttft_s: t.predicted_ttft_s,
+                reason: t.reason,
+                cached_tokens: t.cached_tokens,
+                ttft_s: t.first_token_s.map(|f| f - t.arrival_s),
+            })
+            .collect(),
+    })
+}
+
+fn start_step(b: &mut Backend, now: f64) {
+    match b.engine.step() {
+        Some(s) => {
+            b.busy_until = Some(now + s.duration_s);
+            b.pending = s.events;
+        }
+        None => b.busy_until = None,
+    }
+}
+
+/// What the gateway would parse from this request (prompt text omitted: it is never read by
+/// routing; the token count and block hashes are exactly what the parser would produce for the
+/// synthetic text of these ids).
+fn features_of(model: &str, ids: &[u32], r: &TraceRequest) -> RequestFeatures {
+    let mut f = RequestFeatures::synthetic(model, String::new(), Some(r.output_tokens));
+    f.prompt_tokens = r.input_tokens;
+    f.block_hashes = block_hashes(ids, BLOCK_TOKENS);
+    f.session_key = r.session.map(|s| s.to_string());
+    f
+}
+
+/// The prefix hit `engine` would give this prompt now: what an exact, event-fed index reports.
+fn exact_hit(engine: &Engine, ids: &[u32], features: &RequestFeatures) -> u32 {
+    if engine.config().block_size == BLOCK_TOKENS {
+        engine.cached_prefix_tokens_hashed(ids.len() as u32, &features.block_hashes)
+    } else {
+        engine.cached_prefix_tokens(ids)
+    }
+}
+
+/// The backend with the smallest true TTFT for this request (see the module docs).
+///
+/// Backends are tried in order of a lower bound — the rest of the step in flight plus this
+/// request's uncached prefill run as one step with nothing else (real chunks and co-scheduled
+/// work only add time) — and a backend whose bound is not below the best TTFT found so far is
+/// not simulated at all.
+fn oracle_pick(backends: &[Backend], ids: &[u32], id: u64, r: &TraceRequest, now: f64) -> usize {
+    let len = ids.len() as u32;
+    let mut hashes: Option<(usize, Arc<[BlockHash]>)> = None;
+    let mut hashes_for = |e: &Engine| {
+        let bs = e.config().block_size;
+        match &hashes {
+            Some((b, h)) if *b == bs => Arc::clone(h),
+            _ => {
+                let h = e.prompt_hashes(ids);
+                hashes = Some((bs, Arc::clone(&h)));
+                h
+            }
+        }
+    };
+    let mut order: Vec<(f64, usize)> = backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let busy = b.busy_until.map_or(0.0, |end| end - now);
+            let h = hashes_for(&b.engine);
+            let cached = f64::from(b.engine.cached_prefix_tokens_hashed(len, &h));
+            let n = ids.len() as f64 - cached;
+            let own = StepWork {
+                prefill_tokens: n as u64,
+                prefill_pairs: n * (cached + n / 2.0),
+                ..StepWork::default()
+            };
+            (busy + b.engine.config().profile.step_seconds(&own), i)
+        })
+        .collect();
+    order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut best = (f64::INFINITY, order[0].1);
+    for (bound, i) in order {
+        if bound >= best.0 {
+            break;
+        }
+        let b = &backends[i];
+        let mut t = b.busy_until.map_or(0.0, |end| end - now);
+        let mut e = b.engine.clone();
+        e.add_hashed(id, len, hashes_for(&b.engine), r.output_tokens);
+        'steps: while let Some(s) = e.step() {
+            t += s.duration_s;
+            if t >= best.0 {
+                break;
+            }
+            for ev in s.events {
+                match ev {
+                    EngineEvent::FirstToken { id: x, .. } if x == id => {
+                        best = (t, i);
+                        break 'steps;
+                    }
+                    EngineEvent::Finished { id: x, .. } if x == id => break 'steps,
+                    _ => {}
+                }
+            }
+        }
+    }
+    best.1
+}
+
+/// Load the trace (or generate the synthetic workload), apply `--limit`, spread ties and
+/// `--load`. Returns the requests and, with `--load`, the measured fleet capacity.
+pub fn prepare_trace(
+    args: &EvaluateArgs,
+    fleet: &[SimBackend],
+) -> anyhow::Result<(Vec<TraceRequest>, Option<f64>)> {
+    let mut reqs = match &args.trace {
+        Some(path) => trace::read(path, args.format)?,
+        None => SyntheticWorkload {
+            seed: args.seed,
+            ..SyntheticWorkload::default()
+        }
+        .generate(),
+    };
+    if let Some(n) = args.limit {
+        reqs.truncate(n);
+    }
+    spread_ties(&mut reqs);
+    let capacity = args.load.map(|x| apply_load(fleet, &mut reqs, x));
+    Ok((reqs, capacity))
+}
+
+/// `pronto evaluate`: run every requested policy and print a table or JSON.
+pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
+    let fleet = load_fleet(&args.fleet)?;
+    let model = FleetConfig::load(&args.fleet)?.model;
+    let (reqs, capacity) = prepare_trace(&args, &fleet)?;
+    let policies: Vec<String> = if args.policies.is_empty() {
+        DEFAULT_POLICIES.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.policies.clone()
+    };
+    let mut runs = Vec::new();
+    for p in &policies {
+        let started = Instant::now();
+        let report = evaluate(&fleet, &model, &reqs, p)?;
+        let wall = started.elapsed().as_secs_f64();
+        if !args.json {
+            eprintln!(
+                "{p}: replayed {} requests in {wall:.2} s ({:.0} requests/s)",
+                reqs.len(),
+                reqs.len() as f64 / wall.max(1e-9)
+            );
+        }
+        if let Some(dir) = &args.requests_csv {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("--requests-csv: cannot create {}", dir.display()))?;
+            let file = dir.join(format!("{p}.csv"));
+            std::fs::write(&file, super::eval_report::outcomes_csv(&report))
+                .with_context(|| format!("--requests-csv: cannot write {}", file.display()))?;
+        }
+        runs.push(report);
+    }
+    if args.json {
+        println!("{}", super::eval_report::to_json(&runs, capacity));
+    } else {
+        if let Some(c) = capacity {
+            println!(
+                "fleet capacity {c:.2} req/s; offered {:.2} req/s",
+                c * args.load.unwrap_or(0.0)
+            );
+        }
+        print!("{}", super::eval_report::table(&runs));
+    }
+    Ok(())
+}
