@@ -133,7 +133,7 @@ impl Admin {
                         pool.backends.iter().map(move |b| {
                             let mut v = b.admin_json(now);
                             v["pool"] = serde_json::Value::from(&*p.model);
-                            let ttft = b.ttft.view(now).quality;
+                            let ttft = b.state.ttft.view(now).quality;
                             v["ttft_samples"] = serde_json::Value::from(ttft.samples);
                             v["ttft_rel_error"] = serde_json::Value::from(ttft.rel_error);
                             v

@@ -42,18 +42,16 @@ pub enum GatewayError {
         limit: u64,
     },
     /// No backend of the pool can take the request (all unhealthy, ejected, full or tried).
-    #[error("No backend is available for model `{model}`{detail}")]
+    /// The client learns no more: which backends failed and why goes to the log, with the
+    /// request id.
+    #[error("No backend is available for model `{model}`")]
     NoBackend {
         /// Pool / model name.
         model: String,
-        /// Extra context (e.g. the last upstream failure), starting with `: `, or empty.
-        detail: String,
     },
     /// The backend produced no first byte of its answer in time.
-    #[error("Backend `{backend}` produced no first token within {timeout_ms} ms")]
+    #[error("The backend produced no first token within {timeout_ms} ms")]
     FirstTokenTimeout {
-        /// Backend name.
-        backend: String,
         /// The configured first-token timeout.
         timeout_ms: u64,
     },
@@ -239,16 +237,10 @@ mod tests {
     fn statuses() {
         assert_eq!(GatewayError::BodyTooLarge { limit: 1 }.status(), 413);
         assert_eq!(GatewayError::BadRequest("b".into()).status(), 400);
-        let nb = GatewayError::NoBackend {
-            model: "m".into(),
-            detail: String::new(),
-        };
+        let nb = GatewayError::NoBackend { model: "m".into() };
         assert_eq!(nb.status(), 503);
         assert_eq!(nb.retry_after(), Some(1));
-        let t = GatewayError::FirstTokenTimeout {
-            backend: "b".into(),
-            timeout_ms: 5,
-        };
+        let t = GatewayError::FirstTokenTimeout { timeout_ms: 5 };
         assert_eq!(t.status(), 504);
         assert!(t.to_sse_event().starts_with(b"data: {"));
     }

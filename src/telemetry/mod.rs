@@ -101,8 +101,11 @@ pub struct Metrics {
     pub backend_kv_usage_ratio: GaugeVec,
     /// `pronto_engine_scrape_errors_total{backend}`: failed scrapes of an engine's `/metrics`.
     pub engine_scrape_errors_total: IntCounterVec,
-    /// `pronto_ttft_prediction_error_seconds{backend}`: predicted − actual TTFT.
+    /// `pronto_ttft_prediction_error_seconds{backend}`: the decision's predicted − actual TTFT.
     pub ttft_prediction_error_seconds: HistogramVec,
+    /// `pronto_ttft_prediction_abs_error_seconds{backend}`: |predicted − actual| TTFT (its sum
+    /// over its count is the mean absolute error; the signed family's sum can cancel out).
+    pub ttft_prediction_abs_error_seconds: HistogramVec,
     /// `pronto_predicted_ttft_seconds{pool}`: the chosen backend's predicted TTFT.
     pub predicted_ttft_seconds: HistogramVec,
     /// `pronto_route_decisions_total{pool,policy,reason}`
@@ -348,9 +351,15 @@ impl Metrics {
             ttft_prediction_error_seconds: histogram_with(
                 &r,
                 "pronto_ttft_prediction_error_seconds",
-                "Predicted minus actual TTFT of each streamed request, per backend",
+                "The routing decision's predicted TTFT minus the actual TTFT of each streamed request, per backend",
                 &["backend"],
                 ERROR_BUCKETS,
+            ),
+            ttft_prediction_abs_error_seconds: histogram(
+                &r,
+                "pronto_ttft_prediction_abs_error_seconds",
+                "Absolute difference between the routing decision's predicted TTFT and the actual TTFT, per backend",
+                &["backend"],
             ),
             predicted_ttft_seconds: histogram(
                 &r,

@@ -14,11 +14,14 @@
 
 pub mod affinity;
 pub mod engine;
+pub mod ids;
 pub mod kv_index;
+pub mod load;
 pub mod predict;
 pub mod request;
 pub mod routing;
 pub mod seq_cell;
 pub mod sse;
+pub mod state;
 pub mod time;
 pub mod tokens;
