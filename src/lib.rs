@@ -27,6 +27,7 @@ pub mod discovery;
 pub mod error;
 pub mod gateway;
 pub mod kv_events;
+pub mod listener;
 pub mod proxy;
 pub mod ratelimit;
 pub mod reload;

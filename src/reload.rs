@@ -256,6 +256,7 @@ impl Reloader {
     /// Swap in `new` (valid, different from the active config).
     fn apply(&self, trigger: Trigger, new: Config, file_config: &mut Config) -> ReloadReport {
         let current = self.state.load_full();
+        // Listeners, threads and the grace period are bound at start: they never change.
         let running = &current.config;
         let mut warnings: Vec<String> = start_bound(file_config, &new)
             .into_iter()
@@ -279,8 +280,11 @@ impl Reloader {
         effective.threads = running.threads;
         effective.grace_period = running.grace_period;
         let hash = effective.hash();
-        let (state, carried) = current.rebuild(Arc::new(effective), &self.metrics);
-        self.state.store(Arc::new(state));
+        let effective = Arc::new(effective);
+        let (_, carried) = crate::gateway::update_state(&self.state, |current| {
+            Some(current.rebuild(Arc::clone(&effective), &self.metrics))
+        })
+        .expect("a rebuild is always swapped in");
         *file_config = new;
         self.retire(&carried);
 
@@ -383,14 +387,23 @@ impl Reloader {
         status.last_error.as_ref().is_none_or(|e| e.hash != hash)
     }
 
-    /// Watch the file and listen for `hup` until the process exits (see the module docs).
+    /// Watch the file and listen for `hup` until `stop` turns true (the gateway stops; see the
+    /// module docs).
     /// Run it on a runtime of its own: the reloads themselves go to the blocking pool.
-    pub async fn run(self: Arc<Self>, mut hup: Signal) {
+    pub async fn run(
+        self: Arc<Self>,
+        mut hup: Signal,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
         let mut last_meta: Option<Vec<(SystemTime, u64)>> = None;
         loop {
+            if *stop.borrow() {
+                return;
+            }
             let settings = self.state.load().config.reload;
             let tick = tokio::time::sleep(settings.watch_interval);
             tokio::select! {
+                r = stop.changed() => if r.is_err() { return },
                 _ = tick => {
                     if settings.watch {
                         self.poll(&mut last_meta).await;
