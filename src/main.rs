@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use pronto::config::Config;
+use pronto::config::{Config, Loaded, Resources};
 use pronto::routing::PolicyKind;
 
 #[derive(Parser)]
@@ -86,7 +86,7 @@ fn init_tracing() {
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut config = match (&args.config, args.backends.is_empty()) {
-        (Some(path), true) => Config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?,
+        (Some(path), true) => Loaded::load(path).map_err(|e| anyhow::anyhow!("{e}"))?,
         (None, false) => {
             let policy = PolicyKind::parse(&args.policy).with_context(|| {
                 format!(
@@ -95,8 +95,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                     PolicyKind::ALL.join(", ")
                 )
             })?;
-            Config::from_backend_urls(&args.backends, &args.model, policy)
-                .map_err(|e| anyhow::anyhow!("{e}"))?
+            Loaded {
+                config: Config::from_backend_urls(&args.backends, &args.model, policy)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+                resources: Resources::default(),
+            }
         }
         (Some(_), false) => {
             anyhow::bail!("give either --config FILE or --backend URL..., not both")
@@ -104,10 +107,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         (None, true) => anyhow::bail!("give --config FILE or at least one --backend URL"),
     };
     if let Some(l) = args.listen {
-        config.listen = l;
+        config.config.listen = l;
     }
     if let Some(a) = args.admin_listen {
-        config.admin_listen = a;
+        config.config.admin_listen = a;
     }
     pronto::server::run(config)?;
     Ok(ExitCode::SUCCESS)

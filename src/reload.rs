@@ -208,7 +208,7 @@ impl Reloader {
         if hash == self.state.load().config.hash() && !self.tls_files_changed() {
             return Ok(self.unchanged(trigger));
         }
-        Ok(match Config::from_file_text(path, &text) {
+        Ok(match config::Loaded::from_file_text(path, &text) {
             Ok(new) => self.apply(trigger, new, &mut file_config),
             Err(e) => self.reject(trigger, e.to_string(), hash),
         })
@@ -254,7 +254,17 @@ impl Reloader {
     }
 
     /// Swap in `new` (valid, different from the active config).
-    fn apply(&self, trigger: Trigger, new: Config, file_config: &mut Config) -> ReloadReport {
+    fn apply(
+        &self,
+        trigger: Trigger,
+        loaded: config::Loaded,
+        file_config: &mut Config,
+    ) -> ReloadReport {
+        let config::Loaded {
+            config: new,
+            resources,
+        } = loaded;
+        let resources = Arc::new(resources);
         let current = self.state.load_full();
         // Listeners, threads and the grace period are bound at start: they never change.
         let running = &current.config;
@@ -282,7 +292,11 @@ impl Reloader {
         let hash = effective.hash();
         let effective = Arc::new(effective);
         let (_, carried) = crate::gateway::update_state(&self.state, |current| {
-            Some(current.rebuild(Arc::clone(&effective), &self.metrics))
+            Some(current.rebuild(
+                Arc::clone(&effective),
+                Arc::clone(&resources),
+                &self.metrics,
+            ))
         })
         .expect("a rebuild is always swapped in");
         *file_config = new;

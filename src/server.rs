@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::admin::Admin;
 use crate::backend::{EngineScraper, HealthChecker};
-use crate::config::Config;
+use crate::config::Loaded;
 use crate::discovery::{Discovery, SystemResolver};
 use crate::gateway::GatewayState;
 use crate::listener::{bind, Listening};
@@ -177,7 +177,8 @@ impl ShutdownSignalWatch for DrainSignal {
 
 /// Start the gateway on a thread of its own; returns once both listeners are bound.
 /// `signals`: also stop on SIGTERM (graceful) and SIGINT (at once) — for the binary.
-pub fn start(config: Config, signals: bool) -> anyhow::Result<Handle> {
+pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
+    let Loaded { config, resources } = loaded;
     let grace = config.grace_period;
     let threads = config.threads;
     let (proxy_listener, listen) = bind(config.listen)
@@ -188,6 +189,7 @@ pub fn start(config: Config, signals: bool) -> anyhow::Result<Handle> {
     let metrics = Metrics::new();
     let state = Arc::new(ArcSwap::from_pointee(GatewayState::new(
         Arc::new(config),
+        Arc::new(resources),
         &metrics,
     )));
     let active = Arc::new(ActiveRequests::default());
@@ -224,10 +226,10 @@ pub fn start(config: Config, signals: bool) -> anyhow::Result<Handle> {
     let mut opts = HttpServerOptions::default();
     opts.h2c = true;
     proxy.server_options = Some(opts);
-    let tls = state.load().config.tls.clone();
+    let tls = state.load().resources.tls().cloned();
     let acceptor = match &tls {
         Some(identity) => Some(
-            crate::tls::listener_settings(Arc::clone(&state), identity)
+            crate::tls::listener_settings(Arc::clone(&state), Arc::clone(identity))
                 .map_err(|e| anyhow::anyhow!("TLS listener: {e}"))?
                 .build(),
         ),
@@ -309,7 +311,7 @@ pub fn start(config: Config, signals: bool) -> anyhow::Result<Handle> {
 }
 
 /// Run the gateway until SIGTERM (graceful) or SIGINT.
-pub fn run(config: Config) -> anyhow::Result<()> {
-    start(config, true)?.wait();
+pub fn run(loaded: Loaded) -> anyhow::Result<()> {
+    start(loaded, true)?.wait();
     Ok(())
 }

@@ -47,6 +47,7 @@ fn state(addrs: &[SocketAddr], metrics: &Metrics) -> Arc<ArcSwap<GatewayState>> 
     let config = Config::from_yaml_str(&yaml, "test").unwrap();
     Arc::new(ArcSwap::from_pointee(GatewayState::new(
         Arc::new(config),
+        Default::default(),
         metrics,
     )))
 }

@@ -69,8 +69,8 @@ fn pool_json(pool: &Pool) -> Value {
         v["profile"] = profile_json(p);
     }
     if let Some(t) = &pool.tokenizer {
-        v["tokenizer"] = Value::from(t.path().display().to_string());
-        if let Some(source) = t.chat_template_file() {
+        v["tokenizer"] = Value::from(t.path.display().to_string());
+        if let Some(source) = &t.chat_template {
             v["chat_template"] = Value::from(source.display().to_string());
         }
     }

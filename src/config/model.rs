@@ -55,6 +55,18 @@ pub const DEFAULT_RELOAD_WATCH: bool = true;
 /// Default time between two looks at the config file.
 pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
+/// A pool's tokenizer as the config names it, with the fingerprint of what was loaded (an
+/// edited file is a different tokenizer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenizerRef {
+    /// The `tokenizer.json` loaded, or the `tiktoken:<name>` spec.
+    pub path: PathBuf,
+    /// The pool's own chat template file, if it names one.
+    pub chat_template: Option<PathBuf>,
+    /// [`crate::tokenizer::ModelTokenizer::fingerprint`] of what was loaded.
+    pub fingerprint: String,
+}
+
 /// The gateway's validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -170,9 +182,10 @@ pub struct Pool {
     /// The pool's default profile hint, as written (already merged into each backend's
     /// [`Backend::profile`]; kept to write the effective config back).
     pub profile: Option<ProfileHint>,
-    /// The model's tokenizer (`tokenizer:` / `chat_template:`), loaded: exact prompt tokens
+    /// The model's tokenizer (`tokenizer:` / `chat_template:`), as named and fingerprinted;
+    /// the loaded tokenizer is in [`super::Resources`]: exact prompt tokens
     /// and engine-matching block hashes. Equal across reloads when its files are unchanged.
-    pub tokenizer: Option<Arc<crate::tokenizer::ModelTokenizer>>,
+    pub tokenizer: Option<TokenizerRef>,
 }
 
 /// A pool's `discover:` section: every address a DNS name resolves to is a backend.

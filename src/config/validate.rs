@@ -83,11 +83,13 @@ pub struct Invalid {
 ///
 /// On success the returned [`Config`] has an empty `origin`, no `warnings` and a zero source
 /// hash: the loader ([`Config::from_yaml_str`]) fills those in, locating each warning.
-pub fn validate(file: &ConfigFile) -> Result<(Config, Vec<ConfigWarning>), Invalid> {
+pub fn validate(
+    file: &ConfigFile,
+) -> Result<(Config, super::Resources, Vec<ConfigWarning>), Invalid> {
     let mut c = Checker::default();
     let config = c.config(file);
     if c.errors.is_empty() {
-        Ok((config, c.warnings))
+        Ok((config, c.resources, c.warnings))
     } else {
         Err(Invalid {
             errors: c.errors,
@@ -119,6 +121,8 @@ pub fn key_path(parent: &str, key: &str) -> String {
 pub(super) struct Checker {
     errors: Vec<ConfigError>,
     warnings: Vec<ConfigWarning>,
+    /// What the files the config names were loaded into.
+    pub(super) resources: super::Resources,
 }
 
 impl Checker {
@@ -493,7 +497,7 @@ impl Checker {
             .profile
             .as_ref()
             .map(|p| self.profile(&format!("{path}.profile"), p));
-        let tokenizer = self.tokenizer(path, pool);
+        let tokenizer = self.tokenizer(path, model, pool);
         if pool.discover.is_none() {
             self.backend_count_checks(path, pool, retry);
         }

@@ -118,7 +118,7 @@ impl Gateway {
         init_log();
         let dir = TempDir::new("gw");
         let config_path = write_file(&dir, yaml_without_listeners);
-        let config = pronto::config::Config::load(&config_path)
+        let config = pronto::config::Loaded::load(&config_path)
             .unwrap_or_else(|e| panic!("test config is invalid: {e}"));
         let handle = pronto::server::start(config, false).expect("gateway starts");
         let gw = Gateway {
