@@ -6,7 +6,7 @@
 //! Live reload ([`crate::reload`]) runs on a thread of its own (`pronto-reload`, a one-thread
 //! tokio runtime) that polls the config file and listens for `SIGHUP`; its signal handler is
 //! installed here, before any listener opens. Reload applies only to a config loaded from a
-//! file ([`Config::source_path`]).
+//! file ([`crate::config::Config::source_path`]).
 //!
 //! [`start`] binds both listeners itself (port 0 works: the [`Handle`] says which ports it
 //! got, and keeps them), starts everything on a thread of its own and returns a [`Handle`];
