@@ -80,7 +80,7 @@ fn bench_parse(c: &mut Criterion) {
             b.iter(|| parse_request(Endpoint::ChatCompletions, black_box(&body), None).unwrap())
         });
         // The share of `pronto/*` spent tokenizing and hashing the canonical prompt.
-        let prompt = parse_request(Endpoint::ChatCompletions, &body, None)
+        let prompt = pronto::request::parse_request_with_prompt(Endpoint::ChatCompletions, &body, None)
             .unwrap()
             .prompt;
         g.bench_function(format!("block_hashes_only/{name}"), |b| {
