@@ -1,7 +1,9 @@
 //! Request parsing through the public API: every content shape, field order, escapes, errors,
 //! hostile inputs and a huge prompt.
 
-use pronto::request::{parse_request, parse_request_with_prompt, Endpoint, RequestError, RequestFeatures};
+use pronto::request::{
+    parse_request, parse_request_with_prompt, Endpoint, RequestError, RequestFeatures,
+};
 use pronto::tokens::{self, BLOCK_TOKENS};
 
 const CHAT: Endpoint = Endpoint::ChatCompletions;

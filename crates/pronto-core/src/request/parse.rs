@@ -744,7 +744,8 @@ mod tests {
         );
         assert!(prompt.len() > 100_000);
 
-        let features = parse_request_with_prompt(Endpoint::ChatCompletions, body.as_bytes(), None).unwrap();
+        let features =
+            parse_request_with_prompt(Endpoint::ChatCompletions, body.as_bytes(), None).unwrap();
         assert_eq!(features.prompt, prompt);
         assert!(features
             .prompt
