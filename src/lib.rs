@@ -26,6 +26,7 @@ pub mod demo;
 pub mod discovery;
 pub mod error;
 pub mod gateway;
+pub mod head_deadline;
 pub mod kv_events;
 pub mod listener;
 pub mod proxy;

@@ -242,7 +242,12 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
         proxy,
         Some(threads),
         stop_rx.clone(),
-    )?;
+    )?
+    .with_edge(crate::listener::Edge {
+        state: Arc::clone(&state),
+        metrics: metrics.clone(),
+        open: Arc::default(),
+    });
 
     let discovery = background_service(
         "pronto-discovery",

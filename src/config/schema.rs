@@ -67,6 +67,32 @@ fn schema_value() -> Value {
                     DEFAULT_FIRST_TOKEN_TIMEOUT
                 ),
                 "idle_timeout": duration("Longest silence from a backend mid-stream", DEFAULT_IDLE_TIMEOUT),
+                "request_timeout": duration(
+                    "A non-streamed request's whole answer within this, else 504 (never a backend fault)",
+                    DEFAULT_REQUEST_TIMEOUT
+                ),
+                "header_timeout": duration(
+                    "A request head from its first byte to its end within this, else the connection closes",
+                    DEFAULT_HEADER_TIMEOUT
+                ),
+                "body_timeout": duration("The whole request body within this, else 408", DEFAULT_BODY_TIMEOUT),
+                "write_timeout": duration(
+                    "A write to a client that does not read fails after this: the stream ends, the upstream request is cancelled",
+                    DEFAULT_WRITE_TIMEOUT
+                ),
+                "min_send_rate": {
+                    "description": "Minimum bytes per second a client must read (a larger write may wait len / rate)",
+                    "$ref": "#/$defs/size",
+                },
+                "max_buffered_bytes": {
+                    "description": "Request body bytes buffered at once over all requests; over it: 503 with Retry-After before the body is read",
+                    "$ref": "#/$defs/size",
+                    "default": format_size(DEFAULT_MAX_BUFFERED_BYTES),
+                },
+                "max_connections": {
+                    "description": "Client connections open at once; one more gets 503 and is closed",
+                    "type": "integer", "minimum": 1, "maximum": 1000000, "default": DEFAULT_MAX_CONNECTIONS,
+                },
             })),
             "retry": section("Retry policy", json!({
                 "max_retries": {

@@ -285,30 +285,13 @@ impl Checker {
         let l = f.limits.clone().unwrap_or_default();
         let max_body_bytes = match &l.max_body_bytes {
             None => DEFAULT_MAX_BODY_BYTES,
-            Some(q) => {
-                let path = "limits.max_body_bytes";
-                let parsed = match q {
-                    Quantity::Int(n) => {
-                        u64::try_from(*n).map_err(|_| format!("`{n}` is not a size (e.g. `32MiB`)"))
-                    }
-                    Quantity::Float(x) => Err(format!("`{x}` is not a size (e.g. `32MiB`)")),
-                    Quantity::Text(s) => parse_size(s),
-                };
-                match parsed {
-                    Ok(n) if (MIN_BODY_BYTES..=MAX_BODY_BYTES).contains(&n) => n,
-                    Ok(n) => {
-                        self.error(
-                            path,
-                            format!("must be between 1KiB and 1GiB, got {}", format_size(n)),
-                        );
-                        DEFAULT_MAX_BODY_BYTES
-                    }
-                    Err(message) => {
-                        self.error(path, message);
-                        DEFAULT_MAX_BODY_BYTES
-                    }
-                }
-            }
+            Some(q) => self.size(
+                q,
+                "limits.max_body_bytes",
+                MIN_BODY_BYTES,
+                MAX_BODY_BYTES,
+                DEFAULT_MAX_BODY_BYTES,
+            ),
         };
         let limits = Limits {
             max_body_bytes,
@@ -327,7 +310,64 @@ impl Checker {
                 "limits.idle_timeout",
                 DEFAULT_IDLE_TIMEOUT,
             ),
+            request_timeout: self.duration(
+                l.request_timeout.as_ref(),
+                "limits.request_timeout",
+                DEFAULT_REQUEST_TIMEOUT,
+            ),
+            header_timeout: self.duration(
+                l.header_timeout.as_ref(),
+                "limits.header_timeout",
+                DEFAULT_HEADER_TIMEOUT,
+            ),
+            body_timeout: self.duration(
+                l.body_timeout.as_ref(),
+                "limits.body_timeout",
+                DEFAULT_BODY_TIMEOUT,
+            ),
+            write_timeout: self.duration(
+                l.write_timeout.as_ref(),
+                "limits.write_timeout",
+                DEFAULT_WRITE_TIMEOUT,
+            ),
+            min_send_rate: l
+                .min_send_rate
+                .as_ref()
+                .map(|q| self.size(q, "limits.min_send_rate", 0, MAX_BODY_BYTES, 0))
+                .filter(|&n| n > 0),
+            max_buffered_bytes: match &l.max_buffered_bytes {
+                None => DEFAULT_MAX_BUFFERED_BYTES.max(max_body_bytes),
+                Some(q) => self.size(
+                    q,
+                    "limits.max_buffered_bytes",
+                    MIN_BODY_BYTES,
+                    64 * MAX_BODY_BYTES,
+                    DEFAULT_MAX_BUFFERED_BYTES,
+                ),
+            },
+            max_connections: match l.max_connections {
+                None => DEFAULT_MAX_CONNECTIONS,
+                Some(n) if (1..=1_000_000).contains(&n) => n,
+                Some(n) => {
+                    self.error(
+                        "limits.max_connections",
+                        format!("must be between 1 and 1000000, got {n}"),
+                    );
+                    DEFAULT_MAX_CONNECTIONS
+                }
+            },
         };
+        if limits.max_buffered_bytes < limits.max_body_bytes {
+            self.error(
+                "limits.max_buffered_bytes",
+                format!(
+                    "{} is less than limits.max_body_bytes ({}): the largest body could never \
+                     be read",
+                    format_size(limits.max_buffered_bytes),
+                    format_size(limits.max_body_bytes)
+                ),
+            );
+        }
         if limits.first_token_timeout < limits.connect_timeout {
             self.warn(
                 "limits.first_token_timeout",
@@ -339,6 +379,37 @@ impl Checker {
             );
         }
         limits
+    }
+
+    /// A size (integer bytes or `32MiB`) in `min..=max`; `default` (and an error at `path`)
+    /// when it is not one.
+    fn size(&mut self, q: &Quantity, path: &str, min: u64, max: u64, default: u64) -> u64 {
+        let parsed = match q {
+            Quantity::Int(n) => {
+                u64::try_from(*n).map_err(|_| format!("`{n}` is not a size (e.g. `32MiB`)"))
+            }
+            Quantity::Float(x) => Err(format!("`{x}` is not a size (e.g. `32MiB`)")),
+            Quantity::Text(s) => parse_size(s),
+        };
+        match parsed {
+            Ok(n) if (min..=max).contains(&n) => n,
+            Ok(n) => {
+                self.error(
+                    path,
+                    format!(
+                        "must be between {} and {}, got {}",
+                        format_size(min),
+                        format_size(max),
+                        format_size(n)
+                    ),
+                );
+                default
+            }
+            Err(message) => {
+                self.error(path, message);
+                default
+            }
+        }
     }
 
     fn health(&mut self, f: &ConfigFile) -> Health {

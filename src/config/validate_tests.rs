@@ -115,6 +115,9 @@ pools:
             connect_timeout: Duration::from_millis(250),
             first_token_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(3600),
+            // The budget grows to fit the largest body.
+            max_buffered_bytes: 1 << 30,
+            ..Limits::default()
         }
     );
     assert_eq!(c.retry.max_retries, 0);

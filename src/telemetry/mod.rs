@@ -101,6 +101,14 @@ pub struct Metrics {
     pub backend_kv_usage_ratio: GaugeVec,
     /// `pronto_engine_scrape_errors_total{backend}`: failed scrapes of an engine's `/metrics`.
     pub engine_scrape_errors_total: IntCounterVec,
+    /// `pronto_buffered_request_bytes`: request body bytes held now, over all requests (the
+    /// budget is `limits.max_buffered_bytes`).
+    pub buffered_request_bytes: IntGauge,
+    /// `pronto_capacity_rejections_total{limit}`: requests and connections refused with 503
+    /// at a global limit (`buffered_bytes`, `connections`).
+    pub capacity_rejections_total: IntCounterVec,
+    /// `pronto_open_connections`: client connections open now.
+    pub open_connections: IntGauge,
     /// `pronto_ttft_prediction_error_seconds{backend}`: the decision's predicted − actual TTFT.
     pub ttft_prediction_error_seconds: HistogramVec,
     /// `pronto_ttft_prediction_abs_error_seconds{backend}`: |predicted − actual| TTFT (its sum
@@ -354,6 +362,22 @@ impl Metrics {
                 "The routing decision's predicted TTFT minus the actual TTFT of each streamed request, per backend",
                 &["backend"],
                 ERROR_BUCKETS,
+            ),
+            buffered_request_bytes: plain_gauge(
+                &r,
+                "pronto_buffered_request_bytes",
+                "Request body bytes buffered now, over all requests",
+            ),
+            capacity_rejections_total: counter(
+                &r,
+                "pronto_capacity_rejections_total",
+                "Requests and connections refused with 503 at a global limit",
+                &["limit"],
+            ),
+            open_connections: plain_gauge(
+                &r,
+                "pronto_open_connections",
+                "Client connections open now",
             ),
             ttft_prediction_abs_error_seconds: histogram(
                 &r,
