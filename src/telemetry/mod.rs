@@ -34,6 +34,15 @@ pub enum RetryReason {
 }
 
 impl RetryReason {
+    /// Every reason, for registering the series at zero.
+    pub const ALL: [RetryReason; 5] = [
+        RetryReason::Connect,
+        RetryReason::StaleConnection,
+        RetryReason::Io,
+        RetryReason::Status5xx,
+        RetryReason::Status429,
+    ];
+
     /// Label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -59,6 +68,13 @@ pub enum ReloadResult {
 }
 
 impl ReloadResult {
+    /// Every result, for registering the series at zero.
+    pub const ALL: [ReloadResult; 3] = [
+        ReloadResult::Ok,
+        ReloadResult::Unchanged,
+        ReloadResult::Error,
+    ];
+
     /// Label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -68,6 +84,52 @@ impl ReloadResult {
         }
     }
 }
+
+/// What a rate limit that refused a request applies to (the `scope` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateLimitScope {
+    /// An API key (`rate_limits.per_key` / `rate_limits.keys`); `name` is the key's name.
+    Key,
+    /// A route (`rate_limits.routes`); `name` is the route's name.
+    Route,
+}
+
+impl RateLimitScope {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateLimitScope::Key => "key",
+            RateLimitScope::Route => "route",
+        }
+    }
+}
+
+/// Which limit refused a request (the `limit` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateLimitKind {
+    /// `requests_per_minute`.
+    Requests,
+    /// `tokens_per_minute`.
+    Tokens,
+    /// `max_concurrent`.
+    Concurrency,
+}
+
+impl RateLimitKind {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateLimitKind::Requests => "requests",
+            RateLimitKind::Tokens => "tokens",
+            RateLimitKind::Concurrency => "concurrency",
+        }
+    }
+}
+
+/// The version and git revision this binary was built from (`build.rs`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The git revision (12 hex digits), or `unknown` outside a git checkout.
+pub const REVISION: &str = env!("PRONTO_GIT_REVISION");
 
 /// The gateway's metric families.
 #[derive(Debug, Clone)]
@@ -148,6 +210,19 @@ pub struct Metrics {
     pub kv_events_resyncs_total: IntCounterVec,
     /// `pronto_kv_events_blocks{backend}`: blocks in a backend's exact index.
     pub kv_events_blocks: IntGaugeVec,
+    /// `pronto_backend_ejections_total{backend}`: passive ejections (consecutive failures).
+    /// Registered at zero for every configured backend ([`Metrics::publish_config`]).
+    pub backend_ejections_total: IntCounterVec,
+    /// `pronto_rate_limited_total{scope,name,limit}`: requests refused with 429 by a rate
+    /// limit ([`RateLimitScope`], the key or route name, [`RateLimitKind`]). Registered at
+    /// zero for every configured limit.
+    pub rate_limited_total: IntCounterVec,
+    /// `pronto_route_ttft_slo_seconds{route,pool}`: each route's `ttft_slo` (routes without
+    /// one have no series); set at start and after each reload.
+    pub route_ttft_slo_seconds: GaugeVec,
+    /// `pronto_build_info{version,revision}`: 1, labelled with what this binary was built
+    /// from.
+    pub build_info: IntGaugeVec,
 }
 
 impl Default for Metrics {
@@ -462,8 +537,125 @@ impl Metrics {
                 "Blocks a backend's exact prefix index holds",
                 &["backend"],
             ),
+            backend_ejections_total: counter(
+                &r,
+                "pronto_backend_ejections_total",
+                "Passive ejections of a backend after consecutive failed requests",
+                &["backend"],
+            ),
+            rate_limited_total: counter(
+                &r,
+                "pronto_rate_limited_total",
+                "Requests refused with 429 by a rate limit, by scope (key, route), key or route name, and limit (requests, tokens, concurrency)",
+                &["scope", "name", "limit"],
+            ),
+            route_ttft_slo_seconds: float_gauge(
+                &r,
+                "pronto_route_ttft_slo_seconds",
+                "The route's configured ttft_slo, by route and target pool",
+                &["route", "pool"],
+            ),
+            build_info: gauge(
+                &r,
+                "pronto_build_info",
+                "1, labelled with the version and git revision of this binary",
+                &["version", "revision"],
+            ),
             registry: r,
         }
+        .with_start_series()
+    }
+
+    /// Series that exist whatever the config: build info, reload results at zero, and the
+    /// process collector (Linux).
+    fn with_start_series(self) -> Metrics {
+        self.build_info
+            .with_label_values(&[VERSION, REVISION])
+            .set(1);
+        for result in ReloadResult::ALL {
+            self.config_reloads_total
+                .with_label_values(&[result.as_str()]);
+        }
+        #[cfg(target_os = "linux")]
+        self.registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .expect("unique metric");
+        self
+    }
+
+    /// Publish what the config `config` declares, at start and after every applied reload:
+    /// each route's `ttft_slo` (`pronto_route_ttft_slo_seconds`, replacing the previous
+    /// routes' series), and, at zero, the counter series of every label value the config
+    /// names — ejections per static backend, retries and client disconnects per pool and
+    /// reason, admission sheds per admission-controlled route and reason, rate-limit
+    /// refusals per configured limit — so dashboards and alerts see them before the first
+    /// event. Existing counts are kept (registering a series that exists is a no-op).
+    /// Backends found by `discover:` get their series when first counted.
+    pub fn publish_config(&self, config: &crate::config::Config) {
+        self.route_ttft_slo_seconds.reset();
+        for route in &config.routes {
+            if let Some(slo) = &route.slo {
+                self.route_ttft_slo_seconds
+                    .with_label_values(&[&*route.name, &*route.pool])
+                    .set(slo.ttft.as_secs_f64());
+                for reason in crate::admission::ShedReason::ALL {
+                    self.admission_sheds_total
+                        .with_label_values(&[&*route.name, reason.as_str()]);
+                }
+            }
+        }
+        for pool in &config.pools {
+            for reason in RetryReason::ALL {
+                self.retries_total
+                    .with_label_values(&[&*pool.model, reason.as_str()]);
+            }
+            self.client_disconnects_total
+                .with_label_values(&[&*pool.model]);
+            for b in &pool.backends {
+                self.backend_ejections_total.with_label_values(&[&*b.name]);
+            }
+        }
+        let limits = &config.rate_limits;
+        let zero = |scope: RateLimitScope, name: &str, l: &crate::config::edge::RateLimit| {
+            for (kind, set) in [
+                (RateLimitKind::Requests, l.requests_per_minute.is_some()),
+                (RateLimitKind::Tokens, l.tokens_per_minute.is_some()),
+                (RateLimitKind::Concurrency, l.max_concurrent.is_some()),
+            ] {
+                if set {
+                    self.rate_limited_total.with_label_values(&[
+                        scope.as_str(),
+                        name,
+                        kind.as_str(),
+                    ]);
+                }
+            }
+        };
+        for key in config.auth.iter().flat_map(|a| &a.keys) {
+            if let Some(l) = limits.for_key(&key.name) {
+                zero(RateLimitScope::Key, &key.name, l);
+            }
+        }
+        for (route, l) in &limits.routes {
+            zero(RateLimitScope::Route, route, l);
+        }
+    }
+
+    /// Count a request refused by the `kind` limit of `scope` `name` (a key or route name
+    /// from the config).
+    pub fn count_rate_limited(&self, scope: RateLimitScope, name: &str, kind: RateLimitKind) {
+        self.rate_limited_total
+            .with_label_values(&[scope.as_str(), name, kind.as_str()])
+            .inc();
+    }
+
+    /// Count a passive ejection of `backend`.
+    pub fn count_ejection(&self, backend: &str) {
+        self.backend_ejections_total
+            .with_label_values(&[backend])
+            .inc();
     }
 
     /// Withdraw the per-backend gauges of a backend that left the config, so dashboards do
