@@ -28,6 +28,7 @@ pub mod locate;
 pub mod model;
 pub mod route;
 mod schema;
+pub mod secrets;
 pub mod tls;
 mod tokenizer;
 pub mod validate;
@@ -47,7 +48,7 @@ pub use schema::config_schema;
 pub fn text_hash(text: &str) -> String {
     format!("{:016x}", model::fnv1a(text.as_bytes()))
 }
-pub use validate::{validate, ConfigError, ConfigWarning};
+pub use validate::{validate, validate_with_env, ConfigError, ConfigWarning};
 
 use crate::routing::PolicySpec;
 
@@ -144,29 +145,59 @@ impl LoadError {
 impl Config {
     /// Read and validate the YAML file at `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<Config, LoadError> {
+        Config::load_with_env(path, edge::process_env)
+    }
+
+    /// [`Config::load`], looking up `admin.token: {env: NAME}` with `env` instead of the
+    /// process environment.
+    pub fn load_with_env(
+        path: impl AsRef<Path>,
+        env: edge::EnvLookup,
+    ) -> Result<Config, LoadError> {
         let path = path.as_ref();
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(path)
             .map_err(|e| LoadError::single(&origin, None, format!("cannot read: {e}")))?;
-        Config::from_file_text(path, &text)
+        let mut config = Config::from_yaml_in(text.as_str(), &origin, Some(path), env)?;
+        config.source_path = Some(path.to_path_buf());
+        Ok(config)
     }
 
     /// Parse and validate `text`, already read from the file at `path` (which becomes the
     /// config's origin and [`Config::source_path`]).
     pub fn from_file_text(path: &Path, text: &str) -> Result<Config, LoadError> {
-        let mut config = Config::from_yaml_in(text, &path.display().to_string(), Some(path))?;
+        let mut config = Config::from_yaml_in(
+            text,
+            &path.display().to_string(),
+            Some(path),
+            edge::process_env,
+        )?;
         config.source_path = Some(path.to_path_buf());
         Ok(config)
     }
 
     /// Parse and validate YAML `text`; `origin` (usually the file path) prefixes messages.
     pub fn from_yaml_str(text: &str, origin: &str) -> Result<Config, LoadError> {
-        Config::from_yaml_in(text, origin, None)
+        Config::from_yaml_in(text, origin, None, edge::process_env)
+    }
+
+    /// [`Config::from_yaml_str`] with `env` as the environment of `{env: NAME}` secrets.
+    pub fn from_yaml_str_with_env(
+        text: &str,
+        origin: &str,
+        env: edge::EnvLookup,
+    ) -> Result<Config, LoadError> {
+        Config::from_yaml_in(text, origin, None, env)
     }
 
     /// [`Config::from_yaml_str`] for a file at `path` (relative paths in it resolve against
     /// its directory).
-    fn from_yaml_in(text: &str, origin: &str, path: Option<&Path>) -> Result<Config, LoadError> {
+    fn from_yaml_in(
+        text: &str,
+        origin: &str,
+        path: Option<&Path>,
+        env: edge::EnvLookup,
+    ) -> Result<Config, LoadError> {
         let mut file = file::parse(text).map_err(|e| yaml_error(origin, &e))?;
         if let Some(path) = path {
             edge::resolve_keys_file(&mut file, path);
@@ -177,7 +208,7 @@ impl Config {
             path,
             message,
         };
-        match validate(&file) {
+        match validate_with_env(&file, env) {
             Ok((mut config, warnings)) => {
                 config.origin = origin.to_string();
                 config.warnings = warnings
@@ -304,5 +335,7 @@ fn yaml_error(origin: &str, e: &serde_yaml_ng::Error) -> LoadError {
     LoadError::single(origin, location, message)
 }
 
+#[cfg(test)]
+mod admin_tests;
 #[cfg(test)]
 mod tests;

@@ -206,12 +206,21 @@ impl Checker {
         let cert = PathBuf::from(f.cert.as_deref()?);
         let key = PathBuf::from(f.key.as_deref()?);
         match load_identity(&cert, &key) {
-            Ok((identity, digest)) => Some(TlsListener {
-                cert,
-                key,
-                identity,
-                digest,
-            }),
+            Ok((identity, digest)) => {
+                // Loaded, so the file holds a PEM key: refuse the repository's example key.
+                if let Some(der) = std::fs::read(&key)
+                    .ok()
+                    .and_then(|pem| PrivateKeyDer::from_pem_slice(&pem).ok())
+                {
+                    self.not_an_example_secret("tls.key", &sha256(der.secret_der()));
+                }
+                Some(TlsListener {
+                    cert,
+                    key,
+                    identity,
+                    digest,
+                })
+            }
             Err((field, message)) => {
                 self.error(format!("tls.{field}"), message);
                 None
