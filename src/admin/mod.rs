@@ -112,11 +112,18 @@ impl Admin {
                     (StatusCode::SERVICE_UNAVAILABLE, JSON, body.to_string().into_bytes())
                 }
             }
-            "/metrics" => (
-                StatusCode::OK,
-                "text/plain; version=0.0.4",
-                self.metrics.render().into_bytes(),
-            ),
+            "/metrics" => {
+                let state = self.state.load();
+                self.metrics.publish_pools(state.pools.values().map(|p| {
+                    let healthy = p.backends.iter().filter(|b| b.is_healthy(now)).count();
+                    (&*p.model, p.backends.len(), healthy)
+                }));
+                (
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4",
+                    self.metrics.render().into_bytes(),
+                )
+            }
             "/admin/config" => (
                 StatusCode::OK,
                 JSON,

@@ -223,6 +223,11 @@ pub struct Metrics {
     /// `pronto_build_info{version,revision}`: 1, labelled with what this binary was built
     /// from.
     pub build_info: IntGaugeVec,
+    /// `pronto_pool_backends{pool}`: backends of each pool (static and discovered), as of
+    /// the scrape ([`Metrics::publish_pools`]).
+    pub pool_backends: IntGaugeVec,
+    /// `pronto_pool_healthy_backends{pool}`: of those, the ones eligible for routing.
+    pub pool_healthy_backends: IntGaugeVec,
 }
 
 impl Default for Metrics {
@@ -561,6 +566,18 @@ impl Metrics {
                 "1, labelled with the version and git revision of this binary",
                 &["version", "revision"],
             ),
+            pool_backends: gauge(
+                &r,
+                "pronto_pool_backends",
+                "Backends of each pool (static and discovered), as of the scrape",
+                &["pool"],
+            ),
+            pool_healthy_backends: gauge(
+                &r,
+                "pronto_pool_healthy_backends",
+                "Backends of each pool eligible for routing, as of the scrape",
+                &["pool"],
+            ),
             registry: r,
         }
         .with_start_series()
@@ -643,6 +660,22 @@ impl Metrics {
         }
     }
 
+    /// Publish each pool's `(name, backends, healthy backends)`, replacing the previous
+    /// pools' series (the admin listener calls it on every `/metrics` scrape, so the values
+    /// are exact and pools that left the config disappear).
+    pub fn publish_pools<'a>(&self, pools: impl IntoIterator<Item = (&'a str, usize, usize)>) {
+        self.pool_backends.reset();
+        self.pool_healthy_backends.reset();
+        for (pool, total, healthy) in pools {
+            self.pool_backends
+                .with_label_values(&[pool])
+                .set(total as i64);
+            self.pool_healthy_backends
+                .with_label_values(&[pool])
+                .set(healthy as i64);
+        }
+    }
+
     /// Count a request refused by the `kind` limit of `scope` `name` (a key or route name
     /// from the config).
     pub fn count_rate_limited(&self, scope: RateLimitScope, name: &str, kind: RateLimitKind) {
@@ -699,5 +732,70 @@ mod tests {
         let text = m.render();
         assert!(text.contains("pronto_requests_total{backend=\"b\",code=\"200\",pool=\"p\"} 1"));
         assert!(text.contains("pronto_retries_total{pool=\"p\",reason=\"connect\"} 1"));
+    }
+
+    #[test]
+    fn build_info_reload_results_and_process_series_exist_from_the_start() {
+        let text = Metrics::new().render();
+        let info = format!("pronto_build_info{{revision=\"{REVISION}\",version=\"{VERSION}\"}} 1");
+        assert!(text.contains(&info), "{text}");
+        assert!(!REVISION.is_empty());
+        for result in ["ok", "unchanged", "error"] {
+            let line = format!("pronto_config_reloads_total{{result=\"{result}\"}} 0");
+            assert!(text.contains(&line), "{line}");
+        }
+        #[cfg(target_os = "linux")]
+        for family in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+        ] {
+            assert!(text.contains(&format!("\n{family} ")), "{family}");
+        }
+    }
+
+    #[test]
+    fn the_config_publishes_slos_and_zero_series() {
+        let yaml = "
+routes:
+  - {name: chat, pool: m, ttft_slo: 800ms, match: {model: m}}
+  - {name: bulk, pool: m}
+auth: {keys: [{name: k, key: sk-kkkkkkkk}]}
+rate_limits:
+  per_key: {requests_per_minute: 10}
+  routes: {bulk: {max_concurrent: 4, tokens_per_minute: 100}}
+pools:
+  m: {backends: [{name: a, url: 'http://h:1'}, {name: b, url: 'http://h:2'}]}
+";
+        let config = crate::config::Config::from_yaml_str(yaml, "t").unwrap();
+        let m = Metrics::new();
+        m.count_ejection("a");
+        m.publish_config(&config);
+        let text = m.render();
+        for line in [
+            "pronto_route_ttft_slo_seconds{pool=\"m\",route=\"chat\"} 0.8",
+            "pronto_backend_ejections_total{backend=\"a\"} 1",
+            "pronto_backend_ejections_total{backend=\"b\"} 0",
+            "pronto_retries_total{pool=\"m\",reason=\"status_5xx\"} 0",
+            "pronto_client_disconnects_total{pool=\"m\"} 0",
+            "pronto_admission_sheds_total{reason=\"slo_miss\",route=\"chat\"} 0",
+            "pronto_rate_limited_total{limit=\"requests\",name=\"k\",scope=\"key\"} 0",
+            "pronto_rate_limited_total{limit=\"concurrency\",name=\"bulk\",scope=\"route\"} 0",
+            "pronto_rate_limited_total{limit=\"tokens\",name=\"bulk\",scope=\"route\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line} in:\n{text}");
+        }
+        // Only the limits configured; only the routes with an SLO.
+        assert!(!text.contains("limit=\"tokens\",name=\"k\""));
+        assert!(!text.contains("route=\"bulk\"} "));
+        // A reload that drops the SLO withdraws its gauge.
+        let no_slo = yaml.replace("ttft_slo: 800ms, ", "");
+        m.publish_config(&crate::config::Config::from_yaml_str(&no_slo, "t").unwrap());
+        assert!(!m.render().contains("pronto_route_ttft_slo_seconds{"));
+        m.publish_pools([("m", 2, 1)]);
+        m.publish_pools([("n", 1, 0)]);
+        let text = m.render();
+        assert!(text.contains("pronto_pool_healthy_backends{pool=\"n\"} 0"));
+        assert!(!text.contains("pronto_pool_backends{pool=\"m\"}"));
     }
 }
