@@ -15,7 +15,8 @@ const ARGS: &[&str] = &[
     "--admin-listen",
     "127.0.0.1:0",
 ];
-const STARTING: &str = "pronto gateway starting";
+/// The start-up line (text and field names kept: test harnesses read the bound ports from it).
+const STARTING: &str = "pronto gateway listening";
 
 /// Lines of `child`'s `stream` up to and including the first containing `STARTING`; the
 /// child is killed then.
@@ -82,6 +83,10 @@ fn json_lines_on_stderr() {
         assert_eq!(start["message"], STARTING);
         assert_eq!(start["level"], "INFO");
         assert_eq!(start["threads"], 2, "{start}");
+        for key in ["listen", "admin_listen"] {
+            let addr: std::net::SocketAddr = start[key].as_str().unwrap().parse().unwrap();
+            assert_ne!(addr.port(), 0, "{start}");
+        }
     }
 }
 
@@ -89,7 +94,19 @@ fn json_lines_on_stderr() {
 fn text_on_a_pipe_has_no_colour() {
     let lines = serve(&[], &[]);
     assert!(lines.iter().all(|l| !l.contains('\u{1b}')), "{lines:#?}");
-    assert!(lines.last().unwrap().contains(" INFO "), "{lines:#?}");
+    let start = lines.last().unwrap();
+    assert!(start.contains(" INFO "), "{lines:#?}");
+    let field = |key: &str| -> std::net::SocketAddr {
+        let at = start.find(&format!(" {key}=")).expect(key) + key.len() + 2;
+        start[at..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_ne!(field("listen").port(), 0, "{start}");
+    assert_ne!(field("admin_listen").port(), 0, "{start}");
 }
 
 /// `pronto ...` under a pseudo-terminal (`script`); its output comes on script's stdout.
