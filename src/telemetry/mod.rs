@@ -44,7 +44,7 @@ impl RetryReason {
     ];
 
     /// Label value.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             RetryReason::Connect => "connect",
             RetryReason::StaleConnection => "stale_connection",
@@ -125,6 +125,19 @@ impl RateLimitKind {
         }
     }
 }
+
+/// The `kind` label values of `pronto_upstream_errors_total`: a failed attempt's
+/// [`RetryReason`], `first_token_timeout` (no first token within the deadline) and
+/// `mid_stream` (the backend failed after the response started).
+pub const UPSTREAM_ERROR_KINDS: [&str; 7] = [
+    RetryReason::Connect.as_str(),
+    RetryReason::StaleConnection.as_str(),
+    RetryReason::Io.as_str(),
+    RetryReason::Status5xx.as_str(),
+    RetryReason::Status429.as_str(),
+    "first_token_timeout",
+    "mid_stream",
+];
 
 /// The version and git revision this binary was built from (`build.rs`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -607,9 +620,9 @@ impl Metrics {
     /// routes' series), and, at zero, the counter series of every label value the config
     /// names — ejections per static backend, retries and client disconnects per pool and
     /// reason, admission sheds per admission-controlled route and reason, rate-limit
-    /// refusals per configured limit — so dashboards and alerts see them before the first
-    /// event. Existing counts are kept (registering a series that exists is a no-op).
-    /// Backends found by `discover:` get their series when first counted.
+    /// refusals per configured limit, and each static backend's
+    /// [`Metrics::register_backend`] series — so dashboards and alerts see them before the
+    /// first event. Existing counts are kept (registering a series that exists is a no-op).
     pub fn publish_config(&self, config: &crate::config::Config) {
         self.route_ttft_slo_seconds.reset();
         for route in &config.routes {
@@ -631,7 +644,7 @@ impl Metrics {
             self.client_disconnects_total
                 .with_label_values(&[&*pool.model]);
             for b in &pool.backends {
-                self.backend_ejections_total.with_label_values(&[&*b.name]);
+                self.register_backend(&b.name);
             }
         }
         let limits = &config.rate_limits;
@@ -657,6 +670,19 @@ impl Metrics {
         }
         for (route, l) in &limits.routes {
             zero(RateLimitScope::Route, route, l);
+        }
+    }
+
+    /// Register backend `backend`'s counter series at zero: its ejections and its upstream
+    /// errors of every kind ([`UPSTREAM_ERROR_KINDS`]), so that a rate over them reads 0, not
+    /// "no data", before the first failure. [`Metrics::publish_config`] does it for static
+    /// backends; a backend found by `discover:` needs it when it is created
+    /// (`Backend::new`), else its series appear at its first failure.
+    pub fn register_backend(&self, backend: &str) {
+        self.backend_ejections_total.with_label_values(&[backend]);
+        for kind in UPSTREAM_ERROR_KINDS {
+            self.upstream_errors_total
+                .with_label_values(&[backend, kind]);
         }
     }
 
@@ -776,6 +802,8 @@ pools:
             "pronto_route_ttft_slo_seconds{pool=\"m\",route=\"chat\"} 0.8",
             "pronto_backend_ejections_total{backend=\"a\"} 1",
             "pronto_backend_ejections_total{backend=\"b\"} 0",
+            "pronto_upstream_errors_total{backend=\"b\",kind=\"connect\"} 0",
+            "pronto_upstream_errors_total{backend=\"a\",kind=\"mid_stream\"} 0",
             "pronto_retries_total{pool=\"m\",reason=\"status_5xx\"} 0",
             "pronto_client_disconnects_total{pool=\"m\"} 0",
             "pronto_admission_sheds_total{reason=\"slo_miss\",route=\"chat\"} 0",
