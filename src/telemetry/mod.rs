@@ -619,7 +619,8 @@ impl Metrics {
     /// each route's `ttft_slo` (`pronto_route_ttft_slo_seconds`, replacing the previous
     /// routes' series), and, at zero, the counter series of every label value the config
     /// names — ejections per static backend, retries and client disconnects per pool and
-    /// reason, admission sheds per admission-controlled route and reason, rate-limit
+    /// reason, admission sheds (and the admission queue's length and wait) per
+    /// admission-controlled route, discovery errors per `discover:` pool, rate-limit
     /// refusals per configured limit, and each static backend's
     /// [`Metrics::register_backend`] series — so dashboards and alerts see them before the
     /// first event. Existing counts are kept (registering a series that exists is a no-op).
@@ -634,6 +635,10 @@ impl Metrics {
                     self.admission_sheds_total
                         .with_label_values(&[&*route.name, reason.as_str()]);
                 }
+                self.admission_queue_length
+                    .with_label_values(&[&*route.name]);
+                self.admission_queue_wait_seconds
+                    .with_label_values(&[&*route.name]);
             }
         }
         for pool in &config.pools {
@@ -645,6 +650,10 @@ impl Metrics {
                 .with_label_values(&[&*pool.model]);
             for b in &pool.backends {
                 self.register_backend(&b.name);
+            }
+            if pool.discover.is_some() {
+                self.discovery_errors_total
+                    .with_label_values(&[&*pool.model]);
             }
         }
         let limits = &config.rate_limits;
@@ -673,13 +682,15 @@ impl Metrics {
         }
     }
 
-    /// Register backend `backend`'s counter series at zero: its ejections and its upstream
-    /// errors of every kind ([`UPSTREAM_ERROR_KINDS`]), so that a rate over them reads 0, not
+    /// Register backend `backend`'s counter series at zero: its ejections, engine scrape
+    /// errors and upstream errors of every kind ([`UPSTREAM_ERROR_KINDS`]), so that a rate over them reads 0, not
     /// "no data", before the first failure. [`Metrics::publish_config`] does it for static
     /// backends; a backend found by `discover:` needs it when it is created
     /// (`Backend::new`), else its series appear at its first failure.
     pub fn register_backend(&self, backend: &str) {
         self.backend_ejections_total.with_label_values(&[backend]);
+        self.engine_scrape_errors_total
+            .with_label_values(&[backend]);
         for kind in UPSTREAM_ERROR_KINDS {
             self.upstream_errors_total
                 .with_label_values(&[backend, kind]);
@@ -806,6 +817,9 @@ pools:
             "pronto_upstream_errors_total{backend=\"a\",kind=\"mid_stream\"} 0",
             "pronto_retries_total{pool=\"m\",reason=\"status_5xx\"} 0",
             "pronto_client_disconnects_total{pool=\"m\"} 0",
+            "pronto_admission_queue_length{route=\"chat\"} 0",
+            "pronto_admission_queue_wait_seconds_count{route=\"chat\"} 0",
+            "pronto_engine_scrape_errors_total{backend=\"a\"} 0",
             "pronto_admission_sheds_total{reason=\"slo_miss\",route=\"chat\"} 0",
             "pronto_rate_limited_total{limit=\"requests\",name=\"k\",scope=\"key\"} 0",
             "pronto_rate_limited_total{limit=\"concurrency\",name=\"bulk\",scope=\"route\"} 0",
