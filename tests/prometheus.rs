@@ -11,17 +11,20 @@
 //! registers those series at zero at start-up.
 
 mod common;
+#[path = "support/fleet.rs"]
+mod fleet;
 #[path = "support/tool.rs"]
 mod tool;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::gateway::TempDir;
 use common::Gateway;
+use fleet::Proc;
 use serde_json::Value;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -30,56 +33,6 @@ const MODEL: &str = "sim-llama";
 /// The window that stands for Grafana's `$__rate_interval` (the load lasts 20 s, and the
 /// queries run right after it).
 const WINDOW: &str = "1m";
-
-/// A child process killed (and reaped) on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `pronto sim-fleet` with `n` backends on ephemeral ports: the process and each backend's
-/// URL (it prints `name<TAB>url<TAB>profile` per backend on stdout).
-fn start_fleet(n: usize) -> (Proc, Vec<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pronto"))
-        .args([
-            "sim-fleet",
-            "--backends",
-            &n.to_string(),
-            "--base-port",
-            "0",
-        ])
-        .args(["--num-kv-blocks", "4000", "--model", MODEL])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let fleet = Proc(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut urls = Vec::new();
-    while urls.len() < n {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("sim-fleet prints its backends");
-        let fields: Vec<&str> = line.split('\t').collect();
-        if fields.len() >= 2 && fields[1].starts_with("http://") {
-            urls.push(fields[1].to_string());
-        }
-    }
-    (fleet, urls)
-}
 
 /// Prometheus on a free loopback port (tried again if the port is taken between the check
 /// and its bind), ready: the process and its base URL.
@@ -186,7 +139,8 @@ async fn every_dashboard_panel_has_data_in_a_real_prometheus() {
         return;
     };
     let dir = TempDir::new("prometheus");
-    let (_fleet, urls) = start_fleet(3);
+    let (_fleet, backends) = fleet::start(3, MODEL, &[]);
+    let urls: Vec<&str> = backends.iter().map(|(_, u)| u.as_str()).collect();
     let port = |u: &str| u.rsplit(':').next().unwrap().to_string();
     // Two static backends; the third found by DNS (`localhost`), as a Kubernetes pool is.
     let yaml = common::config_yaml(
@@ -194,7 +148,7 @@ async fn every_dashboard_panel_has_data_in_a_real_prometheus() {
             "  {MODEL}:\n    backends:\n      - {{name: sim-0, url: '{}'}}\n      - {{name: sim-1, url: '{}'}}\n  discovered:\n    discover: {{dns: 'localhost:{}', interval: 1s, family: ipv4}}\n",
             urls[0],
             urls[1],
-            port(&urls[2])
+            port(urls[2])
         ),
         &format!(
             "admin: {{token: {TOKEN}}}\nroutes:\n  - {{name: chat, pool: {MODEL}, ttft_slo: 10s, match: {{model: {MODEL}}}}}\n  - {{name: other, pool: discovered}}\nrate_limits:\n  routes:\n    chat: {{requests_per_minute: 100000}}\n"
