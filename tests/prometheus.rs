@@ -284,8 +284,10 @@ async fn every_dashboard_panel_has_data_in_a_real_prometheus() {
         );
     }
 
-    // The alert rules evaluate on these series without error (and none fires on a healthy
-    // run: a pending or firing alert here would be a false alarm).
+    // The alert rules evaluate on these series without error, and those whose condition is
+    // false on a healthy run are inactive (pending or firing would be a false alarm). The
+    // prediction-error alert is left out: a TTFT model that is still learning may be
+    // pending on a cold 20 s run, and its `for: 15m` keeps it from firing.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let groups = api(&client, &base, "/api/v1/rules", &[]).await;
@@ -299,7 +301,9 @@ async fn every_dashboard_panel_has_data_in_a_real_prometheus() {
         let evaluated = rules.iter().all(|r| r["health"] == "ok");
         if evaluated {
             for r in &rules {
-                assert_eq!(r["state"], "inactive", "{r}");
+                if r["name"] != "ProntoTTFTPredictionErrorHigh" {
+                    assert_eq!(r["state"], "inactive", "{r}");
+                }
             }
             break;
         }
