@@ -167,6 +167,7 @@ impl Reloader {
             .filter(|c| c.hash() == running.hash())
             .unwrap_or_else(|| (*running).clone());
         metrics.set_active_config(1, &running.hash());
+        metrics.publish_config(&running);
         metrics.config_last_reload_successful.set(1);
         Reloader {
             state,
@@ -209,7 +210,17 @@ impl Reloader {
             return Ok(self.unchanged(trigger));
         }
         Ok(match config::Loaded::from_file_text(path, &text) {
-            Ok(new) => self.apply(trigger, new, &mut file_config),
+            Ok(new) => {
+                // The admin listener stays where it was bound: it may not lose its token.
+                let bound = self.state.load().config.admin_listen;
+                match config::edge::admin_exposure_error(bound, &new.config.admin) {
+                    Some(msg) => {
+                        let message = format!("{}: admin_listen: {msg}", new.config.origin);
+                        self.reject(trigger, message, hash)
+                    }
+                    None => self.apply(trigger, new, &mut file_config),
+                }
+            }
             Err(e) => self.reject(trigger, e.to_string(), hash),
         })
     }
@@ -309,6 +320,7 @@ impl Reloader {
         status.last_attempt = Some((trigger, ReloadResult::Ok, status.loaded_at));
         status.warnings = warnings.clone();
         self.metrics.set_active_config(status.version, &hash);
+        self.metrics.publish_config(&self.state.load().config);
         self.count(ReloadResult::Ok);
         tracing::info!(
             ?trigger,

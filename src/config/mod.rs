@@ -29,6 +29,7 @@ pub mod model;
 mod resources;
 pub mod route;
 mod schema;
+pub mod secrets;
 pub mod tls;
 mod tokenizer;
 pub mod validate;
@@ -49,7 +50,7 @@ pub use schema::config_schema;
 pub fn text_hash(text: &str) -> String {
     format!("{:016x}", model::fnv1a(text.as_bytes()))
 }
-pub use validate::{validate, ConfigError, ConfigWarning};
+pub use validate::{validate, validate_with_env, ConfigError, ConfigWarning};
 
 use crate::routing::PolicySpec;
 
@@ -146,29 +147,55 @@ impl LoadError {
 impl Loaded {
     /// Read and validate the YAML file at `path`, loading the files it names.
     pub fn load(path: impl AsRef<Path>) -> Result<Loaded, LoadError> {
+        Loaded::load_with_env(path, edge::process_env)
+    }
+
+    /// [`Loaded::load`], looking up `{env: NAME}` secrets with `env` instead of the process
+    /// environment.
+    pub fn load_with_env(
+        path: impl AsRef<Path>,
+        env: edge::EnvLookup,
+    ) -> Result<Loaded, LoadError> {
         let path = path.as_ref();
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(path)
             .map_err(|e| LoadError::single(&origin, None, format!("cannot read: {e}")))?;
-        Loaded::from_file_text(path, &text)
+        let mut loaded = Loaded::from_yaml_in(&text, &origin, Some(path), env)?;
+        loaded.config.source_path = Some(path.to_path_buf());
+        Ok(loaded)
     }
 
     /// Parse and validate `text`, already read from the file at `path` (which becomes the
     /// config's origin and [`Config::source_path`]).
     pub fn from_file_text(path: &Path, text: &str) -> Result<Loaded, LoadError> {
-        let mut loaded = Loaded::from_yaml_in(text, &path.display().to_string(), Some(path))?;
+        let origin = path.display().to_string();
+        let mut loaded = Loaded::from_yaml_in(text, &origin, Some(path), edge::process_env)?;
         loaded.config.source_path = Some(path.to_path_buf());
         Ok(loaded)
     }
 
     /// Parse and validate YAML `text`; `origin` (usually the file path) prefixes messages.
     pub fn from_yaml_str(text: &str, origin: &str) -> Result<Loaded, LoadError> {
-        Loaded::from_yaml_in(text, origin, None)
+        Loaded::from_yaml_in(text, origin, None, edge::process_env)
+    }
+
+    /// [`Loaded::from_yaml_str`] with `env` as the environment of `{env: NAME}` secrets.
+    pub fn from_yaml_str_with_env(
+        text: &str,
+        origin: &str,
+        env: edge::EnvLookup,
+    ) -> Result<Loaded, LoadError> {
+        Loaded::from_yaml_in(text, origin, None, env)
     }
 
     /// [`Loaded::from_yaml_str`] for a file at `path` (relative paths in it resolve against
     /// its directory).
-    fn from_yaml_in(text: &str, origin: &str, path: Option<&Path>) -> Result<Loaded, LoadError> {
+    fn from_yaml_in(
+        text: &str,
+        origin: &str,
+        path: Option<&Path>,
+        env: edge::EnvLookup,
+    ) -> Result<Loaded, LoadError> {
         let mut file = file::parse(text).map_err(|e| yaml_error(origin, &e))?;
         if let Some(path) = path {
             edge::resolve_keys_file(&mut file, path);
@@ -179,7 +206,7 @@ impl Loaded {
             path,
             message,
         };
-        match validate(&file) {
+        match validate_with_env(&file, env) {
             Ok((mut config, resources, warnings)) => {
                 config.origin = origin.to_string();
                 config.warnings = warnings
@@ -325,5 +352,7 @@ fn yaml_error(origin: &str, e: &serde_yaml_ng::Error) -> LoadError {
     LoadError::single(origin, location, message)
 }
 
+#[cfg(test)]
+mod admin_tests;
 #[cfg(test)]
 mod tests;

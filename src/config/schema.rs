@@ -40,7 +40,7 @@ fn schema_value() -> Value {
         "properties": {
             "listen": address("Address clients connect to, IP:port", DEFAULT_LISTEN.to_string()),
             "admin_listen": address(
-                "Admin listener (/metrics, /admin/*), IP:port; keep it on loopback",
+                "Admin listener (status page, /metrics, /admin/*), IP:port; not loopback needs admin.token",
                 DEFAULT_ADMIN_LISTEN.to_string()
             ),
             "threads": {
@@ -157,8 +157,22 @@ fn schema_value() -> Value {
             })),
             "admin": section("Admin listener settings", json!({
                 "token": {
-                    "description": "Bearer token required for /metrics and /admin/* (not /healthz, /readyz)",
-                    "type": "string", "minLength": 8,
+                    "description": "Bearer token required for the status page, /metrics and /admin/* (not /healthz, /readyz); required when admin_listen is not loopback. The token, {env: NAME} or {file: PATH}",
+                    "oneOf": [
+                        { "type": "string", "minLength": 8 },
+                        {
+                            "type": "object", "additionalProperties": false, "required": ["env"],
+                            "properties": { "env": { "description": "Environment variable holding the token", "type": "string" } },
+                        },
+                        {
+                            "type": "object", "additionalProperties": false, "required": ["file"],
+                            "properties": { "file": { "description": "File holding the token (trimmed); relative to this file", "type": "string" } },
+                        },
+                    ],
+                },
+                "allowed_hosts": {
+                    "description": "Host names POST /admin/* may carry in Host and Origin, besides IP addresses and localhost",
+                    "type": "array", "items": { "type": "string" },
                 },
             })),
             "rate_limits": section("Rate limits per API key and per route (429 with Retry-After)", json!({

@@ -204,6 +204,13 @@ impl Checker {
         let key = PathBuf::from(f.key.as_deref()?);
         match load_identity(&cert, &key) {
             Ok((identity, digest)) => {
+                // Loaded, so the file holds a PEM key: refuse the repository's example key.
+                if let Some(der) = std::fs::read(&key)
+                    .ok()
+                    .and_then(|pem| PrivateKeyDer::from_pem_slice(&pem).ok())
+                {
+                    self.not_an_example_secret("tls.key", &sha256(der.secret_der()));
+                }
                 self.resources.set_tls(identity);
                 Some(TlsListener { cert, key, digest })
             }

@@ -86,8 +86,21 @@ pub struct Invalid {
 pub fn validate(
     file: &ConfigFile,
 ) -> Result<(Config, super::Resources, Vec<ConfigWarning>), Invalid> {
-    let mut c = Checker::default();
+    validate_with_env(file, super::edge::process_env)
+}
+
+/// [`validate`], looking up `admin.token: {env: NAME}` with `env`.
+pub fn validate_with_env(
+    file: &ConfigFile,
+    env: super::edge::EnvLookup,
+) -> Result<(Config, super::Resources, Vec<ConfigWarning>), Invalid> {
+    let mut c = Checker {
+        env: Some(env),
+        ..Checker::default()
+    };
     let config = c.config(file);
+    let secret_errors = std::mem::take(&mut c.secret_errors);
+    c.errors.extend(secret_errors);
     if c.errors.is_empty() {
         Ok((config, c.resources, c.warnings))
     } else {
@@ -123,6 +136,11 @@ pub(super) struct Checker {
     warnings: Vec<ConfigWarning>,
     /// What the files the config names were loaded into.
     pub(super) resources: super::Resources,
+    /// Where `{env: NAME}` secrets are looked up (`None`: the process environment).
+    env: Option<super::edge::EnvLookup>,
+    /// Example secrets found ([`super::secrets`]): errors that do not invalidate the entity
+    /// holding them (so they cause no follow-on errors), added at the end.
+    pub(super) secret_errors: Vec<ConfigError>,
 }
 
 impl Checker {
@@ -157,15 +175,6 @@ impl Checker {
                 format!("must differ from listen ({listen}): both would bind the same port"),
             );
         }
-        if !admin_listen.ip().is_loopback() {
-            self.warn(
-                "admin_listen",
-                format!(
-                    "{admin_listen} is not a loopback address: metrics and config will be \
-                     reachable from the network"
-                ),
-            );
-        }
         let threads = match f.threads {
             None => DEFAULT_THREADS,
             Some(n) if (1..=MAX_THREADS).contains(&n) => n as usize,
@@ -198,7 +207,16 @@ impl Checker {
         let admission = self.admission(f);
         let routes = self.routes(f, &pools, &priority_classes);
         let auth = self.auth(f.auth.as_ref(), &routes, &priority_classes);
-        let admin = self.admin(f.admin.as_ref());
+        let admin = self.admin(
+            f.admin.as_ref(),
+            self.env.unwrap_or(super::edge::process_env),
+        );
+        let token_written = f.admin.as_ref().is_some_and(|a| a.token.is_some());
+        match super::edge::admin_exposure_error(admin_listen, &admin) {
+            // A token written but not loaded has its own error.
+            Some(message) if !token_written => self.error("admin_listen", message),
+            _ => {}
+        }
         let rate_limits = self.rate_limits(f.rate_limits.as_ref(), auth.as_ref(), &routes);
         let tls = self.tls(f.tls.as_ref());
         Config {
