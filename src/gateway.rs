@@ -44,7 +44,7 @@ use crate::backend::{Backend, InflightGuard};
 use crate::config::{Config, Resources, Route};
 use crate::predict::TtftInputs;
 use crate::request::{RequestFeatures, TokenRatio};
-use crate::routing::{decide, BackendView, Decision, NoBackend, Policy};
+use crate::routing::{decide, runner_up, BackendView, Decision, NoBackend, Policy, RunnerUp};
 use crate::telemetry::Metrics;
 use crate::tokenizer::ModelTokenizer;
 
@@ -70,6 +70,9 @@ pub struct Routed {
     pub held_blocks: u32,
     /// Whether another backend was eligible (a retry has somewhere to go).
     pub others_left: bool,
+    /// The other eligible backend predicted soonest, and its prediction (the explain
+    /// headers; [`crate::routing::runner_up`]).
+    pub runner_up: Option<RunnerUp>,
 }
 
 /// A dispatched attempt: its load booked, its prefix recorded.
@@ -201,11 +204,13 @@ impl Pool {
                 .enumerate()
                 .any(|(i, v)| i != decision.index && v.eligible());
             let chosen = views[decision.index];
+            let runner_up = runner_up(features, views, decision.index);
             Ok(Routed {
                 decision,
                 chosen,
                 held_blocks: scratch.held_blocks(decision.index),
                 others_left,
+                runner_up,
             })
         })
     }

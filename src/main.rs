@@ -101,7 +101,8 @@ struct ServeArgs {
 
 /// Logs go to stderr, filtered by `RUST_LOG` (default `info`, pingora at `warn`). Text lines
 /// are coloured only when stderr is a terminal and `NO_COLOR` is unset or empty
-/// (<https://no-color.org>); JSON lines never are.
+/// (<https://no-color.org>); JSON lines never are, and carry their `target` (the access log's
+/// is `pronto::access`).
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new("info,pingora_core=warn,pingora_proxy=warn")
@@ -112,8 +113,10 @@ fn init_tracing(format: LogFormat) {
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.with_ansi(use_colour()).init(),
+        // The target tells collectors the access log (`pronto::access`) from the rest.
         LogFormat::Json => builder
             .json()
+            .with_target(true)
             .with_ansi(false)
             .flatten_event(true)
             .with_current_span(false)

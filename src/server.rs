@@ -36,7 +36,7 @@ use crate::config::Loaded;
 use crate::discovery::{Discovery, SystemResolver};
 use crate::gateway::GatewayState;
 use crate::listener::{bind, Listening};
-use crate::proxy::Proxy;
+use crate::proxy::{Proxy, RecentDecisions};
 use crate::reload::{hangup_signal, Reloader};
 use crate::telemetry::Metrics;
 
@@ -219,9 +219,15 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
+    let decisions = Arc::new(RecentDecisions::default());
     let mut proxy = pingora_proxy::http_proxy(
         &server.configuration,
-        Proxy::new(Arc::clone(&state), metrics.clone(), Arc::clone(&active)),
+        Proxy::new(
+            Arc::clone(&state),
+            metrics.clone(),
+            Arc::clone(&active),
+            Arc::clone(&decisions),
+        ),
     );
     let mut opts = HttpServerOptions::default();
     opts.h2c = true;
@@ -261,6 +267,7 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
         Arc::clone(&state),
         metrics,
         reloader,
+        decisions,
     ));
     let mut opts = HttpServerOptions::default();
     opts.h2c = true;

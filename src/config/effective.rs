@@ -45,6 +45,10 @@ impl Config {
                 "readmit_after": format_duration(self.health.readmit_after),
             },
             "explain_headers": self.explain_headers,
+            "access_log": {
+                "enabled": self.access_log.enabled,
+                "sample_rate": self.access_log.sample_rate,
+            },
             "reload": {
                 "watch": self.reload.watch,
                 "watch_interval": format_duration(self.reload.watch_interval),

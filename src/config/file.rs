@@ -40,6 +40,8 @@ pub struct ConfigFile {
     pub health: Option<HealthFile>,
     /// Add `x-pronto-*` explanation headers to responses.
     pub explain_headers: Option<bool>,
+    /// The access log.
+    pub access_log: Option<AccessLogFile>,
     /// Live reload of this file.
     pub reload: Option<ReloadFile>,
     /// Priority classes, most urgent first (`[interactive, batch]` when absent).
@@ -58,6 +60,16 @@ pub struct ConfigFile {
     pub rate_limits: Option<super::edge::RateLimitsFile>,
     /// TLS on the client listener.
     pub tls: Option<super::tls::TlsFile>,
+}
+
+/// `access_log:` section.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessLogFile {
+    /// Write one line per request.
+    pub enabled: Option<bool>,
+    /// Share of requests written, 0 to 1.
+    pub sample_rate: Option<f64>,
 }
 
 /// `admission:` section.

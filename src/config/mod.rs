@@ -39,8 +39,8 @@ use std::path::Path;
 
 pub use check::{check_config, run_check_config, CheckConfigArgs};
 pub use model::{
-    AddressFamily, Backend, Config, Discover, Health, KvEvents, Limits, Pool, ProfileHint,
-    ReloadSettings, Retry, TokenizerRef,
+    AccessLog, AddressFamily, Backend, Config, Discover, Health, KvEvents, Limits, Pool,
+    ProfileHint, ReloadSettings, Retry, TokenizerRef,
 };
 pub use resources::{Loaded, Resources};
 pub use route::{AdmissionSettings, Glob, Route, RouteMatch, Slo, SloAction};

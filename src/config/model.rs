@@ -66,6 +66,10 @@ pub const DEFAULT_DISCOVER_INTERVAL: Duration = Duration::from_secs(10);
 pub const DEFAULT_RELOAD_WATCH: bool = true;
 /// Default time between two looks at the config file.
 pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+/// Default for writing the access log.
+pub const DEFAULT_ACCESS_LOG_ENABLED: bool = true;
+/// Default share of requests the access log records.
+pub const DEFAULT_ACCESS_LOG_SAMPLE_RATE: f64 = 1.0;
 
 /// A pool's tokenizer as the config names it, with the fingerprint of what was loaded (an
 /// edited file is a different tokenizer).
@@ -96,8 +100,11 @@ pub struct Config {
     pub retry: Retry,
     /// Health checking.
     pub health: Health,
-    /// Add `x-pronto-backend` / `x-pronto-predicted-ttft-ms` to responses.
+    /// Add the `x-pronto-*` explanation headers (backend, reason, prediction, runner-up,
+    /// attempts) to responses.
     pub explain_headers: bool,
+    /// The access log (one line per request).
+    pub access_log: AccessLog,
     /// Live reload of the config file.
     pub reload: ReloadSettings,
     /// Pools in file order; each model name appears once.
@@ -178,6 +185,25 @@ pub struct Health {
     pub eject_after_failures: u32,
     /// Delay before an ejected backend is probed again.
     pub readmit_after: Duration,
+}
+
+/// The access log: one line per request, target `pronto::access` (see
+/// `crate::proxy::access`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AccessLog {
+    /// Write it at all.
+    pub enabled: bool,
+    /// Share of requests written, 0..=1, chosen by a hash of the request id.
+    pub sample_rate: f64,
+}
+
+impl Default for AccessLog {
+    fn default() -> AccessLog {
+        AccessLog {
+            enabled: DEFAULT_ACCESS_LOG_ENABLED,
+            sample_rate: DEFAULT_ACCESS_LOG_SAMPLE_RATE,
+        }
+    }
 }
 
 /// Live reload of the config file (see [`crate::reload`]).

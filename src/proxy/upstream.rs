@@ -88,11 +88,14 @@ impl Deadlines {
     }
 }
 
-/// The request head sent upstream: the client's end-to-end headers, our `Host` and framing.
+/// The request head sent upstream: the client's end-to-end headers, our `Host` and framing,
+/// and the request's id as `x-request-id` (replacing the client's, which it equals when that
+/// was valid).
 pub fn upstream_request_head(
     client: &RequestHeader,
     backend: &Backend,
     body_len: usize,
+    request_id: &str,
 ) -> pingora_core::Result<RequestHeader> {
     let path = client
         .uri
@@ -112,6 +115,7 @@ pub fn upstream_request_head(
     }
     req.insert_header(header::HOST, backend.authority.as_str())?;
     req.insert_header(header::CONTENT_LENGTH, body_len.to_string())?;
+    req.insert_header(super::request_id::HEADER, request_id)?;
     Ok(req)
 }
 
