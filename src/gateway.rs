@@ -539,33 +539,6 @@ impl GatewayState {
             })
             .unwrap_or(&pool.policy)
     }
-
-    /// `GET /v1/models` body: one entry per pool, sorted by name.
-    ///
-    /// With `routes:`, the models are the routes' exact (wildcard-free) model names, since
-    /// pool names are then not model names.
-    pub fn models_json(&self) -> serde_json::Value {
-        let mut names: Vec<String> = if self.config.routes.is_empty() {
-            self.pools.keys().map(|k| k.to_string()).collect()
-        } else {
-            self.config
-                .routes
-                .iter()
-                .filter_map(|r| r.matcher.model.as_ref()?.literal())
-                .collect()
-        };
-        names.sort_unstable();
-        names.dedup();
-        let data: Vec<serde_json::Value> = names
-            .into_iter()
-            .map(|m| {
-                serde_json::json!({
-                    "id": m, "object": "model", "created": 0, "owned_by": "pronto"
-                })
-            })
-            .collect();
-        serde_json::json!({ "object": "list", "data": data })
-    }
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ pub mod gateway;
 pub mod head_deadline;
 pub mod kv_events;
 pub mod listener;
+pub mod models;
 pub mod proxy;
 pub mod ratelimit;
 pub mod reload;

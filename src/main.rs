@@ -97,6 +97,11 @@ struct ServeArgs {
     /// Routing policy for the --backend pool.
     #[arg(long, default_value = "predicted_ttft")]
     policy: String,
+    /// Add the x-pronto-* explanation headers to responses: the backend, the decision's
+    /// reason and predicted TTFT, the runner-up and its prediction, the attempts (with a
+    /// config file, set `explain_headers: true` in it).
+    #[arg(long, conflicts_with = "config")]
+    explain_headers: bool,
 }
 
 /// Logs go to stderr, filtered by `RUST_LOG` (default `info`, pingora at `warn`). Text lines
@@ -153,6 +158,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(l) = args.listen {
         config.config.listen = l;
+    }
+    if args.explain_headers {
+        config.config.explain_headers = true;
     }
     if let Some(a) = args.admin_listen {
         config.config.admin_listen = a;

@@ -63,3 +63,162 @@ async fn explain_headers_name_the_reason_the_runner_up_and_the_attempts() {
     assert_eq!(header(&r, "x-pronto-runner-up"), None);
     assert_eq!(header(&r, "x-pronto-runner-up-predicted-ttft-ms"), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_on_the_main_listener_follows_the_backends() {
+    let a = TestBackend::start("a", Behavior::default()).await;
+    let gw = Gateway::start(&config_yaml(&pool("m", "round_robin", &[a.url()]), ""));
+    let client = reqwest::Client::new();
+    let get = || async {
+        let r = client.get(gw.url("/health")).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<Value>().await.unwrap())
+    };
+    assert_eq!(get().await, (200, json!({"status": "ok"})));
+    a.set(|x| x.healthy = false);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut last = get().await;
+    while last.0 == 200 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        last = get().await;
+    }
+    assert_eq!(
+        last,
+        (
+            503,
+            json!({"status": "unavailable", "pools_without_healthy_backend": ["m"]})
+        )
+    );
+    let r = client.post(gw.url("/health")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(header(&r, "allow"), Some("GET"));
+}
+
+const KEYS: &str = "auth:\n  keys:\n    \
+    - {name: every, key: sk-client-api-every}\n    \
+    - {name: llama-only, key: sk-client-api-llama, models: ['meta-llama/*']}\n\
+    rate_limits:\n  per_key: {requests_per_minute: 1}\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_are_listed_per_key_retrieved_by_id_and_free_of_quota() {
+    let a = TestBackend::start("a", Behavior::default()).await;
+    let pools = format!(
+        "  meta-llama/Llama-3.1-8B:\n    backends: [{{name: llama, url: '{}'}}]\n{}",
+        a.url(),
+        pool("qwen", "round_robin", &[a.url()])
+    );
+    let gw = Gateway::start(&config_yaml(&pools, KEYS));
+    let client = reqwest::Client::new();
+    let get = |path: &str, key: Option<&str>| {
+        let mut r = client.get(gw.url(path));
+        if let Some(k) = key {
+            r = r.bearer_auth(k);
+        }
+        r.send()
+    };
+    let ids = |v: &Value| -> Vec<String> {
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+
+    // Listing many times costs none of the key's one request per minute.
+    for _ in 0..3 {
+        let r = get("/v1/models", Some("sk-client-api-every"))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(header(&r, "x-ratelimit-remaining-requests").is_none());
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["object"], "list");
+        assert_eq!(ids(&v), ["meta-llama/Llama-3.1-8B", "qwen"]);
+    }
+    let r = get("/v1/models", Some("sk-client-api-llama"))
+        .await
+        .unwrap();
+    assert_eq!(ids(&r.json().await.unwrap()), ["meta-llama/Llama-3.1-8B"]);
+    let r = get("/v1/models", None).await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = get("/v1/models", Some("sk-not-a-key-at-all"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+
+    // By id, with the slash raw or escaped.
+    for path in [
+        "/v1/models/meta-llama/Llama-3.1-8B",
+        "/v1/models/meta-llama%2FLlama-3.1-8B",
+    ] {
+        let r = get(path, Some("sk-client-api-llama")).await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(
+            v,
+            json!({"id": "meta-llama/Llama-3.1-8B", "object": "model", "created": 0, "owned_by": "pronto"})
+        );
+    }
+    // Unknown, or not for this key: the same 404.
+    for (path, key) in [
+        ("/v1/models/nope", "sk-client-api-every"),
+        ("/v1/models/qwen", "sk-client-api-llama"),
+    ] {
+        let r = get(path, Some(key)).await.unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "model_not_found", "{v}");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+    }
+    let r = client
+        .delete(gw.url("/v1/models/qwen"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(header(&r, "allow"), Some("GET"));
+
+    // The quota is intact for inference: one request, then 429.
+    let post = || {
+        client
+            .post(gw.url("/v1/chat/completions"))
+            .bearer_auth("sk-client-api-every")
+            .json(&chat("qwen"))
+            .send()
+    };
+    assert_eq!(post().await.unwrap().status(), 200);
+    assert_eq!(post().await.unwrap().status(), 429);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_explain_headers_turns_them_on_for_a_backend_flag_pool() {
+    let a = TestBackend::start("a", Behavior::default()).await;
+    let url = a.url();
+    let listen = ["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"];
+    let mut args = vec!["serve", "--backend", &url, "--model", "m"];
+    args.extend(listen);
+    let plain = Gateway::start_cli(&args);
+    args.push("--explain-headers");
+    let explained = Gateway::start_cli(&args);
+    let client = reqwest::Client::new();
+    for (gw, on) in [(&plain, false), (&explained, true)] {
+        let r = client
+            .post(gw.url("/v1/chat/completions"))
+            .json(&chat("m"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(header(&r, "x-pronto-backend").is_some(), on);
+        assert_eq!(header(&r, "x-pronto-reason").is_some(), on);
+        assert_eq!(header(&r, "x-pronto-attempts"), on.then_some("1"));
+    }
+    // With a config file the file decides.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pronto"))
+        .args(["serve", "--config", "x.yaml", "--explain-headers"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--explain-headers"));
+}

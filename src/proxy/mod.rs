@@ -17,6 +17,7 @@ mod body;
 mod budget;
 mod gate;
 mod lifecycle;
+mod local;
 mod observe;
 mod relay;
 pub mod request_id;
@@ -179,41 +180,41 @@ impl Proxy {
         arrived: Instant,
     ) -> Result<(), Failure> {
         let method = access.method.clone();
-        let endpoint = Endpoint::from_path(&access.path);
-        let is_models = access.path == "/v1/models";
-        match (&method, endpoint) {
-            (&Method::POST, Some(ep)) => self.proxy(session, state, ep, access, arrived).await,
-            (&Method::GET, None) if is_models => {
-                let pass = self.gate_key(session, state).map_err(|e| (None, e))?;
-                access.key = pass.key_name().cloned();
-                let body = Bytes::from(state.models_json().to_string());
-                access.status = 200;
-                access.response_bytes = body.len() as u64;
-                let headers = [(request_id::HEADER, access.id.clone())];
-                let _ = respond::json(session, 200, body, &headers).await;
-                Ok(())
+        let path = access.path.as_str();
+        let not_allowed = |access: &Access| {
+            Err((
+                None,
+                GatewayError::MethodNotAllowed {
+                    method: method.to_string(),
+                    path: access.path.clone(),
+                },
+            ))
+        };
+        if let Some(ep) = Endpoint::from_path(path) {
+            if method != Method::POST {
+                return not_allowed(access);
             }
-            (_, Some(_)) => Err((
-                None,
-                GatewayError::MethodNotAllowed {
-                    method: method.to_string(),
-                    path: access.path.clone(),
-                },
-            )),
-            (_, None) if is_models => Err((
-                None,
-                GatewayError::MethodNotAllowed {
-                    method: method.to_string(),
-                    path: access.path.clone(),
-                },
-            )),
-            (_, None) => Err((
-                None,
-                GatewayError::NotFound {
-                    path: access.path.clone(),
-                },
-            )),
+            return self.proxy(session, state, ep, access, arrived).await;
         }
+        let model_id = crate::models::id_from_path(path);
+        if path == "/v1/models" || model_id.is_some() || path == "/health" {
+            if method != Method::GET {
+                return not_allowed(access);
+            }
+            if path == "/health" {
+                self.health(session, state, access).await;
+                return Ok(());
+            }
+            return self
+                .models(session, state, access, model_id.as_deref())
+                .await;
+        }
+        Err((
+            None,
+            GatewayError::NotFound {
+                path: access.path.clone(),
+            },
+        ))
     }
 
     /// A request to `pool.backends[index]` failed; forget its cache if that ejected it.

@@ -146,11 +146,25 @@ impl Gateway {
     pub fn start_process_with(yaml_without_listeners: &str, global_args: &[&str]) -> Gateway {
         let dir = TempDir::new("gw");
         let config_path = write_file(&dir, yaml_without_listeners);
+        let config = config_path.to_str().unwrap().to_string();
+        let mut args: Vec<&str> = global_args.to_vec();
+        args.extend(["serve", "--config", &config]);
+        let gw = Gateway::spawn(&args, dir, config_path);
+        gw.rewrite_listeners();
+        gw
+    }
+
+    /// The `pronto` binary with exactly `args` (e.g. `serve --backend URL ...`; it must listen
+    /// on `127.0.0.1:0` and log where); no config file.
+    pub fn start_cli(args: &[&str]) -> Gateway {
+        let dir = TempDir::new("cli");
+        let config_path = dir.0.join("no-config-file");
+        Gateway::spawn(args, dir, config_path)
+    }
+
+    fn spawn(args: &[&str], dir: TempDir, config_path: PathBuf) -> Gateway {
         let mut child = Command::new(env!("CARGO_BIN_EXE_pronto"))
-            .args(global_args)
-            .arg("serve")
-            .arg("--config")
-            .arg(&config_path)
+            .args(args)
             .env("RUST_LOG", "info,pingora_core=warn,pingora_proxy=warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -194,7 +208,7 @@ impl Gateway {
             }
         }
         let (listen, admin) = addrs.expect("the gateway logs where it listens");
-        let gw = Gateway {
+        Gateway {
             handle: None,
             child: Some(child),
             log,
@@ -202,9 +216,7 @@ impl Gateway {
             admin,
             config_path,
             _dir: dir,
-        };
-        gw.rewrite_listeners();
-        gw
+        }
     }
 
     /// The file with the ports the gateway got, so later rewrites keep them.
