@@ -42,6 +42,7 @@ use pronto_core::routing::views::{self, PoolRouting, Scratch};
 use crate::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
 use crate::backend::{Backend, InflightGuard};
 use crate::config::{Config, Resources, Route};
+use crate::models::served::{Listed, ServedModels};
 use crate::predict::TtftInputs;
 use crate::request::{RequestFeatures, TokenRatio};
 use crate::routing::{decide, runner_up, BackendView, Decision, NoBackend, Policy, RunnerUp};
@@ -73,6 +74,17 @@ pub struct Routed {
     /// The other eligible backend predicted soonest, and its prediction (the explain
     /// headers; [`crate::routing::runner_up`]).
     pub runner_up: Option<RunnerUp>,
+}
+
+/// Where [`GatewayState::route`] sends a request.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'s> {
+    /// The pool.
+    pub pool: &'s Pool,
+    /// The route that matched (with `routes:`).
+    pub route: Option<&'s Route>,
+    /// Backends of the pool that must not serve it (they do not list its model).
+    pub excluded: &'s [BackendId],
 }
 
 /// A dispatched attempt: its load booked, its prefix recorded.
@@ -158,6 +170,8 @@ pub struct Pool {
     /// The model's tokenizer (`tokenizer:`): exact prompt tokens and engine-matching block
     /// hashes instead of the estimate.
     pub tokenizer: Option<Arc<ModelTokenizer>>,
+    /// For a pool that serves its backends' models, which backend serves which.
+    pub served: Option<ServedModels>,
 }
 
 impl Pool {
@@ -273,6 +287,8 @@ pub struct GatewayState {
     /// The addresses each `discover:` pool's name last resolved to, sorted; a pool absent
     /// here has not resolved yet (it has only its static backends).
     discovered: HashMap<Arc<str>, Vec<SocketAddr>>,
+    /// What the backends of each pool that serves its backends' models last listed.
+    listed: HashMap<Arc<str>, Arc<Listed>>,
     /// The policy object of each route with its own `policy:`, in `config.routes` order.
     route_policies: Vec<Option<Arc<dyn Policy>>>,
 }
@@ -296,7 +312,15 @@ pub struct Carried {
 impl GatewayState {
     /// Build the state for `config` and its loaded `resources`.
     pub fn new(config: Arc<Config>, resources: Arc<Resources>, metrics: &Metrics) -> GatewayState {
-        GatewayState::build(config, resources, metrics, None, HashMap::new()).0
+        GatewayState::build(
+            config,
+            resources,
+            metrics,
+            None,
+            HashMap::new(),
+            HashMap::new(),
+        )
+        .0
     }
 
     /// Build the state for `config`, carrying over from `self` every backend, prefix index
@@ -321,7 +345,8 @@ impl GatewayState {
             })
             .map(|(m, a)| (m.clone(), a.clone()))
             .collect();
-        GatewayState::build(config, resources, metrics, Some(self), discovered)
+        let listed = self.listed.clone();
+        GatewayState::build(config, resources, metrics, Some(self), discovered, listed)
     }
 
     /// The same config with pool `model`'s discovered addresses replaced by `addrs` (see
@@ -342,7 +367,33 @@ impl GatewayState {
             metrics,
             Some(self),
             discovered,
+            self.listed.clone(),
         )
+    }
+
+    /// The same config with what pool `model`'s backends list at `GET /v1/models` replaced by
+    /// `listed` (see [`crate::models::discover`]); everything else carried over.
+    pub fn with_listed_models(
+        &self,
+        model: &str,
+        listed: Listed,
+        metrics: &Metrics,
+    ) -> (GatewayState, Carried) {
+        let mut all = self.listed.clone();
+        all.insert(Arc::from(model), Arc::new(listed));
+        GatewayState::build(
+            Arc::clone(&self.config),
+            Arc::clone(&self.resources),
+            metrics,
+            Some(self),
+            self.discovered.clone(),
+            all,
+        )
+    }
+
+    /// What pool `model`'s backends last listed; `None` before any answered.
+    pub fn listed_models(&self, model: &str) -> Option<&Listed> {
+        self.listed.get(model).map(|l| &**l)
     }
 
     /// The addresses pool `model`'s `discover:` name last resolved to (sorted); `None` before
@@ -357,8 +408,10 @@ impl GatewayState {
         metrics: &Metrics,
         previous: Option<&GatewayState>,
         mut discovered: HashMap<Arc<str>, Vec<SocketAddr>>,
+        mut listed: HashMap<Arc<str>, Arc<Listed>>,
     ) -> (GatewayState, Carried) {
         discovered.retain(|model, _| config.pool(model).is_some_and(|p| p.discover.is_some()));
+        listed.retain(|model, _| config.pool(model).is_some_and(|p| p.serve_listed_models));
         let mut carried = Carried::default();
         let mut pools = HashMap::new();
         let mut all: Vec<Arc<Backend>> = Vec::new();
@@ -459,6 +512,10 @@ impl GatewayState {
                         _ => Arc::default(),
                     },
                     tokenizer: resources.tokenizer(&p.model).cloned(),
+                    served: p.serve_listed_models.then(|| {
+                        let none = Listed::new();
+                        ServedModels::new(&backends, listed.get(&p.model).map_or(&none, |l| l))
+                    }),
                     backends,
                 },
             );
@@ -497,6 +554,7 @@ impl GatewayState {
             pools,
             backends: all,
             discovered,
+            listed,
             route_policies,
         };
         (state, carried)
@@ -508,23 +566,34 @@ impl GatewayState {
     }
 
     /// Where a request goes: the first route matching `model`, `path` and `headers`, and its
-    /// pool; without `routes:` in the config, the pool named by `model` and no route. `None`:
-    /// nothing serves it (404).
-    pub fn route(
-        &self,
-        model: &str,
-        path: &str,
-        headers: &http::HeaderMap,
-    ) -> Option<(&Pool, Option<&Route>)> {
+    /// pool; without `routes:` in the config, the pool named by `model`, else a pool one of
+    /// whose backends lists `model` (on those backends only). `None`: nothing serves it (404).
+    pub fn route(&self, model: &str, path: &str, headers: &http::HeaderMap) -> Option<Target<'_>> {
+        let target = |pool, route| Target {
+            pool,
+            route,
+            excluded: &[],
+        };
         if self.config.routes.is_empty() {
-            return self.pool(model).map(|p| (p, None));
+            if let Some(p) = self.pool(model) {
+                return Some(target(p, None));
+            }
+            // Few pools serve listed models (one, from `serve --backend`): a scan.
+            return self.pools.values().find_map(|p| {
+                let excluded = p.served.as_ref()?.excluded(model)?;
+                Some(Target {
+                    pool: p,
+                    route: None,
+                    excluded,
+                })
+            });
         }
         let route = self
             .config
             .routes
             .iter()
             .find(|r| r.matcher.matches(model, path, headers))?;
-        Some((self.pools.get(&route.pool)?, Some(route)))
+        Some(target(self.pools.get(&route.pool)?, Some(route)))
     }
 
     /// The policy that routes a request of `route` (if any) within `pool`: the route's own

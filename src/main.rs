@@ -85,9 +85,11 @@ struct ServeArgs {
     /// Backend base URL (repeatable); runs without a config file.
     #[arg(long = "backend", value_name = "URL")]
     backends: Vec<String>,
-    /// Model name served by the --backend pool.
-    #[arg(long, default_value = "default")]
-    model: String,
+    /// Model name served by the --backend pool. Without it the gateway serves the models the
+    /// backends list at `GET /v1/models` (asked at start and again while they change), and
+    /// `default` for any backend.
+    #[arg(long)]
+    model: Option<String>,
     /// Client listener (overrides the file).
     #[arg(long)]
     listen: Option<SocketAddr>,
@@ -145,9 +147,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                     PolicyKind::ALL.join(", ")
                 )
             })?;
+            let config = match &args.model {
+                Some(model) => Config::from_backend_urls(&args.backends, model, policy),
+                None => Config::from_backend_urls_serving_listed(&args.backends, policy),
+            };
             Loaded {
-                config: Config::from_backend_urls(&args.backends, &args.model, policy)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+                config: config.map_err(|e| anyhow::anyhow!("{e}"))?,
                 resources: Resources::default(),
             }
         }

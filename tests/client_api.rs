@@ -222,3 +222,149 @@ async fn serve_explain_headers_turns_them_on_for_a_backend_flag_pool() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--explain-headers"));
 }
+
+/// A gateway as `pronto serve --backend URL...` without `--model` builds it, in-process, with
+/// explain headers and quick health checks.
+fn serving_listed(urls: &[String]) -> pronto::server::Handle {
+    let mut config = pronto::config::Config::from_backend_urls_serving_listed(
+        urls,
+        pronto::routing::PolicyKind::RoundRobin,
+    )
+    .unwrap();
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.admin_listen = "127.0.0.1:0".parse().unwrap();
+    config.explain_headers = true;
+    config.health.interval = std::time::Duration::from_millis(200);
+    config.health.timeout = std::time::Duration::from_millis(500);
+    let loaded = pronto::config::Loaded {
+        config,
+        resources: Default::default(),
+    };
+    pronto::server::start(loaded, false).unwrap()
+}
+
+async fn listed(client: &reqwest::Client, base: &str) -> Vec<String> {
+    let v: Value = client
+        .get(format!("{base}/v1/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_flag_pool_serves_the_models_its_backends_list() {
+    let llama = TestBackend::start(
+        "llama",
+        Behavior {
+            models: Some(vec!["llama".into(), "llama-lora".into()]),
+            ..Behavior::default()
+        },
+    )
+    .await;
+    // Loading: its list answers 503 until it is ready.
+    let qwen = TestBackend::start("qwen", Behavior::default()).await;
+    let down = TestBackend::start("down", Behavior::default()).await;
+    let down_url = down.url();
+    down.kill();
+    let gw = serving_listed(&[llama.url(), qwen.url(), down_url]);
+    let base = format!("http://{}", gw.listen);
+    let client = reqwest::Client::new();
+    let post = |model: &'static str| {
+        client
+            .post(format!("{base}/v1/chat/completions"))
+            .json(&chat(model))
+            .send()
+    };
+
+    // Asked before the listener accepted: the first request finds its model.
+    assert_eq!(listed(&client, &base).await, ["llama", "llama-lora"]);
+    for _ in 0..4 {
+        let r = post("llama-lora").await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(header(&r, "x-pronto-backend"), Some("backend-0"));
+    }
+    let r = post("qwen").await.unwrap();
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "model_not_found");
+    let r = client
+        .get(format!("{base}/v1/models/llama"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    // The loading backend becomes ready: asked again, its model is served, on it alone.
+    qwen.set(|b| b.models = Some(vec!["qwen".into()]));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !listed(&client, &base).await.contains(&"qwen".to_string()) {
+        assert!(std::time::Instant::now() < deadline, "qwen never listed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        listed(&client, &base).await,
+        ["llama", "llama-lora", "qwen"]
+    );
+    for _ in 0..4 {
+        let r = post("qwen").await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(header(&r, "x-pronto-backend"), Some("backend-1"));
+        // The only backend serving it: no runner-up.
+        assert_eq!(header(&r, "x-pronto-runner-up"), None);
+    }
+    assert_eq!(qwen.requests(), 4);
+    assert_eq!(llama.requests(), 4);
+    // The pool's own name still reaches any backend.
+    assert_eq!(post("default").await.unwrap().status(), 200);
+    gw.abort();
+    gw.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_backend_without_model_lists_the_backends_models() {
+    let a = TestBackend::start(
+        "a",
+        Behavior {
+            models: Some(vec!["sim-model".into()]),
+            ..Behavior::default()
+        },
+    )
+    .await;
+    let url = a.url();
+    // A second backend that is down does not keep the gateway from starting.
+    let gw = Gateway::start_cli(&[
+        "serve",
+        "--backend",
+        &url,
+        "--backend",
+        "http://127.0.0.1:9",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    let client = reqwest::Client::new();
+    assert_eq!(listed(&client, &gw.url("")).await, ["sim-model"]);
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat("sim-model"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(gw
+        .wait_for_log(
+            |l| l.contains("cannot list the backend's models yet") && l.contains("backend-1")
+        )
+        .await
+        .is_some());
+}

@@ -320,6 +320,26 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The pool name of [`Config::from_backend_urls_serving_listed`].
+    pub const LISTED_MODELS_POOL: &'static str = "default";
+
+    /// The quick-start config for `pronto serve --backend URL ...` without `--model`: as
+    /// [`Config::from_backend_urls`] with the pool named [`Config::LISTED_MODELS_POOL`],
+    /// which also serves every model its backends list at `GET /v1/models`
+    /// ([`Pool::serve_listed_models`]).
+    pub fn from_backend_urls_serving_listed(
+        urls: &[String],
+        policy: impl Into<PolicySpec>,
+    ) -> Result<Config, LoadError> {
+        let mut config = Config::from_backend_urls(urls, Config::LISTED_MODELS_POOL, policy)?;
+        for p in &mut config.pools {
+            p.serve_listed_models = true;
+        }
+        Ok(config)
+    }
+}
+
 /// The file form of `spec`: its name and every parameter, as a file would write them.
 fn policy_file(spec: &PolicySpec) -> file::PolicyFile {
     let mut fields = match serde_json::to_value(spec) {

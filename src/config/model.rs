@@ -242,6 +242,10 @@ pub struct Pool {
     /// the loaded tokenizer is in [`super::Resources`]: exact prompt tokens
     /// and engine-matching block hashes. Equal across reloads when its files are unchanged.
     pub tokenizer: Option<TokenizerRef>,
+    /// The pool also serves every model its backends list at `GET /v1/models`, each on the
+    /// backends that list it ([`crate::models::served`]). Set by `pronto serve --backend URL`
+    /// without `--model`; a config file cannot.
+    pub serve_listed_models: bool,
 }
 
 /// A pool's `discover:` section: every address a DNS name resolves to is a backend.

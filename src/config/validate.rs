@@ -633,6 +633,7 @@ impl Checker {
             discover,
             profile,
             tokenizer,
+            serve_listed_models: false,
         }
     }
 

@@ -24,8 +24,9 @@ use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
 use super::{request_id, tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
 use crate::config::Route;
 use crate::error::GatewayError;
-use crate::gateway::{GatewayState, Pool, Routed};
+use crate::gateway::{GatewayState, Pool, Routed, Target};
 use crate::request::{parse_request, Endpoint, RequestFeatures};
+use pronto_core::ids::BackendId;
 
 /// A failed request: the pool it reached (for the metric label) and the client's error.
 pub(super) type Failure = (Option<Arc<str>>, GatewayError);
@@ -35,6 +36,8 @@ pub(super) struct Parsed<'s> {
     pub features: RequestFeatures,
     pub pool: &'s Pool,
     pub route: Option<&'s Route>,
+    /// Backends of the pool that do not serve the request's model.
+    pub excluded: &'s [BackendId],
     /// Prompt tokens as Pronto counted them, before the pool's learnt engine ratio.
     pub own_tokens: u32,
 }
@@ -62,16 +65,8 @@ impl Proxy {
         let keyed_route = pass.keyed_route(parsed.route);
         let route = keyed_route.as_ref().or(parsed.route);
         let first_pool = parsed.pool;
-        let (pool, _departure, admitted) = self
-            .admit(
-                session,
-                state,
-                parsed.pool,
-                route,
-                &parsed.features,
-                arrived,
-            )
-            .await?;
+        let (pool, _departure, admitted) =
+            self.admit(session, state, &parsed, route, arrived).await?;
         if !tokenize::same_tokenizer(first_pool, pool) {
             // A fallback pool that tokenizes differently: its tokens, its block hashes.
             parsed = self.parse_for(session, endpoint, &body, pool).await?;
@@ -130,7 +125,11 @@ impl Proxy {
         access.model = Some(features.model.clone());
         access.stream = Some(features.stream);
         let header = session.req_header();
-        let Some((pool, route)) = state.route(&features.model, header.uri.path(), &header.headers)
+        let Some(Target {
+            pool,
+            route,
+            excluded,
+        }) = state.route(&features.model, header.uri.path(), &header.headers)
         else {
             return Err((
                 None,
@@ -149,6 +148,7 @@ impl Proxy {
             features,
             pool,
             route,
+            excluded,
             own_tokens,
         })
     }
@@ -169,6 +169,7 @@ impl Proxy {
             features,
             pool,
             route: None,
+            excluded: &[],
             own_tokens,
         })
     }
@@ -210,6 +211,7 @@ impl Proxy {
             features,
             pool,
             route,
+            excluded,
             own_tokens,
         } = parsed;
         let pool_err = |e| (Some(pool.model.clone()), e);
@@ -227,7 +229,7 @@ impl Proxy {
         let max_retries = route
             .and_then(|r| r.max_retries)
             .unwrap_or(state.config.retry.max_retries);
-        let mut retries = Retries::default();
+        let mut retries = Retries::excluding(excluded);
         loop {
             let now = Instant::now();
             let routed = match admitted.take() {

@@ -1,11 +1,15 @@
 //! The models a gateway serves, as `GET /v1/models` and `GET /v1/models/{id}` list them.
 //!
-//! Without `routes:` the models are the pools' names; with `routes:`, the exact
+//! Without `routes:` the models are the pools' names — for a pool that serves its backends'
+//! models ([`served`], [`discover`]), the models they list, once any has answered; with `routes:`, the exact
 //! (wildcard-free) model names the routes match, since pool names are then not model names.
 //! A caller's API key narrows the list to what it may use (its `models:` globs and `routes:`,
 //! as [`crate::auth::authorize`] would judge a request), so a key never learns of a model it
 //! would be refused; `GET /v1/models/{id}` of a model outside the list is a 404
 //! `model_not_found`, the same as a model nobody serves. Listing costs no rate-limit quota.
+
+pub mod discover;
+pub mod served;
 
 use std::collections::BTreeSet;
 
@@ -19,8 +23,18 @@ pub fn listed(state: &GatewayState, key: Option<&ApiKey>) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     if state.config.routes.is_empty() {
         for pool in state.pools.values() {
-            if allowed(&pool.model, None) {
-                out.insert(pool.model.to_string());
+            // A pool serving its backends' models lists those, once it knows any.
+            match &pool.served {
+                Some(served) if !served.is_empty() => out.extend(
+                    served
+                        .models()
+                        .filter(|m| allowed(m, None))
+                        .map(str::to_string),
+                ),
+                _ if allowed(&pool.model, None) => {
+                    out.insert(pool.model.to_string());
+                }
+                _ => {}
             }
         }
     } else {
