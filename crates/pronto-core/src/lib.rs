@@ -11,6 +11,7 @@
 //! on → observations at the first token fed back into the ledger and the model.
 
 #![warn(missing_docs)]
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 pub mod affinity;
 pub mod engine;
