@@ -3,7 +3,16 @@
 //!
 //! Label values are bounded: pool and backend names come from config, never from raw user
 //! input (a request for an unknown model is counted under pool `none`).
+//!
+//! Every family with a `backend` label is also listed when it is registered, so
+//! [`Metrics::forget_backend`] removes all of a departed backend's series without a list to
+//! keep in step by hand.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -73,6 +82,8 @@ impl ReloadResult {
 #[derive(Debug, Clone)]
 pub struct Metrics {
     registry: Registry,
+    /// Every family with a `backend` label (what [`Metrics::forget_backend`] clears).
+    per_backend: Arc<Vec<Box<dyn BackendFamily>>>,
     /// `pronto_requests_total{pool,backend,code}`
     pub requests_total: IntCounterVec,
     /// `pronto_request_duration_seconds{pool}`: request arrival to end of response.
@@ -148,6 +159,57 @@ pub struct Metrics {
     pub kv_events_resyncs_total: IntCounterVec,
     /// `pronto_kv_events_blocks{backend}`: blocks in a backend's exact index.
     pub kv_events_blocks: IntGaugeVec,
+    /// `pronto_health_check_failures_total{backend,reason}`: failed active health checks by
+    /// [`crate::backend::CheckFailure::label`] (`status`, `timeout`, `refused`, `connect`,
+    /// `io`).
+    pub health_check_failures_total: IntCounterVec,
+    /// `pronto_kv_events_connect_failures_total{backend}`: failed connects (or handshakes) to
+    /// an engine's KV-event publisher.
+    pub kv_events_connect_failures_total: IntCounterVec,
+    /// `pronto_kv_events_subscriber_restarts_total{backend}`: KV-event subscriber tasks that
+    /// died (panicked or returned) and were restarted.
+    pub kv_events_subscriber_restarts_total: IntCounterVec,
+}
+
+/// A family with a `backend` label: removes every series of one backend, whatever its other
+/// labels.
+trait BackendFamily: Send + Sync + std::fmt::Debug {
+    fn forget(&self, backend: &str);
+}
+
+impl<T: MetricVecBuilder + 'static> BackendFamily for MetricVec<T> {
+    fn forget(&self, backend: &str) {
+        for family in self.collect() {
+            for m in family.get_metric() {
+                let labels: HashMap<&str, &str> = m
+                    .get_label()
+                    .iter()
+                    .map(|l| (l.name(), l.value()))
+                    .collect();
+                if labels.get("backend") == Some(&backend) {
+                    // Gone already (a concurrent forget) is fine.
+                    let _ = self.remove(&labels);
+                }
+            }
+        }
+    }
+}
+
+/// The registry being filled, and the families with a `backend` label found so far.
+struct Families {
+    registry: Registry,
+    per_backend: RefCell<Vec<Box<dyn BackendFamily>>>,
+}
+
+impl Families {
+    fn register<T: MetricVecBuilder + 'static>(&self, family: &MetricVec<T>, labels: &[&str]) {
+        self.registry
+            .register(Box::new(family.clone()))
+            .expect("unique metric");
+        if labels.contains(&"backend") {
+            self.per_backend.borrow_mut().push(Box::new(family.clone()));
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -156,31 +218,33 @@ impl Default for Metrics {
     }
 }
 
-fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+fn counter(r: &Families, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter");
-    r.register(Box::new(c.clone())).expect("unique metric");
+    r.register(&c, labels);
     c
 }
 
-fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+fn gauge(r: &Families, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
-    r.register(Box::new(g.clone())).expect("unique metric");
+    r.register(&g, labels);
     g
 }
 
-fn plain_gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+fn plain_gauge(r: &Families, name: &str, help: &str) -> IntGauge {
     let g = IntGauge::new(name, help).expect("valid gauge");
-    r.register(Box::new(g.clone())).expect("unique metric");
+    r.registry
+        .register(Box::new(g.clone()))
+        .expect("unique metric");
     g
 }
 
-fn float_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+fn float_gauge(r: &Families, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
     let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
-    r.register(Box::new(g.clone())).expect("unique metric");
+    r.register(&g, labels);
     g
 }
 
-fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+fn histogram(r: &Families, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
     histogram_with(r, name, help, labels, LATENCY_BUCKETS)
 }
 
@@ -197,7 +261,7 @@ const TPOT_BUCKETS: &[f64] = &[
 const RATIO_BUCKETS: &[f64] = &[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0];
 
 fn histogram_with(
-    r: &Registry,
+    r: &Families,
     name: &str,
     help: &str,
     labels: &[&str],
@@ -208,7 +272,7 @@ fn histogram_with(
         labels,
     )
     .expect("valid histogram");
-    r.register(Box::new(h.clone())).expect("unique metric");
+    r.register(&h, labels);
     h
 }
 
@@ -261,7 +325,10 @@ impl Metrics {
 
     /// Register every family in a fresh registry.
     pub fn new() -> Metrics {
-        let r = Registry::new();
+        let r = Families {
+            registry: Registry::new(),
+            per_backend: RefCell::default(),
+        };
         Metrics {
             requests_total: counter(
                 &r,
@@ -462,18 +529,47 @@ impl Metrics {
                 "Blocks a backend's exact prefix index holds",
                 &["backend"],
             ),
-            registry: r,
+            health_check_failures_total: counter(
+                &r,
+                "pronto_health_check_failures_total",
+                "Failed active health checks, by backend and reason (status, timeout, refused, connect, io)",
+                &["backend", "reason"],
+            ),
+            kv_events_connect_failures_total: counter(
+                &r,
+                "pronto_kv_events_connect_failures_total",
+                "Failed connects to a backend engine's KV-event publisher",
+                &["backend"],
+            ),
+            kv_events_subscriber_restarts_total: counter(
+                &r,
+                "pronto_kv_events_subscriber_restarts_total",
+                "KV-event subscriber tasks that died (panicked or returned) and were restarted",
+                &["backend"],
+            ),
+            per_backend: Arc::new(r.per_backend.take()),
+            registry: r.registry,
         }
     }
 
-    /// Withdraw the per-backend gauges of a backend that left the config, so dashboards do
-    /// not show it frozen. Counters and histograms keep their history.
+    /// Remove every series labelled `backend="<backend>"`, from every family that has a
+    /// `backend` label (gauges, counters and histograms alike), so a backend that left the
+    /// config (reload or discovery) leaves nothing behind in `/metrics`. A later backend of
+    /// the same name starts its series from zero.
+    ///
+    /// Call it after the state without the backend is swapped in. A component still holding
+    /// the departed backend that records afterwards (a draining stream, a probe in flight)
+    /// re-creates that one series; the background loops check that their backend is still
+    /// current before recording.
     pub fn forget_backend(&self, backend: &str) {
-        // Absent series are not an error: a gauge may never have been set.
-        let _ = self.backend_inflight.remove_label_values(&[backend]);
-        let _ = self.backend_healthy.remove_label_values(&[backend]);
-        let _ = self.backend_queue_depth.remove_label_values(&[backend]);
-        let _ = self.backend_kv_usage_ratio.remove_label_values(&[backend]);
+        for family in self.per_backend.iter() {
+            family.forget(backend);
+        }
+    }
+
+    /// How many families have a `backend` label (the ones [`Metrics::forget_backend`] clears).
+    pub fn per_backend_families(&self) -> usize {
+        self.per_backend.len()
     }
 
     /// Publish `version` and `hash` as the active config (replacing the previous hash series).
@@ -507,5 +603,98 @@ mod tests {
         let text = m.render();
         assert!(text.contains("pronto_requests_total{backend=\"b\",code=\"200\",pool=\"p\"} 1"));
         assert!(text.contains("pronto_retries_total{pool=\"p\",reason=\"connect\"} 1"));
+    }
+
+    /// One series in every family with a `backend` label, for `backend`.
+    fn touch_every_backend_family(m: &Metrics, backend: &str) {
+        m.requests_total
+            .with_label_values(&["p", backend, "200"])
+            .inc();
+        m.requests_total
+            .with_label_values(&["p", backend, "503"])
+            .inc();
+        m.backend_inflight.with_label_values(&[backend]).set(1);
+        m.backend_healthy.with_label_values(&[backend]).set(1);
+        m.ttft_seconds.with_label_values(&[backend]).observe(0.1);
+        m.tpot_seconds.with_label_values(&[backend]).observe(0.01);
+        m.e2e_seconds.with_label_values(&[backend]).observe(1.0);
+        m.upstream_errors_total
+            .with_label_values(&[backend, "connect"])
+            .inc();
+        m.backend_queue_depth.with_label_values(&[backend]).set(2.0);
+        m.backend_kv_usage_ratio
+            .with_label_values(&[backend])
+            .set(0.5);
+        m.engine_scrape_errors_total
+            .with_label_values(&[backend])
+            .inc();
+        m.ttft_prediction_error_seconds
+            .with_label_values(&[backend])
+            .observe(0.01);
+        m.ttft_prediction_abs_error_seconds
+            .with_label_values(&[backend])
+            .observe(0.01);
+        // The exact index's sink: kv_events_total (4 results), resyncs, blocks.
+        let sink = m.kv_index_sink(backend);
+        sink.count("received", 1);
+        sink.blocks(3);
+        m.health_check_failures_total
+            .with_label_values(&[backend, "timeout"])
+            .inc();
+        m.kv_events_connect_failures_total
+            .with_label_values(&[backend])
+            .inc();
+        m.kv_events_subscriber_restarts_total
+            .with_label_values(&[backend])
+            .inc();
+    }
+
+    /// Families (by name) with a series for `backend` in the text exposition.
+    fn families_with(text: &str, backend: &str) -> std::collections::BTreeSet<String> {
+        let label = format!("backend=\"{backend}\"");
+        text.lines()
+            .filter(|l| !l.starts_with('#') && l.contains(&label))
+            .map(|l| {
+                let name = &l[..l.find('{').unwrap()];
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s))
+                    .unwrap_or(name);
+                base.to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn forgetting_a_backend_removes_every_series_with_its_label() {
+        let m = Metrics::new();
+        touch_every_backend_family(&m, "b1");
+        touch_every_backend_family(&m, "b2");
+        m.requests_total
+            .with_label_values(&["p", NONE, "404"])
+            .inc();
+        let before = families_with(&m.render(), "b1");
+        assert_eq!(before.len(), 18, "{before:?}");
+        assert_eq!(
+            m.per_backend_families(),
+            before.len(),
+            "every family with a backend label is listed when registered"
+        );
+
+        m.forget_backend("b1");
+        let text = m.render();
+        assert!(!text.contains("backend=\"b1\""), "{text}");
+        assert_eq!(families_with(&text, "b2"), before, "others untouched");
+        assert!(text.contains("pronto_requests_total{backend=\"none\",code=\"404\",pool=\"p\"} 1"));
+
+        // Forgetting twice, or a backend never seen, is harmless; the name can come back.
+        m.forget_backend("b1");
+        m.forget_backend("never");
+        m.engine_scrape_errors_total
+            .with_label_values(&["b1"])
+            .inc();
+        assert!(m
+            .render()
+            .contains("pronto_engine_scrape_errors_total{backend=\"b1\"} 1"));
     }
 }
