@@ -176,6 +176,16 @@ pub struct PoolFile {
     pub tokenizer: Option<String>,
     /// A chat template file overriding the one found beside the tokenizer.
     pub chat_template: Option<String>,
+    /// Engine metrics scraping of the pool's backends.
+    pub scrape: Option<ScrapeFile>,
+}
+
+/// A pool's `scrape:` section: how often its backends' `/metrics` are read.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScrapeFile {
+    /// Time between two scrapes of each backend (while they succeed).
+    pub interval: Option<Quantity>,
 }
 
 /// A pool's `discover:` section: backends from a DNS name, re-resolved periodically.

@@ -28,6 +28,7 @@ pub mod locate;
 pub mod model;
 pub mod route;
 mod schema;
+mod scrape;
 pub mod tls;
 mod tokenizer;
 pub mod validate;
@@ -38,7 +39,7 @@ use std::path::Path;
 pub use check::{check_config, run_check_config, CheckConfigArgs};
 pub use model::{
     AddressFamily, Backend, Config, Discover, Health, KvEvents, Limits, Pool, ProfileHint,
-    ReloadSettings, Retry,
+    ReloadSettings, Retry, Scrape,
 };
 pub use route::{AdmissionSettings, Glob, Route, RouteMatch, Slo, SloAction};
 pub use schema::config_schema;

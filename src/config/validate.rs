@@ -494,6 +494,7 @@ impl Checker {
             .as_ref()
             .map(|p| self.profile(&format!("{path}.profile"), p));
         let tokenizer = self.tokenizer(path, pool);
+        let scrape = self.scrape(path, pool);
         if pool.discover.is_none() {
             self.backend_count_checks(path, pool, retry);
         }
@@ -520,6 +521,7 @@ impl Checker {
             discover,
             profile,
             tokenizer,
+            scrape,
         }
     }
 
