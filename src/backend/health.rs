@@ -99,8 +99,11 @@ mod tests {
     use axum::routing::get;
     use std::net::SocketAddr;
     use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+    use std::time::Duration;
 
     use super::*;
+    use crate::backend::log_capture;
+    use crate::backend::HealthChange;
     use crate::config::Config;
     use crate::telemetry::Metrics;
 
@@ -195,6 +198,71 @@ mod tests {
             Some(3.0),
             "a pass counts nothing"
         );
+    }
+
+    /// The log over a backend's life through the checker: many failed probes are one
+    /// `down` line with the reason, the recovery one `up` line; a passive ejection one line,
+    /// its re-admission one line once the period is over and a check passes. Nothing per
+    /// probe.
+    #[tokio::test]
+    async fn the_log_shows_transitions_not_probes() {
+        let (log, _guard) = log_capture::capture();
+        let status = Arc::new(AtomicU16::new(503));
+        let (flaky, hits) = serve(Arc::clone(&status)).await;
+        let metrics = Metrics::new();
+        let st = state(&[flaky], &metrics);
+        let checker = HealthChecker::new(Arc::clone(&st));
+        let b = Arc::clone(&st.load().backends[0]);
+
+        for _ in 0..5 {
+            checker.check_all().await;
+        }
+        assert_eq!(hits.load(Ordering::Relaxed), 5);
+        let down = ["backend down", "b0", "HTTP status 503"];
+        assert_eq!(log.count(&down), 1, "{}", log.text());
+        assert_eq!(log.count(&["still down"]), 0, "no repeat within 30 s");
+        status.store(200, Ordering::Relaxed);
+        for _ in 0..3 {
+            checker.check_all().await;
+        }
+        assert_eq!(
+            log.count(&["backend up", "b0", "failures=5"]),
+            1,
+            "{}",
+            log.text()
+        );
+
+        // Passive ejection (three failed requests), checks passing meanwhile.
+        let (eject_after, readmit_after) = (3, Duration::from_secs(10));
+        let t0 = Instant::now();
+        let ejected: Vec<bool> = (0..eject_after)
+            .map(|_| b.record_failure(t0, eject_after, readmit_after))
+            .collect();
+        assert_eq!(ejected, [false, false, true]);
+        assert_eq!(log.count(&["backend ejected", "b0", "failures=3"]), 1);
+        checker.check_all().await;
+        assert!(b.is_ejected(Instant::now()));
+        assert_eq!(log.count(&["re-admitted"]), 0, "not while the period lasts");
+        let after = t0 + readmit_after + Duration::from_secs(1);
+        assert_eq!(
+            b.record_check(Ok(()), after),
+            Some(HealthChange::Readmitted)
+        );
+        assert_eq!(b.record_check(Ok(()), after), None);
+        assert_eq!(
+            log.count(&["backend re-admitted", "b0"]),
+            1,
+            "{}",
+            log.text()
+        );
+
+        // Every line of the lot: down, up, ejected, re-admitted.
+        let lines = log
+            .text()
+            .lines()
+            .filter(|l| l.contains("backend=\"b0\""))
+            .count();
+        assert_eq!(lines, 4, "{}", log.text());
     }
 
     #[tokio::test]
