@@ -40,7 +40,7 @@ fn state(backends: usize) -> GatewayState {
         ));
     }
     let config = Config::from_yaml_str(&yaml, "bench").expect("valid config");
-    GatewayState::new(Arc::new(config), &Metrics::new())
+    GatewayState::new(Arc::new(config), Default::default(), &Metrics::new())
 }
 
 fn bench(c: &mut Criterion) {

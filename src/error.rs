@@ -99,6 +99,9 @@ pub enum GatewayError {
         /// `x-ratelimit-*` headers.
         headers: Vec<(&'static str, String)>,
     },
+    /// The gateway is at a global capacity limit (buffered request bytes, connections).
+    #[error("The gateway is at capacity ({0}); retry shortly")]
+    Busy(&'static str),
     /// The client hung up while its request waited in the admission queue.
     #[error("The client closed the request before it was sent to a backend")]
     ClientClosed,
@@ -115,7 +118,7 @@ impl GatewayError {
             GatewayError::MethodNotAllowed { .. } => 405,
             GatewayError::BadRequest(_) => 400,
             GatewayError::BodyTooLarge { .. } => 413,
-            GatewayError::NoBackend { .. } => 503,
+            GatewayError::NoBackend { .. } | GatewayError::Busy(_) => 503,
             GatewayError::FirstTokenTimeout { .. } => 504,
             GatewayError::RequestTimeout => 408,
             GatewayError::Overloaded { .. } | GatewayError::RateLimited { .. } => 429,
@@ -144,9 +147,9 @@ impl GatewayError {
             }
             GatewayError::Unauthorized(_) => "authentication_error",
             GatewayError::Forbidden { .. } => "permission_error",
-            GatewayError::NoBackend { .. } | GatewayError::FirstTokenTimeout { .. } => {
-                "service_unavailable_error"
-            }
+            GatewayError::NoBackend { .. }
+            | GatewayError::FirstTokenTimeout { .. }
+            | GatewayError::Busy(_) => "service_unavailable_error",
             GatewayError::Internal(_) => "internal_error",
         }
     }
@@ -160,6 +163,7 @@ impl GatewayError {
             GatewayError::ModelNotFound { .. } => "model_not_found",
             GatewayError::BodyTooLarge { .. } => "request_too_large",
             GatewayError::NoBackend { .. } => "no_backend_available",
+            GatewayError::Busy(_) => "gateway_busy",
             GatewayError::FirstTokenTimeout { .. } => "first_token_timeout",
             GatewayError::RequestTimeout => "request_timeout",
             GatewayError::Overloaded { .. } => "slo_overloaded",
@@ -175,7 +179,7 @@ impl GatewayError {
     /// Seconds a client should wait before retrying, when that is meaningful.
     pub fn retry_after(&self) -> Option<u32> {
         match self {
-            GatewayError::NoBackend { .. } => Some(1),
+            GatewayError::NoBackend { .. } | GatewayError::Busy(_) => Some(1),
             GatewayError::Overloaded { retry_after_s, .. }
             | GatewayError::RateLimited { retry_after_s, .. } => Some(*retry_after_s),
             _ => None,
@@ -192,6 +196,14 @@ impl GatewayError {
         match self {
             GatewayError::RateLimited { headers, .. } => out.extend(headers.iter().cloned()),
             GatewayError::Unauthorized(_) => out.push(("www-authenticate", "Bearer".into())),
+            GatewayError::MethodNotAllowed { path, .. } => {
+                let allow = if path == "/v1/models" || path.starts_with("/v1/models/") {
+                    "GET"
+                } else {
+                    "POST"
+                };
+                out.push(("allow", allow.into()));
+            }
             _ => {}
         }
         out

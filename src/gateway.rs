@@ -41,7 +41,7 @@ use pronto_core::routing::views::{self, PoolRouting, Scratch};
 
 use crate::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
 use crate::backend::{Backend, InflightGuard};
-use crate::config::{Config, Route};
+use crate::config::{Config, Resources, Route};
 use crate::predict::TtftInputs;
 use crate::request::{RequestFeatures, TokenRatio};
 use crate::routing::{decide, BackendView, Decision, NoBackend, Policy};
@@ -93,6 +93,26 @@ const INDEX_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 /// 64-bit word of its bitsets (no extra memory), so a reload can add backends and keep it.
 fn index_capacity(backends: usize) -> usize {
     backends.max(1).next_multiple_of(64).min(MAX_BACKENDS)
+}
+
+/// The one way the gateway state is replaced (config reloads and DNS discovery both go
+/// through it): `next` builds a new state from the current one — or `None` to leave it — and
+/// the result is swapped in only if nothing else was swapped in meanwhile; otherwise it is
+/// built again from the newer state. So no writer's update is lost. Returns the state swapped
+/// in and what `next` reported with it.
+pub fn update_state<R>(
+    state: &arc_swap::ArcSwap<GatewayState>,
+    mut next: impl FnMut(&Arc<GatewayState>) -> Option<(GatewayState, R)>,
+) -> Option<(Arc<GatewayState>, R)> {
+    loop {
+        let current = state.load_full();
+        let (built, report) = next(&current)?;
+        let built = Arc::new(built);
+        let prev = state.compare_and_swap(&current, Arc::clone(&built));
+        if Arc::ptr_eq(&prev, &current) {
+            return Some((built, report));
+        }
+    }
 }
 
 /// Slots in `old`'s index for `backends`: a backend `old` had keeps its slot, a new one takes
@@ -238,6 +258,8 @@ impl Pool {
 pub struct GatewayState {
     /// The config this state was built from.
     pub config: Arc<Config>,
+    /// What the config's files were loaded into (tokenizers, the TLS identity).
+    pub resources: Arc<Resources>,
     /// Pools by model name.
     pub pools: HashMap<Arc<str>, Pool>,
     /// Every backend of every pool, in config order (each pool's discovered ones after its
@@ -267,16 +289,21 @@ pub struct Carried {
 }
 
 impl GatewayState {
-    /// Build the state for `config`.
-    pub fn new(config: Arc<Config>, metrics: &Metrics) -> GatewayState {
-        GatewayState::build(config, metrics, None, HashMap::new()).0
+    /// Build the state for `config` and its loaded `resources`.
+    pub fn new(config: Arc<Config>, resources: Arc<Resources>, metrics: &Metrics) -> GatewayState {
+        GatewayState::build(config, resources, metrics, None, HashMap::new()).0
     }
 
     /// Build the state for `config`, carrying over from `self` every backend, prefix index
     /// and policy the new config leaves unchanged (see the module docs). `self` is not
     /// modified except that its prefix indexes forget the positions whose backend changed
     /// (an index is shared with the new state only when kept).
-    pub fn rebuild(&self, config: Arc<Config>, metrics: &Metrics) -> (GatewayState, Carried) {
+    pub fn rebuild(
+        &self,
+        config: Arc<Config>,
+        resources: Arc<Resources>,
+        metrics: &Metrics,
+    ) -> (GatewayState, Carried) {
         let discovered = self
             .discovered
             .iter()
@@ -289,7 +316,7 @@ impl GatewayState {
             })
             .map(|(m, a)| (m.clone(), a.clone()))
             .collect();
-        GatewayState::build(config, metrics, Some(self), discovered)
+        GatewayState::build(config, resources, metrics, Some(self), discovered)
     }
 
     /// The same config with pool `model`'s discovered addresses replaced by `addrs` (see
@@ -304,7 +331,13 @@ impl GatewayState {
         addrs.dedup();
         let mut discovered = self.discovered.clone();
         discovered.insert(Arc::from(model), addrs);
-        GatewayState::build(Arc::clone(&self.config), metrics, Some(self), discovered)
+        GatewayState::build(
+            Arc::clone(&self.config),
+            Arc::clone(&self.resources),
+            metrics,
+            Some(self),
+            discovered,
+        )
     }
 
     /// The addresses pool `model`'s `discover:` name last resolved to (sorted); `None` before
@@ -315,6 +348,7 @@ impl GatewayState {
 
     fn build(
         config: Arc<Config>,
+        resources: Arc<Resources>,
         metrics: &Metrics,
         previous: Option<&GatewayState>,
         mut discovered: HashMap<Arc<str>, Vec<SocketAddr>>,
@@ -381,7 +415,9 @@ impl GatewayState {
             };
             // Block hashes and the learned token ratio are in the tokenizer's terms: a pool
             // whose tokenizer changed (added, removed or edited) starts both afresh.
-            let same_tokens = old.is_some_and(|(pool, _, _)| pool.tokenizer == p.tokenizer);
+            let same_tokens = previous
+                .and_then(|prev| prev.config.pool(&p.model))
+                .is_some_and(|o| o.tokenizer == p.tokenizer);
             let kept_index = old
                 .filter(|_| same_tokens)
                 .and_then(|(pool, _, _)| Some((pool, keep_slots(pool, &backends)?)));
@@ -417,7 +453,7 @@ impl GatewayState {
                         Some((pool, _, _)) if same_tokens => Arc::clone(&pool.token_ratio),
                         _ => Arc::default(),
                     },
-                    tokenizer: p.tokenizer.clone(),
+                    tokenizer: resources.tokenizer(&p.model).cloned(),
                     backends,
                 },
             );
@@ -449,8 +485,10 @@ impl GatewayState {
                 Some(kept.unwrap_or_else(|| spec.build()))
             })
             .collect();
+        debug_assert!(resources.cover(&config), "resources of another config");
         let state = GatewayState {
             config,
+            resources,
             pools,
             backends: all,
             discovered,
@@ -554,7 +592,11 @@ mod tests {
 
     fn state_with_history(backends: &[(&str, u16)], now: Instant) -> (Metrics, GatewayState) {
         let metrics = Metrics::new();
-        let s = GatewayState::new(config("round_robin", backends), &metrics);
+        let s = GatewayState::new(
+            config("round_robin", backends),
+            Default::default(),
+            &metrics,
+        );
         let pool = s.pool("m").unwrap();
         for i in 0..pool.backends.len() {
             pool.index.record(i, &CHAIN, now);
@@ -567,7 +609,11 @@ mod tests {
         let now = Instant::now();
         let backends = [("a", 1), ("b", 2)];
         let (metrics, old) = state_with_history(&backends, now);
-        let (new, carried) = old.rebuild(config("round_robin", &backends), &metrics);
+        let (new, carried) = old.rebuild(
+            config("round_robin", &backends),
+            Default::default(),
+            &metrics,
+        );
         let (p, q) = (old.pool("m").unwrap(), new.pool("m").unwrap());
         assert!(Arc::ptr_eq(&p.index, &q.index));
         assert!(Arc::ptr_eq(&p.policy, &q.policy));
@@ -595,6 +641,7 @@ mod tests {
         let (metrics, old) = state_with_history(&[("a", 1), ("b", 2)], now);
         let (new, carried) = old.rebuild(
             config("round_robin", &[("a", 1), ("b", 2), ("c", 3)]),
+            Default::default(),
             &metrics,
         );
         let q = new.pool("m").unwrap();
@@ -608,7 +655,11 @@ mod tests {
     fn a_removal_keeps_every_other_backends_slot_and_entries() {
         let now = Instant::now();
         let (metrics, old) = state_with_history(&[("a", 1), ("b", 2), ("c", 3)], now);
-        let (new, carried) = old.rebuild(config("round_robin", &[("a", 1), ("c", 3)]), &metrics);
+        let (new, carried) = old.rebuild(
+            config("round_robin", &[("a", 1), ("c", 3)]),
+            Default::default(),
+            &metrics,
+        );
         let q = new.pool("m").unwrap();
         assert!(Arc::ptr_eq(&old.pool("m").unwrap().index, &q.index));
         // `c` moved from position 2 to 1 but kept its slot, and so what the index knows.
@@ -625,6 +676,7 @@ mod tests {
         assert_eq!(out, [2, 0, 2]);
         let (newer, _) = new.rebuild(
             config("round_robin", &[("a", 1), ("c", 3), ("d", 4)]),
+            Default::default(),
             &metrics,
         );
         let r = newer.pool("m").unwrap();
@@ -636,7 +688,11 @@ mod tests {
     fn a_changed_backend_or_timeout_is_a_new_backend() {
         let now = Instant::now();
         let (metrics, old) = state_with_history(&[("a", 1), ("b", 2)], now);
-        let (new, carried) = old.rebuild(config("round_robin", &[("a", 1), ("b", 9)]), &metrics);
+        let (new, carried) = old.rebuild(
+            config("round_robin", &[("a", 1), ("b", 9)]),
+            Default::default(),
+            &metrics,
+        );
         let q = new.pool("m").unwrap();
         assert!(Arc::ptr_eq(&q.backends[0], &old.backends[0]));
         assert!(!Arc::ptr_eq(&q.backends[1], &old.backends[1]));
@@ -645,7 +701,7 @@ mod tests {
 
         let mut slower = (*config("round_robin", &[("a", 1), ("b", 9)])).clone();
         slower.limits.connect_timeout *= 2;
-        let (newer, carried) = new.rebuild(Arc::new(slower), &metrics);
+        let (newer, carried) = new.rebuild(Arc::new(slower), Default::default(), &metrics);
         assert_eq!((carried.backends_kept, carried.backends_new), (0, 2));
         assert!(!Arc::ptr_eq(&newer.backends[0], &new.backends[0]));
     }
@@ -657,6 +713,7 @@ mod tests {
         let yaml = "pools:\n  other:\n    backends: [{name: a, url: 'http://127.0.0.1:1'}]\n";
         let (new, carried) = old.rebuild(
             Arc::new(Config::from_yaml_str(yaml, "t").unwrap()),
+            Default::default(),
             &metrics,
         );
         assert!(new.pool("m").is_none());

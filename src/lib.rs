@@ -28,7 +28,9 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;
+pub mod head_deadline;
 pub mod kv_events;
+pub mod listener;
 pub mod proxy;
 pub mod ratelimit;
 pub mod reload;

@@ -135,6 +135,7 @@ mod tests {
         let config = Config::from_yaml_str(&yaml, "test").unwrap();
         Arc::new(ArcSwap::from_pointee(GatewayState::new(
             Arc::new(config),
+            Default::default(),
             metrics,
         )))
     }

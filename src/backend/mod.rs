@@ -1,4 +1,5 @@
-//! Live state of each backend: health, ejection, and router-side load counters.
+//! Live state of each backend: health, ejection, and its routing state (the core's
+//! [`BackendState`]: ledger, TTFT model, scraped engine state, exact index).
 //!
 //! A [`Backend`] is shared (`Arc`) between the proxy threads, the health checker and the admin
 //! listener. Everything on it that changes per request is atomic, so building a routing
@@ -7,7 +8,7 @@
 //! are never paired by hand.
 //!
 //! Engine-side load scraped from each backend's `/metrics` ([`EngineScraper`]) is kept in
-//! [`Backend::engine`] and enters the routing view only while it is fresh ([`EngineState`]).
+//! the backend's [`EngineState`] and enters the routing view only while it is fresh.
 
 mod health;
 pub mod latency;

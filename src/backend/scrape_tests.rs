@@ -57,6 +57,7 @@ fn state_with(
     let config = Config::from_yaml_str(&yaml, "test").unwrap();
     Arc::new(ArcSwap::from_pointee(GatewayState::new(
         Arc::new(config),
+        Default::default(),
         metrics,
     )))
 }

@@ -48,7 +48,11 @@ impl Proxy {
         arrived: Instant,
     ) -> Result<(), Failure> {
         let mut pass = self.gate_key(session, state).map_err(|e| (None, e))?;
-        let body = self.read(session, state).await?;
+        // The body's share of the buffer budget lives as long as the request.
+        let mut budget = self
+            .budget
+            .reservation(state.config.limits.max_buffered_bytes);
+        let body = self.read(session, state, &mut budget).await?;
         let mut parsed = self.parse(session, state, endpoint, &body).await?;
         self.authorize(&mut pass, state, &parsed)?;
         let keyed_route = pass.keyed_route(parsed.route);
@@ -78,16 +82,30 @@ impl Proxy {
             .await
     }
 
-    /// Read the whole body (limits and deadlines from the config).
+    /// Read the whole body (limits and deadlines from the config), charged to `budget`.
     async fn read(
         &self,
         session: &mut ServerSession,
         state: &GatewayState,
+        budget: &mut super::budget::Reservation<'_>,
     ) -> Result<Bytes, Failure> {
         let limits = &state.config.limits;
-        super::body::read_body(session, limits.max_body_bytes, limits.idle_timeout)
-            .await
-            .map_err(|e| (None, e))
+        let body_limits = super::body::BodyLimits {
+            max_bytes: limits.max_body_bytes,
+            idle: limits.idle_timeout,
+            total: limits.body_timeout,
+        };
+        let r = super::body::read_body(session, body_limits, budget).await;
+        self.metrics
+            .buffered_request_bytes
+            .set(self.budget.used() as i64);
+        if matches!(r, Err(GatewayError::Busy(_))) {
+            self.metrics
+                .capacity_rejections_total
+                .with_label_values(&["buffered_bytes"])
+                .inc();
+        }
+        r.map_err(|e| (None, e))
     }
 
     /// Parse the body, match its route and pool, and count its tokens with the pool's
@@ -188,6 +206,7 @@ impl Proxy {
             first_token: route
                 .and_then(|r| r.first_token_timeout)
                 .unwrap_or(limits.first_token_timeout),
+            total: limits.request_timeout,
             idle: route
                 .and_then(|r| r.idle_timeout)
                 .unwrap_or(limits.idle_timeout),
@@ -256,16 +275,14 @@ impl Proxy {
                 Attempt::FirstTokenTimeout => {
                     pool.undo_record(i, features, attempted.held_blocks);
                     drop(attempted);
-                    self.record_failure(pool, i, &state.config.health);
+                    let timeout = deadlines.first_answer(features.stream);
+                    if timeout_is_backend_fault(features.stream, &routed, timeout) {
+                        self.record_failure(pool, i, &state.config.health);
+                    }
                     self.metrics
                         .upstream_errors_total
                         .with_label_values(&[backend.name(), "first_token_timeout"])
                         .inc();
-                    let timeout = if features.stream {
-                        deadlines.first_token
-                    } else {
-                        deadlines.idle
-                    };
                     return Err(pool_err(GatewayError::FirstTokenTimeout {
                         timeout_ms: timeout.as_millis() as u64,
                     }));
@@ -397,8 +414,89 @@ impl Proxy {
     }
 }
 
+/// Whether a first-answer timeout says the backend is unwell (and counts toward ejecting it),
+/// rather than being explained by the request itself: a non-streamed request's answer is its
+/// whole generation (a long one is not a fault); a stream that waited behind queued work — the
+/// decision saw other prefills outstanding or a waiting engine queue, or predicted at least
+/// half the deadline — timed out on the overload that queue is, not on a broken backend. Only
+/// a backend that was idle, predicted fast, and still produced nothing is at fault.
+fn timeout_is_backend_fault(stream: bool, routed: &Routed, deadline: std::time::Duration) -> bool {
+    let v = &routed.chosen;
+    let queued = v.outstanding_prefill_tokens > 0
+        || v.engine.is_some_and(|e| e.waiting > 0.0)
+        || v.running_decodes > 0
+            && v.kv_capacity_tokens
+                .is_some_and(|c| v.kv_reserved_tokens >= c);
+    let predicted_slow = routed
+        .decision
+        .predicted_ttft_s
+        .is_some_and(|p| p >= deadline.as_secs_f64() / 2.0);
+    stream && !queued && !predicted_slow
+}
+
 fn session_key(session: &ServerSession) -> Option<&str> {
     session
         .get_header("x-session-id")
         .and_then(|v| v.to_str().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routing::{BackendView, Decision, EngineLoad, Reason};
+    use std::time::Duration;
+
+    fn routed(view: BackendView, predicted: f64) -> Routed {
+        Routed {
+            decision: Decision {
+                index: 0,
+                predicted_ttft_s: Some(predicted),
+                reason: Reason::PredictedBest,
+            },
+            chosen: view,
+            held_blocks: 0,
+            others_left: false,
+        }
+    }
+
+    #[test]
+    fn only_an_idle_fast_backend_that_says_nothing_is_at_fault() {
+        let deadline = Duration::from_secs(10);
+        let idle = BackendView::idle("b");
+        assert!(timeout_is_backend_fault(true, &routed(idle, 0.2), deadline));
+        // A non-streamed answer is a whole generation.
+        assert!(!timeout_is_backend_fault(
+            false,
+            &routed(idle, 0.2),
+            deadline
+        ));
+        // Queued work ahead: the overload explains the wait.
+        let busy = BackendView {
+            outstanding_prefill_tokens: 50_000,
+            ..idle
+        };
+        assert!(!timeout_is_backend_fault(
+            true,
+            &routed(busy, 0.2),
+            deadline
+        ));
+        let queued = BackendView {
+            engine: Some(EngineLoad {
+                waiting: 12.0,
+                ..EngineLoad::default()
+            }),
+            ..idle
+        };
+        assert!(!timeout_is_backend_fault(
+            true,
+            &routed(queued, 0.2),
+            deadline
+        ));
+        // Predicted to take most of the deadline anyway.
+        assert!(!timeout_is_backend_fault(
+            true,
+            &routed(idle, 6.0),
+            deadline
+        ));
+    }
 }

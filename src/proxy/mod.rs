@@ -13,6 +13,7 @@
 
 mod admit;
 mod body;
+mod budget;
 mod gate;
 mod lifecycle;
 mod observe;
@@ -57,6 +58,8 @@ pub struct Proxy {
     admission: Admission,
     /// Per-key and per-route rate limits; outlive reloads too.
     limiter: crate::ratelimit::RateLimiter,
+    /// Request body bytes buffered now, over all requests.
+    budget: budget::BufferBudget,
 }
 
 impl Proxy {
@@ -73,6 +76,7 @@ impl Proxy {
             connectors: Connectors::new(UPSTREAM_POOL_SIZE),
             active,
             limiter: crate::ratelimit::RateLimiter::new(Instant::now()),
+            budget: budget::BufferBudget::default(),
         }
     }
 
@@ -84,6 +88,13 @@ impl Proxy {
         // complete before we finish the exchange): with pipelining enabled pingora keeps that
         // byte for the next request instead of losing it.
         session.set_pipelining_enabled(true);
+        // A client that stops reading: a write that cannot progress within the deadline fails,
+        // the relay ends and the upstream request is dropped (its engine slot freed).
+        let limits = self.state.load().config.limits;
+        session.set_write_timeout(Some(limits.write_timeout));
+        if let Some(rate) = limits.min_send_rate {
+            session.set_min_send_rate(Some(rate as usize));
+        }
         let raw_head = if session.is_http2() {
             Bytes::new()
         } else {
@@ -137,7 +148,9 @@ impl Proxy {
             }
             if matches!(
                 err,
-                GatewayError::BodyTooLarge { .. } | GatewayError::RequestTimeout
+                GatewayError::BodyTooLarge { .. }
+                    | GatewayError::RequestTimeout
+                    | GatewayError::Busy(_)
             ) {
                 // The rest of the body was not read: the connection cannot be reused.
                 session.set_keepalive(None);

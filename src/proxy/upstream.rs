@@ -70,8 +70,22 @@ pub enum Attempt {
 pub struct Deadlines {
     /// Request sent → first body chunk of a stream.
     pub first_token: Duration,
-    /// Request sent → response head of a non-streaming request, and between body chunks.
+    /// Request sent → response head of a non-streamed request (its whole answer, usually).
+    pub total: Duration,
+    /// Between body chunks.
     pub idle: Duration,
+}
+
+impl Deadlines {
+    /// How long the attempt waits for its first answer: a stream's first token, or a
+    /// non-streamed request's whole answer.
+    pub fn first_answer(&self, stream: bool) -> Duration {
+        if stream {
+            self.first_token
+        } else {
+            self.total
+        }
+    }
 }
 
 /// The request head sent upstream: the client's end-to-end headers, our `Host` and framing.
@@ -154,11 +168,7 @@ pub async fn attempt(
     may_retry_status: bool,
     guard: &mut InflightGuard,
 ) -> Attempt {
-    let head_deadline = if stream {
-        deadlines.first_token
-    } else {
-        deadlines.idle
-    };
+    let head_deadline = deadlines.first_answer(stream);
     let mut fresh = false;
     let (mut up, sent_at, resp) = loop {
         let (mut up, reused) = if fresh {

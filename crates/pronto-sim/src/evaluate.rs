@@ -6,11 +6,15 @@
 //! busy for one step's duration, then the step's events are delivered and the next step
 //! starts at once if there is work. Requests arrive at their trace times. At the same instant,
 //! step ends are processed before arrivals (the router sees the freshest state). Each arrival
-//! is routed by **the gateway's own** `Policy::select()` (built by
-//! [`PolicyKind::parse`]`(name).build()`) over a snapshot from [`RouterSideState`], which sees
-//! only what the gateway would (dispatches, first tokens, stream ends). `now` is a fixed
-//! [`Instant`] plus the virtual offset. TTFT = first-token step end − arrival; E2E = finish −
-//! arrival. Nothing is random: a run is a pure function of trace, fleet and policy.
+//! is routed by **the gateway's own decision path**: the policy (built by
+//! [`PolicyKind::parse`]`(name).build()`) run by `pronto_core::routing::decide` on views from
+//! the core's view builder, over the same per-backend routing state the gateway keeps
+//! ([`RouterSideState`]: ledger, TTFT model, scraped engine state, prefix index), booked and
+//! recorded at dispatch and observed at the first token as the gateway does. The engines'
+//! `/metrics` are "scraped" every 250 ms (the gateway's default) from their true queues.
+//! `now` is a fixed [`Instant`] plus the virtual offset. TTFT = first-token step end −
+//! arrival; E2E = finish − arrival. Nothing is random: a run is a pure function of trace,
+//! fleet and policy.
 //!
 //! ## The `oracle` policy (evaluator only)
 //! Reads true engine state: for each backend it clones the engine, adds the request and steps

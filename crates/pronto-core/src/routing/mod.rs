@@ -1,16 +1,18 @@
 //! Choosing a backend: `select(&features, &snapshot, now)`.
 //!
 //! Routing is pure and synchronous. The caller (the proxy, or the offline evaluator) builds a
-//! [`Snapshot`] — one [`BackendView`] per backend of the pool, holding what it currently knows
-//! about that backend — and a [`Policy`] picks one. Policies take no locks, do no I/O and never
-//! await; what state they keep (a round-robin counter, a seeded random stream) is atomic.
+//! [`Snapshot`] — one [`BackendView`] per backend of the pool, from the view builder
+//! ([`views::build`], the same for both) — and a [`Policy`] picks one; [`decide`] runs it and
+//! makes sure the [`Decision`] carries the one prediction the request is judged by. Policies
+//! take no locks, do no I/O and never await; what state they keep (a round-robin counter, a
+//! seeded random stream) is atomic.
 //!
 //! Every policy sees only *eligible* backends ([`BackendView::eligible`]): healthy, not already
 //! tried for this request, and below their `max_inflight`.
 //!
-//! One file per policy, each documenting its algorithm and knobs: [`RoundRobin`],
-//! [`LeastInflight`], [`Random`], [`PowerOfTwo`], [`CacheAware`] (SGLang's `cache_aware`),
-//! [`ConsistentHash`]. Config names a policy and its parameters as a [`PolicySpec`]
+//! One file per policy, each documenting its algorithm and knobs: [`PredictedTtft`] (the
+//! default), [`RoundRobin`], [`LeastInflight`], [`Random`], [`PowerOfTwo`], [`CacheAware`]
+//! (SGLang's `cache_aware`), [`ConsistentHash`]. Config names a policy and its parameters as a [`PolicySpec`]
 //! (see `spec.rs` for the table of names, parameters and defaults); [`PolicySpec::build`]
 //! makes the policy. Every [`Decision`] carries a [`Reason`], a bounded metric label.
 

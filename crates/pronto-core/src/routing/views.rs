@@ -322,4 +322,42 @@ mod tests {
         assert_eq!(v[1].cached_tokens, f.prompt_tokens - 1);
         backends[0].0.ledger.release(&mut booking);
     }
+
+    #[test]
+    fn a_dispatch_books_and_records_and_an_undo_takes_back_only_what_it_added() {
+        let t0 = Instant::now();
+        let backends = vec![backend(1, t0), backend(2, t0)];
+        let index = PrefixIndex::new(IndexConfig {
+            max_backends: 2,
+            ..IndexConfig::default()
+        });
+        let slots = [0, 1];
+        let hashes: Vec<BlockHash> = (1..=6).map(BlockHash).collect();
+        // Backend 2 already holds the first two blocks (a shared system prompt).
+        index.record(1, &hashes[..2], t0);
+        let mut f = RequestFeatures::synthetic("m", String::new(), Some(16));
+        f.prompt_tokens = 6 * BLOCK_TOKENS as u32;
+        f.block_hashes = hashes;
+        let pool = PoolRouting {
+            backends: &backends,
+            slots: &slots,
+            index: &index,
+            token_ratio: 1.0,
+        };
+        let mut scratch = Scratch::default();
+        let chosen = build(&pool, &f, t0, false, &[], &mut scratch)[1];
+        let held = scratch.held_blocks(1);
+        assert_eq!(held, 2);
+        let mut d = dispatch(&pool, 1, &chosen, held, &f, Some(0.2), true, t0);
+        assert_eq!(d.inputs.uncached_tokens, f64::from(4 * BLOCK_TOKENS as u32));
+        let v = build(&pool, &f, t0, false, &[], &mut scratch)[1];
+        assert_eq!(v.cached_tokens, f.prompt_tokens - 1, "recorded at dispatch");
+        assert_eq!(v.outstanding_prefill_tokens, 4 * BLOCK_TOKENS as u64);
+        // The attempt failed before the backend took it: back to what it held.
+        undo_record(&pool, 1, &f, d.held_blocks);
+        backends[1].0.ledger.release(&mut d.booking);
+        let v = build(&pool, &f, t0, false, &[], &mut scratch)[1];
+        assert_eq!(v.cached_tokens, 2 * BLOCK_TOKENS as u32);
+        assert_eq!((v.inflight, v.outstanding_prefill_tokens), (0, 0));
+    }
 }
