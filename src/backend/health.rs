@@ -241,6 +241,12 @@ mod tests {
             .collect();
         assert_eq!(ejected, [false, false, true]);
         assert_eq!(log.count(&["backend ejected", "b0", "failures=3"]), 1);
+        let ejections = "pronto_backend_ejections_total{backend=\"b0\"}";
+        assert_eq!(
+            value(&metrics.render(), ejections),
+            Some(1.0),
+            "counted once"
+        );
         checker.check_all().await;
         assert!(b.is_ejected(Instant::now()));
         assert_eq!(log.count(&["re-admitted"]), 0, "not while the period lasts");

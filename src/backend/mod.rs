@@ -204,6 +204,7 @@ impl Backend {
             self.ejected_until_ns.store(until, Ordering::Relaxed);
             self.consecutive_failures.store(0, Ordering::Relaxed);
             self.publish_health(now);
+            self.metrics.count_ejection(self.name());
             self.health_log().on_ejected(n).log(self.name());
             return true;
         }
