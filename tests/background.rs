@@ -81,9 +81,19 @@ async fn failures_are_counted_and_a_removed_backend_leaves_no_series() {
         Some(0.0),
         "a 404 is not a scrape error (the series exists at zero)"
     );
-    assert!(
-        !text.contains("backend=\"well\",reason="),
-        "a healthy backend fails no check"
+    // Every reason's series exists from start-up; a healthy backend's all read zero.
+    for reason in ["status", "timeout", "refused", "connect", "io"] {
+        let series =
+            format!("pronto_health_check_failures_total{{backend=\"well\",reason=\"{reason}\"}}");
+        assert_eq!(metric_value(&text, &series), Some(0.0), "{series}");
+    }
+    assert_eq!(
+        metric_value(
+            &text,
+            "pronto_kv_events_connect_failures_total{backend=\"well\"}"
+        ),
+        None,
+        "no KV-event series without kv_events"
     );
 
     // The sick backend and pool `n` leave the config: every series of theirs goes.

@@ -731,9 +731,9 @@ impl Metrics {
     /// names — ejections per static backend, retries and client disconnects per pool and
     /// reason, admission sheds (and the admission queue's length and wait) per
     /// admission-controlled route, discovery errors per `discover:` pool, rate-limit
-    /// refusals per configured limit, and each static backend's
-    /// [`Metrics::register_backend`] series — so dashboards and alerts see them before the
-    /// first event. Existing counts are kept (registering a series that exists is a no-op).
+    /// refusals per configured limit, KV-event connect failures and subscriber restarts per
+    /// backend with `kv_events:`, and each static backend's [`Metrics::register_backend`]
+    /// series — so dashboards and alerts see them before the first event. Existing counts are kept (registering a series that exists is a no-op).
     pub fn publish_config(&self, config: &crate::config::Config) {
         self.route_ttft_slo_seconds.reset();
         for route in &config.routes {
@@ -760,6 +760,12 @@ impl Metrics {
                 .with_label_values(&[&*pool.model]);
             for b in &pool.backends {
                 self.register_backend(&b.name);
+                if b.kv_events.is_some() {
+                    self.kv_events_connect_failures_total
+                        .with_label_values(&[&b.name]);
+                    self.kv_events_subscriber_restarts_total
+                        .with_label_values(&[&b.name]);
+                }
             }
             if pool.discover.is_some() {
                 self.discovery_errors_total
@@ -793,14 +799,19 @@ impl Metrics {
     }
 
     /// Register backend `backend`'s counter series at zero: its ejections, engine scrape
-    /// errors and upstream errors of every kind ([`UPSTREAM_ERROR_KINDS`]), so that a rate over them reads 0, not
-    /// "no data", before the first failure. [`Metrics::publish_config`] does it for static
+    /// errors, failed health checks of every reason ([`crate::backend::CheckFailure::LABELS`])
+    /// and upstream errors of every kind ([`UPSTREAM_ERROR_KINDS`]), so that a rate over
+    /// them reads 0, not "no data", before the first failure. [`Metrics::publish_config`] does it for static
     /// backends; a backend found by `discover:` needs it when it is created
     /// (`Backend::new`), else its series appear at its first failure.
     pub fn register_backend(&self, backend: &str) {
         self.backend_ejections_total.with_label_values(&[backend]);
         self.engine_scrape_errors_total
             .with_label_values(&[backend]);
+        for reason in crate::backend::CheckFailure::LABELS {
+            self.health_check_failures_total
+                .with_label_values(&[backend, reason]);
+        }
         for kind in UPSTREAM_ERROR_KINDS {
             self.upstream_errors_total
                 .with_label_values(&[backend, kind]);
@@ -1016,7 +1027,10 @@ rate_limits:
   per_key: {requests_per_minute: 10}
   routes: {bulk: {max_concurrent: 4, tokens_per_minute: 100}}
 pools:
-  m: {backends: [{name: a, url: 'http://h:1'}, {name: b, url: 'http://h:2'}]}
+  m:
+    backends:
+      - {name: a, url: 'http://h:1', kv_events: {endpoint: 'tcp://h:5557', block_size: 16}}
+      - {name: b, url: 'http://h:2'}
 ";
         let config = crate::config::Config::from_yaml_str(yaml, "t").unwrap();
         let m = Metrics::new();
@@ -1034,6 +1048,10 @@ pools:
             "pronto_admission_queue_length{route=\"chat\"} 0",
             "pronto_admission_queue_wait_seconds_count{route=\"chat\"} 0",
             "pronto_engine_scrape_errors_total{backend=\"a\"} 0",
+            "pronto_health_check_failures_total{backend=\"b\",reason=\"refused\"} 0",
+            "pronto_health_check_failures_total{backend=\"a\",reason=\"status\"} 0",
+            "pronto_kv_events_connect_failures_total{backend=\"a\"} 0",
+            "pronto_kv_events_subscriber_restarts_total{backend=\"a\"} 0",
             "pronto_admission_sheds_total{reason=\"slo_miss\",route=\"chat\"} 0",
             "pronto_rate_limited_total{limit=\"requests\",name=\"k\",scope=\"key\"} 0",
             "pronto_rate_limited_total{limit=\"concurrency\",name=\"bulk\",scope=\"route\"} 0",
@@ -1041,7 +1059,9 @@ pools:
         ] {
             assert!(text.contains(line), "missing {line} in:\n{text}");
         }
-        // Only the limits configured; only the routes with an SLO.
+        // Only the limits configured; only the routes with an SLO; KV-event series only
+        // for a backend with `kv_events:`.
+        assert!(!text.contains("pronto_kv_events_connect_failures_total{backend=\"b\"}"));
         assert!(!text.contains("limit=\"tokens\",name=\"k\""));
         assert!(!text.contains("route=\"bulk\"} "));
         // A reload that drops the SLO withdraws its gauge.
