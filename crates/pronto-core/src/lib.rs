@@ -14,6 +14,7 @@
 
 pub mod affinity;
 pub mod engine;
+pub mod fuzzing;
 pub mod ids;
 pub mod kv_index;
 pub mod load;
