@@ -193,6 +193,16 @@ pub struct PoolFile {
     /// The key the gateway presents to the pool's backends (`Authorization: Bearer`), on
     /// requests, health checks and scrapes: inline, `{env: NAME}` or `{file: PATH}`.
     pub api_key: Option<super::edge::SecretFile>,
+    /// Engine metrics scraping of the pool's backends.
+    pub scrape: Option<ScrapeFile>,
+}
+
+/// A pool's `scrape:` section: how often its backends' `/metrics` are read.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScrapeFile {
+    /// Time between two scrapes of each backend (while they succeed).
+    pub interval: Option<Quantity>,
 }
 
 /// A pool's `discover:` section: backends from a DNS name, re-resolved periodically.

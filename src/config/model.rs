@@ -62,6 +62,10 @@ pub const DEFAULT_READMIT_AFTER: Duration = Duration::from_secs(10);
 pub const DEFAULT_WEIGHT: u32 = 1;
 /// Default time between two resolutions of a pool's `discover.dns` name.
 pub const DEFAULT_DISCOVER_INTERVAL: Duration = Duration::from_secs(10);
+/// Default `pools.*.scrape.interval`.
+pub const DEFAULT_SCRAPE_INTERVAL: Duration = pronto_core::engine::DEFAULT_SCRAPE_INTERVAL;
+/// Shortest `pools.*.scrape.interval` accepted.
+pub const MIN_SCRAPE_INTERVAL: Duration = Duration::from_millis(10);
 /// Default for watching the config file for changes.
 pub const DEFAULT_RELOAD_WATCH: bool = true;
 /// Default time between two looks at the config file.
@@ -219,6 +223,24 @@ pub struct Pool {
     /// The pool's `api_key` (already in each static backend's [`Backend::api_key`] unless
     /// it has its own; discovered backends get it).
     pub api_key: Option<UpstreamKey>,
+    /// Engine metrics scraping of the pool's backends (`scrape:`).
+    pub scrape: Scrape,
+}
+
+/// A pool's `scrape:` section (see [`crate::backend::EngineScraper`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scrape {
+    /// Time between two scrapes of each backend while they succeed; failures back off
+    /// from it. A sample is trusted for `pronto_core::engine::stale_after(interval)`.
+    pub interval: Duration,
+}
+
+impl Default for Scrape {
+    fn default() -> Scrape {
+        Scrape {
+            interval: DEFAULT_SCRAPE_INTERVAL,
+        }
+    }
 }
 
 /// A pool's `discover:` section: every address a DNS name resolves to is a backend.

@@ -266,6 +266,20 @@ fn schema_value() -> Value {
                         "description": "Default profile hint of the pool's backends",
                         "$ref": "#/$defs/profile",
                     },
+                    "scrape": {
+                        "description": "Engine metrics scraping of the pool's backends \
+                                        (GET /metrics)",
+                        "type": "object",
+                        "additionalProperties": false,
+                        "properties": {
+                            "interval": duration(
+                                "Time between two scrapes of each backend while they \
+                                 succeed (at least 10ms); a failing backend backs off, \
+                                 doubling up to 30s",
+                                DEFAULT_SCRAPE_INTERVAL
+                            ),
+                        },
+                    },
                     "tokenizer": {
                         "description": "The model's tokenizer: a Hugging Face tokenizer.json or \
                                         a directory holding it (with tokenizer_config.json and \

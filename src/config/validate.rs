@@ -591,6 +591,7 @@ impl Checker {
             .api_key
             .as_ref()
             .and_then(|k| self.upstream_key(&format!("{path}.api_key"), k));
+        let scrape = self.scrape(path, pool);
         if pool.discover.is_none() {
             self.backend_count_checks(path, pool, retry);
         }
@@ -618,6 +619,7 @@ impl Checker {
             profile,
             tokenizer,
             api_key,
+            scrape,
         }
     }
 

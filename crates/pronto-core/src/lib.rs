@@ -15,6 +15,7 @@
 
 pub mod affinity;
 pub mod engine;
+pub mod fuzzing;
 pub mod ids;
 pub mod kv_index;
 pub mod load;
