@@ -25,6 +25,8 @@ pub mod config;
 pub mod demo;
 pub mod discovery;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gateway;
 pub mod head_deadline;
 pub mod kv_events;

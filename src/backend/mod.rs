@@ -12,6 +12,9 @@
 
 mod health;
 pub mod latency;
+pub mod lifecycle;
+#[cfg(test)]
+pub(crate) mod log_capture;
 mod scrape;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -22,13 +25,14 @@ use pingora_core::upstreams::peer::HttpPeer;
 
 pub use health::HealthChecker;
 pub use latency::LatencyStats;
+pub use lifecycle::{CheckFailure, HealthChange};
 pub use pronto_core::engine::metrics as engine_metrics;
 pub use pronto_core::engine::{
     EngineFlavor, EngineMetricsError, EngineSample, EngineState, Scraped, STALE_AFTER_FAILURES,
 };
 pub use pronto_core::load::RequestLoad;
 pub use pronto_core::predict::TtftModel;
-pub use scrape::{EngineScraper, ScrapeOutcome};
+pub use scrape::{next_delay, EngineScraper, ScrapeOutcome};
 
 use crate::config::Backend as BackendConfig;
 use crate::predict::Coefficients;
@@ -48,6 +52,8 @@ pub struct Backend {
     pub peer: HttpPeer,
     /// `host:port` for the upstream `Host` header.
     pub authority: String,
+    /// `Authorization: Bearer <api_key>` for the upstream requests, when the backend has a key.
+    pub authorization: Option<http::HeaderValue>,
     /// Client for health checks and metrics scrapes, trusting what the peer trusts.
     pub http: reqwest::Client,
     created: Instant,
@@ -62,6 +68,8 @@ pub struct Backend {
     /// Measured TTFT / TPOT / E2E: EWMAs and sliding-window quantiles.
     pub latency: LatencyStats,
     metrics: Metrics,
+    /// The previous health state, so the log shows transitions only ([`lifecycle`]).
+    health_log: std::sync::Mutex<lifecycle::HealthTracker>,
 }
 
 impl Backend {
@@ -92,8 +100,10 @@ impl Backend {
             .profile
             .map_or_else(Coefficients::default, |p| p.coefficients());
         let state = BackendState::new(id, &config.name, prior, created, kv_events);
+        let authorization = config.api_key.as_ref().and_then(crate::tls::bearer);
         let b = Backend {
             authority: addr,
+            authorization,
             peer,
             http,
             config,
@@ -104,9 +114,20 @@ impl Backend {
             state,
             latency: LatencyStats::default(),
             metrics,
+            health_log: std::sync::Mutex::default(),
         };
         b.publish_health(Instant::now());
         b
+    }
+
+    /// Count one failure of `kind` (an [`crate::telemetry::UPSTREAM_ERROR_KINDS`] value) in
+    /// `pronto_upstream_errors_total` — for failures handled inside an attempt, such as a
+    /// stale pooled connection resent on a fresh one.
+    pub fn count_upstream_error(&self, kind: &str) {
+        self.metrics
+            .upstream_errors_total
+            .with_label_values(&[self.name(), kind])
+            .inc();
     }
 
     /// Backend name (a bounded metric label).
@@ -148,6 +169,45 @@ impl Backend {
         self.publish_health(now);
     }
 
+    // === lifecycle (health transitions in the log and in metrics) ===
+
+    fn health_log(&self) -> std::sync::MutexGuard<'_, lifecycle::HealthTracker> {
+        // The tracker holds no invariant a panicking holder could break.
+        self.health_log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An active health check at `now` came to `result`: recorded as by
+    /// [`Backend::record_active_check`], a failure counted in
+    /// `pronto_health_check_failures_total{backend,reason}`, and a transition (down, up,
+    /// re-admitted, or a rate-limited "still down") logged. Returns the transition.
+    pub fn record_check(
+        &self,
+        result: Result<(), CheckFailure>,
+        now: Instant,
+    ) -> Option<HealthChange> {
+        if let Err(reason) = result {
+            self.metrics
+                .health_check_failures_total
+                .with_label_values(&[self.name(), reason.label()])
+                .inc();
+        }
+        self.record_active_check(result.is_ok(), now);
+        let change = self
+            .health_log()
+            .on_check(result, self.is_ejected(now), now);
+        if let Some(c) = change {
+            c.log(self.name());
+        }
+        change
+    }
+
+    /// The gateway's metrics (for the background loops that record per-backend series).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    // === end lifecycle ===
+
     /// A request to this backend failed (connect error, I/O error, 5xx). After `eject_after`
     /// consecutive failures the backend is ejected for `readmit_after`. Returns true when this
     /// failure ejected it.
@@ -158,7 +218,8 @@ impl Backend {
             self.ejected_until_ns.store(until, Ordering::Relaxed);
             self.consecutive_failures.store(0, Ordering::Relaxed);
             self.publish_health(now);
-            tracing::warn!(backend = %self.name(), failures = n, "backend ejected");
+            self.metrics.count_ejection(self.name());
+            self.health_log().on_ejected(n).log(self.name());
             return true;
         }
         false
@@ -210,11 +271,10 @@ impl Backend {
             .engine_scrape_errors_total
             .with_label_values(&[self.name()])
             .inc();
+        // The scraper logs the failure's transitions ([`lifecycle`]); this is the routing one.
         if self.state.engine.record_failure() {
-            tracing::warn!(backend = %self.name(), %error, "engine metrics stale after repeated scrape failures");
+            tracing::info!(backend = %self.name(), %error, "engine metrics stale after repeated scrape failures; routing ignores them until a scrape succeeds");
             self.withdraw_engine_gauges();
-        } else {
-            tracing::debug!(backend = %self.name(), %error, "engine metrics scrape failed");
         }
     }
 
@@ -374,6 +434,7 @@ mod tests {
             labels: BTreeMap::new(),
             kv_events: None,
             ca: None,
+            api_key: None,
             profile: None,
         };
         Arc::new(Backend::new(

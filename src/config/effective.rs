@@ -62,7 +62,11 @@ fn pool_json(pool: &Pool) -> Value {
     // A tagged enum serializes to an object with its `name`: the file's map form.
     let policy = serde_json::to_value(pool.policy).unwrap_or(Value::Null);
     let backends: Vec<Value> = pool.backends.iter().map(backend_json).collect();
-    let mut v = json!({ "policy": policy, "backends": backends });
+    let mut v = json!({
+        "policy": policy,
+        "backends": backends,
+        "scrape": { "interval": format_duration(pool.scrape.interval) },
+    });
     if let Some(d) = &pool.discover {
         let mut dj = json!({
             "dns": d.target(),

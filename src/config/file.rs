@@ -202,6 +202,19 @@ pub struct PoolFile {
     pub tokenizer: Option<String>,
     /// A chat template file overriding the one found beside the tokenizer.
     pub chat_template: Option<String>,
+    /// The key the gateway presents to the pool's backends (`Authorization: Bearer`), on
+    /// requests, health checks and scrapes: inline, `{env: NAME}` or `{file: PATH}`.
+    pub api_key: Option<super::edge::SecretFile>,
+    /// Engine metrics scraping of the pool's backends.
+    pub scrape: Option<ScrapeFile>,
+}
+
+/// A pool's `scrape:` section: how often its backends' `/metrics` are read.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScrapeFile {
+    /// Time between two scrapes of each backend (while they succeed).
+    pub interval: Option<Quantity>,
 }
 
 /// A pool's `discover:` section: backends from a DNS name, re-resolved periodically.
@@ -254,6 +267,8 @@ pub struct BackendFile {
     pub kv_events: Option<KvEventsFile>,
     /// PEM CA certificates trusted for this `https` backend instead of the system roots.
     pub ca_file: Option<String>,
+    /// This backend's key, replacing the pool's `api_key`.
+    pub api_key: Option<super::edge::SecretFile>,
 }
 
 /// `kv_events:` of a backend.

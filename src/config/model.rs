@@ -62,6 +62,10 @@ pub const DEFAULT_READMIT_AFTER: Duration = Duration::from_secs(10);
 pub const DEFAULT_WEIGHT: u32 = 1;
 /// Default time between two resolutions of a pool's `discover.dns` name.
 pub const DEFAULT_DISCOVER_INTERVAL: Duration = Duration::from_secs(10);
+/// Default `pools.*.scrape.interval`.
+pub const DEFAULT_SCRAPE_INTERVAL: Duration = pronto_core::engine::DEFAULT_SCRAPE_INTERVAL;
+/// Shortest `pools.*.scrape.interval` accepted.
+pub const MIN_SCRAPE_INTERVAL: Duration = Duration::from_millis(10);
 /// Default for watching the config file for changes.
 pub const DEFAULT_RELOAD_WATCH: bool = true;
 /// Default time between two looks at the config file.
@@ -246,6 +250,27 @@ pub struct Pool {
     /// backends that list it ([`crate::models::served`]). Set by `pronto serve --backend URL`
     /// without `--model`; a config file cannot.
     pub serve_listed_models: bool,
+    /// The pool's `api_key` (already in each static backend's [`Backend::api_key`] unless
+    /// it has its own; discovered backends get it).
+    pub api_key: Option<UpstreamKey>,
+    /// Engine metrics scraping of the pool's backends (`scrape:`).
+    pub scrape: Scrape,
+}
+
+/// A pool's `scrape:` section (see [`crate::backend::EngineScraper`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scrape {
+    /// Time between two scrapes of each backend while they succeed; failures back off
+    /// from it. A sample is trusted for `pronto_core::engine::stale_after(interval)`.
+    pub interval: Duration,
+}
+
+impl Default for Scrape {
+    fn default() -> Scrape {
+        Scrape {
+            interval: DEFAULT_SCRAPE_INTERVAL,
+        }
+    }
 }
 
 /// A pool's `discover:` section: every address a DNS name resolves to is a backend.
@@ -305,8 +330,14 @@ impl Discover {
 
     /// The backend config of one resolved address of pool `model`: named
     /// `<model>-<ip>:<port>` (`:` never occurs in a configured name, so it cannot collide
-    /// with a static backend), with this section's weight and cap and the pool's `profile`.
-    pub fn backend(&self, model: &str, addr: SocketAddr, profile: Option<ProfileHint>) -> Backend {
+    /// with a static backend), with this section's weight and cap and the pool's `profile` and `api_key`.
+    pub fn backend(
+        &self,
+        model: &str,
+        addr: SocketAddr,
+        profile: Option<ProfileHint>,
+        api_key: Option<UpstreamKey>,
+    ) -> Backend {
         let host = match addr {
             SocketAddr::V4(a) => a.ip().to_string(),
             SocketAddr::V6(a) => format!("[{}]", a.ip()),
@@ -322,6 +353,7 @@ impl Discover {
             profile,
             kv_events: None,
             ca: None,
+            api_key,
         }
     }
 }
@@ -391,6 +423,31 @@ pub struct Backend {
     pub kv_events: Option<KvEvents>,
     /// CAs trusted for this `https` backend instead of the system roots.
     pub ca: Option<super::tls::BackendCa>,
+    /// The key sent to this backend (its own or its pool's `api_key`).
+    pub api_key: Option<UpstreamKey>,
+}
+
+/// A key the gateway presents to a backend. Held as written (it must be sent), never
+/// printed: `Debug` shows only that one is set.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UpstreamKey(Arc<str>);
+
+impl UpstreamKey {
+    /// Wrap a validated key (visible ASCII, no spaces).
+    pub fn new(key: &str) -> UpstreamKey {
+        UpstreamKey(Arc::from(key))
+    }
+
+    /// The key itself, for the `Authorization` header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for UpstreamKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UpstreamKey(..)")
+    }
 }
 
 /// Where a backend's engine publishes its KV-cache events (see [`crate::kv_events`]).
@@ -510,6 +567,7 @@ mod tests {
             labels: BTreeMap::new(),
             kv_events: None,
             ca: None,
+            api_key: None,
             profile: None,
         };
         assert_eq!(b.authority(), "[::1]:8001");

@@ -277,6 +277,20 @@ fn schema_value() -> Value {
                         "description": "Default profile hint of the pool's backends",
                         "$ref": "#/$defs/profile",
                     },
+                    "scrape": {
+                        "description": "Engine metrics scraping of the pool's backends \
+                                        (GET /metrics)",
+                        "type": "object",
+                        "additionalProperties": false,
+                        "properties": {
+                            "interval": duration(
+                                "Time between two scrapes of each backend while they \
+                                 succeed (at least 10ms); a failing backend backs off, \
+                                 doubling up to 30s",
+                                DEFAULT_SCRAPE_INTERVAL
+                            ),
+                        },
+                    },
                     "tokenizer": {
                         "description": "The model's tokenizer: a Hugging Face tokenizer.json or \
                                         a directory holding it (with tokenizer_config.json and \
@@ -293,6 +307,12 @@ fn schema_value() -> Value {
                                         the tokenizer (needs `tokenizer`; with `tiktoken:` it \
                                         replaces OpenAI's chat format)",
                         "type": "string",
+                    },
+                    "api_key": {
+                        "description": "Key presented to the pool's backends as Authorization: \
+                                        Bearer (requests, health checks, scrapes): the key, \
+                                        {env: NAME} or {file: PATH}",
+                        "$ref": "#/$defs/secret",
                     },
                 },
             },
@@ -370,7 +390,24 @@ fn schema_value() -> Value {
                                         instead of the system roots; relative to this file",
                         "type": "string",
                     },
+                    "api_key": {
+                        "description": "This backend's key, replacing the pool's api_key",
+                        "$ref": "#/$defs/secret",
+                    },
                 },
+            },
+            "secret": {
+                "oneOf": [
+                    { "type": "string", "minLength": 1, "pattern": "^[!-~]+$" },
+                    {
+                        "type": "object", "additionalProperties": false, "required": ["env"],
+                        "properties": { "env": { "description": "Environment variable holding it", "type": "string" } },
+                    },
+                    {
+                        "type": "object", "additionalProperties": false, "required": ["file"],
+                        "properties": { "file": { "description": "File holding it (trimmed); relative to this file", "type": "string" } },
+                    },
+                ],
             },
             "policy": policy_schema(),
             "route": route_schema(),

@@ -37,6 +37,8 @@ pub struct Behavior {
     pub prompt_token_factor: f64,
     /// What `GET /v1/models` lists; `None`: it answers 503 (an engine still loading).
     pub models: Option<Vec<String>>,
+    /// Pad each streamed token's content to at least this many bytes (a fast producer).
+    pub token_bytes: usize,
 }
 
 impl Default for Behavior {
@@ -52,6 +54,7 @@ impl Default for Behavior {
             healthy: true,
             prompt_token_factor: 1.0,
             models: None,
+            token_bytes: 0,
         }
     }
 }
@@ -73,6 +76,8 @@ pub struct Seen {
     pub tokens_sent: AtomicUsize,
     /// Health checks received.
     pub health_checks: AtomicUsize,
+    /// The headers of the latest health check.
+    pub last_health_headers: Mutex<Option<HeaderMap>>,
 }
 
 /// Shared state of one test backend.
@@ -155,8 +160,9 @@ pub fn fnv64(bytes: &[u8]) -> u64 {
     h
 }
 
-async fn health(State(s): State<Arc<BackendState>>) -> StatusCode {
+async fn health(State(s): State<Arc<BackendState>>, headers: HeaderMap) -> StatusCode {
     s.seen.health_checks.fetch_add(1, Ordering::SeqCst);
+    *s.seen.last_health_headers.lock().unwrap() = Some(headers);
     if s.behavior.lock().unwrap().healthy {
         StatusCode::OK
     } else {
@@ -289,8 +295,11 @@ fn async_stream(
             if i > 0 {
                 tokio::time::sleep(b.token_delay).await;
             }
-            let c =
-                serde_json::json!({"choices":[{"index":0,"delta":{"content":format!("t{i} ")}}]});
+            let mut text = format!("t{i} ");
+            if text.len() < b.token_bytes {
+                text.push_str(&"x".repeat(b.token_bytes - text.len()));
+            }
+            let c = serde_json::json!({"choices":[{"index":0,"delta":{"content":text}}]});
             if tx.send(Ok(chunk(c))).await.is_err() {
                 return;
             }
