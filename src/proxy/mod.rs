@@ -146,16 +146,18 @@ impl Proxy {
             } else {
                 tracing::debug!(pool = pool_label, error = %err, "request rejected");
             }
-            if matches!(
+            let unread = matches!(
                 err,
-                GatewayError::BodyTooLarge { .. }
-                    | GatewayError::RequestTimeout
-                    | GatewayError::Busy(_)
-            ) {
+                GatewayError::BodyTooLarge { .. } | GatewayError::Busy(_)
+            );
+            if unread || matches!(err, GatewayError::RequestTimeout) {
                 // The rest of the body was not read: the connection cannot be reused.
                 session.set_keepalive(None);
             }
             let _ = respond::error(session, &err).await;
+            if unread {
+                body::linger(session).await;
+            }
             self.count(pool_label, NONE, err.status(), arrived);
         }
     }
