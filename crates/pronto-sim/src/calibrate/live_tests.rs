@@ -1,0 +1,147 @@
+//! Calibrating the live simulator recovers the profile it runs: `pronto sim-fleet` with a
+//! known profile, measured over HTTP on a reduced plan, fitted, compared term by term.
+//!
+//! The profile is a slow engine whose front end is the bottleneck for short prompts and the
+//! engine for long ones (so both show), and its terms are large enough that what the live
+//! fleet adds on its own — HTTP in a debug build, timers that fire on the next millisecond,
+//! about 1–2 ms — stays well inside the 5 % the test allows. The reduced plan (3 lengths up to
+//! a chunked 4000, concurrency 1 and 4, 3 repetitions) takes ~40 s.
+
+use std::time::Duration;
+
+use super::fit::{fit, predict, FitOptions};
+use super::measure::{measure, MeasureOptions, Server};
+use super::params::{theta_of, with_theta, Param, Theta};
+use super::replay::shape_row;
+use super::shapes::Plan;
+use super::write::profile_yaml;
+use crate::engine::EngineConfig;
+use crate::fleet::SimFleet;
+use crate::fleet_config::{FleetConfig, SimBackendConfig};
+use crate::profile::Profile;
+
+/// floor, prefill step, per token, attention, per seq, per kctx, front end, per token, latency
+const TRUTH: Theta = [8.0, 4.0, 0.04, 12.0, 1.0, 0.0, 30.0, 0.01, 40.0];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calibrating_the_sim_fleet_recovers_its_profile() {
+    let mut profile = with_theta(&Profile::builtin("cpu-tiny").unwrap(), &TRUTH);
+    profile.name = "calibrate-truth".into();
+    let path = std::env::temp_dir().join(format!(
+        "pronto-calibrate-truth-{}.yaml",
+        std::process::id()
+    ));
+    std::fs::write(&path, profile_yaml(&profile, &[])).unwrap();
+    let fleet = SimFleet::start(
+        &FleetConfig {
+            model: "m".into(),
+            backends: vec![SimBackendConfig {
+                name: "truth".into(),
+                profile: path.display().to_string(),
+                num_kv_blocks: None,
+                port: Some(0),
+                kv_events_port: None,
+                faults: Default::default(),
+            }],
+        },
+        1.0,
+    )
+    .await
+    .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let server = Server::new(&fleet.urls()[0], "m", Duration::from_secs(60)).unwrap();
+    let plan = Plan::new(&[128, 1000, 4000], &[1, 4], 4, 128, 16, 3);
+    let m = measure(
+        &server,
+        &MeasureOptions {
+            plan,
+            pause: Duration::from_millis(10),
+            max_duration: Duration::from_secs(120),
+            seed: 7,
+            label: "self-calibration".into(),
+            progress: false,
+        },
+    )
+    .await
+    .unwrap();
+    fleet.shutdown().await;
+    assert_eq!(m.reps, 3);
+    assert_eq!(
+        m.engine_version.as_deref(),
+        Some(concat!("pronto-sim ", env!("CARGO_PKG_VERSION")))
+    );
+    assert_eq!(
+        m.kv_cache,
+        Some((profile.block_size, profile.num_kv_blocks))
+    );
+    let cfg = EngineConfig::from_profile(profile.clone());
+    let f = fit(&m.results, &cfg, &FitOptions::standard()).unwrap();
+    let truth = predict(&m.results, &cfg, &theta_of(&profile)).unwrap();
+    let mut report: Vec<String> = Param::ALL
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {:.4} (true {})",
+                p.name(),
+                f.theta[p.index()],
+                TRUTH[p.index()]
+            )
+        })
+        .collect();
+    // What the live fleet measured against what the true profile's replay predicts.
+    report.extend(
+        m.results
+            .iter()
+            .zip(&truth)
+            .map(|(r, t)| format!("{}: measured {:.2} replayed {t:.2}", r.shape, r.ms_median)),
+    );
+    // The terms the reduced plan pins each on their own: the per-token costs.
+    let rel = |got: f64, want: f64| (got - want).abs() / want;
+    for p in [
+        Param::PrefillPerToken,
+        Param::AttnPerMpair,
+        Param::FrontendPerToken,
+    ] {
+        let (got, want) = (f.theta[p.index()], TRUTH[p.index()]);
+        assert!(
+            rel(got, want) <= 0.05,
+            "{} not within 5 %: {report:?}",
+            p.name()
+        );
+    }
+    // The constant terms, in the sums the shapes see: a decode step at batch 1, and a lone
+    // request's fixed cost (front end, one prefill step, output latency). Which constant
+    // carries how much is decided by the c=4 shapes alone and moves with the fleet's own
+    // millisecond of HTTP and timer overhead.
+    let sum = |t: &Theta, ps: &[Param]| ps.iter().map(|p| t[p.index()]).sum::<f64>();
+    let decode_step = [Param::Floor, Param::DecodePerSeq];
+    let fixed_cost = [
+        Param::FrontendRequest,
+        Param::Floor,
+        Param::PrefillStep,
+        Param::Latency,
+    ];
+    for ps in [&decode_step[..], &fixed_cost[..]] {
+        let (got, want) = (sum(&f.theta, ps), sum(&TRUTH, ps));
+        assert!(
+            rel(got, want) <= 0.05,
+            "{ps:?}: {got} vs {want}: {report:?}"
+        );
+    }
+    assert_eq!(f.theta[Param::DecodePerKctx.index()], 0.0, "fixed");
+    // And the recovered profile behaves as the true one: every measured shape, and every
+    // length of the full plan alone (512 and 2000 tokens were never measured here), within
+    // 5 %. (Unmeasured shapes at concurrency depend on how the constants split: measure the
+    // concurrency you want predicted, as the full plan does.)
+    let got = predict(&m.results, &cfg, &f.theta).unwrap();
+    for ((r, t), g) in m.results.iter().zip(&truth).zip(got) {
+        assert!(rel(g, *t) <= 0.05, "{}: {g} vs {t}: {report:?}", r.shape);
+    }
+    for s in Plan::new(&[128, 512, 1000, 2000, 4000], &[1], 4, 128, 16, 1).shapes {
+        let t = shape_row(&s, s.tokens, &cfg, &TRUTH).unwrap().at(&TRUTH);
+        let g = shape_row(&s, s.tokens, &cfg, &f.theta)
+            .unwrap()
+            .at(&f.theta);
+        assert!(rel(g, t) <= 0.05, "{}: {g} vs {t}: {report:?}", s.label());
+    }
+}
