@@ -232,6 +232,9 @@ pub fn start_grid(opts: &FitOptions) -> Vec<Theta> {
     out
 }
 
+/// Halvings of a step before a fixed-point run gives up on it.
+const BACKTRACKS: usize = 6;
+
 /// One fixed-point run from `start`.
 struct Run {
     theta: Theta,
@@ -249,37 +252,47 @@ fn fixed_point(
     start: Theta,
 ) -> Result<Run, FitError> {
     let mut theta = start;
-    let mut best: Option<(f64, Theta)> = None;
+    let mut xs = rows(results, cfg, &theta)?;
+    let mut s = score(&xs, ys, ws, &theta);
     let mut iterations = 0;
     let mut converged = false;
     while iterations < opts.max_iterations {
         iterations += 1;
-        let xs = rows(results, cfg, &theta)?;
-        let s = score(&xs, ys, ws, &theta);
-        if best.as_ref().is_none_or(|(b, _)| s < *b) {
-            best = Some((s, theta));
-        }
-        let next = solve(&xs, ys, ws, &theta, &opts.free);
-        let moved = next
+        let target = solve(&xs, ys, ws, &theta, &opts.free);
+        let moved = target
             .iter()
             .zip(&theta)
             .any(|(a, b)| (a - b).abs() > 1e-9 + 1e-7 * b.abs());
-        theta = next;
         if !moved {
             converged = true;
             break;
         }
+        // The solve is exact for θ's schedule only: step towards it, halving the step until
+        // the score under the new point's own schedule improves (a convex combination of
+        // non-negative points stays non-negative).
+        let mut accepted = None;
+        let mut alpha = 1.0;
+        for _ in 0..BACKTRACKS {
+            let cand: Theta = std::array::from_fn(|j| theta[j] + alpha * (target[j] - theta[j]));
+            let xc = rows(results, cfg, &cand)?;
+            let sc = score(&xc, ys, ws, &cand);
+            if sc < s {
+                accepted = Some((cand, xc, sc));
+                break;
+            }
+            alpha *= 0.5;
+        }
+        let Some((cand, xc, sc)) = accepted else {
+            // No step along the solve improves: a local optimum of the schedule-dependent
+            // score.
+            converged = true;
+            break;
+        };
+        (theta, xs, s) = (cand, xc, sc);
     }
-    // The last solve's θ has not been scored under its own schedule yet.
-    let xs = rows(results, cfg, &theta)?;
-    let s = score(&xs, ys, ws, &theta);
-    if best.as_ref().is_none_or(|(b, _)| s <= *b) {
-        best = Some((s, theta));
-    }
-    let (score, theta) = best.expect("at least one iterate");
     Ok(Run {
         theta,
-        score,
+        score: s,
         iterations,
         converged,
     })

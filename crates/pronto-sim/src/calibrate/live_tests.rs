@@ -1,17 +1,25 @@
 //! Calibrating the live simulator recovers the profile it runs: `pronto sim-fleet` with a
-//! known profile, measured over HTTP on a reduced plan, fitted, compared term by term.
+//! known profile, measured over HTTP on a reduced plan, fitted, compared with the truth.
 //!
 //! The profile is a slow engine whose front end is the bottleneck for short prompts and the
 //! engine for long ones (so both show), and its terms are large enough that what the live
 //! fleet adds on its own — HTTP in a debug build, timers that fire on the next millisecond,
-//! about 1–2 ms — stays well inside the 5 % the test allows. The reduced plan (3 lengths up to
-//! a chunked 4000, concurrency 1 and 4, 3 repetitions) takes ~40 s.
+//! tasks sharing two worker threads with the client: 1–5 ms, about 1 % — stays inside the 5 %
+//! the test allows. The reduced plan (3 lengths up to a chunked 4000, concurrency 1 and 4, 3
+//! repetitions) takes ~55 s.
+//!
+//! "Recovers" is checked where the plan identifies the profile: the timings (every measured
+//! shape, and every length of the full plan alone), the sums of terms
+//! the shapes see, and the terms that show on their own. Terms that only trade off against
+//! each other inside those sums (prefill step vs output latency, prefill per token vs
+//! attention) move by 5–15 % with the noise above, run to run (measured on this 2-core host
+//! under other builds), and are not asserted one by one.
 
 use std::time::Duration;
 
 use super::fit::{fit, predict, FitOptions};
 use super::measure::{measure, MeasureOptions, Server};
-use super::params::{theta_of, with_theta, Param, Theta};
+use super::params::{theta_of, with_theta, Lin, Param, Theta};
 use super::replay::shape_row;
 use super::shapes::Plan;
 use super::write::profile_yaml;
@@ -21,7 +29,7 @@ use crate::fleet_config::{FleetConfig, SimBackendConfig};
 use crate::profile::Profile;
 
 /// floor, prefill step, per token, attention, per seq, per kctx, front end, per token, latency
-const TRUTH: Theta = [8.0, 4.0, 0.04, 12.0, 1.0, 0.0, 30.0, 0.01, 40.0];
+const TRUTH: Theta = [16.0, 8.0, 0.08, 24.0, 2.0, 0.0, 60.0, 0.02, 80.0];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calibrating_the_sim_fleet_recovers_its_profile() {
@@ -95,20 +103,31 @@ async fn calibrating_the_sim_fleet_recovers_its_profile() {
             .zip(&truth)
             .map(|(r, t)| format!("{}: measured {:.2} replayed {t:.2}", r.shape, r.ms_median)),
     );
-    // The terms the reduced plan pins each on their own: the per-token costs.
+    // What the reduced plan pins on its own: the front end's per-token cost, and the engine's
+    // compute of a long cold prompt (prefill tokens and attention together: 4000 tokens of
+    // linear ops next to 8 M attention pairs; how the two split moves with a few per cent of
+    // timing noise on the 1000-token shapes).
     let rel = |got: f64, want: f64| (got - want).abs() / want;
-    for p in [
-        Param::PrefillPerToken,
-        Param::AttnPerMpair,
-        Param::FrontendPerToken,
-    ] {
-        let (got, want) = (f.theta[p.index()], TRUTH[p.index()]);
-        assert!(
-            rel(got, want) <= 0.05,
-            "{} not within 5 %: {report:?}",
-            p.name()
-        );
-    }
+    let p = Param::FrontendPerToken;
+    let (got, want) = (f.theta[p.index()], TRUTH[p.index()]);
+    assert!(
+        rel(got, want) <= 0.05,
+        "{} not within 5 %: {report:?}",
+        p.name()
+    );
+    let compute = |t: &Theta| {
+        let w = crate::profile::StepWork {
+            prefill_tokens: 4000,
+            prefill_pairs: 4000.0 * 4000.0 / 2.0,
+            ..Default::default()
+        };
+        Lin::step(&w).at(t) - t[Param::Floor.index()] - t[Param::PrefillStep.index()]
+    };
+    let (got, want) = (compute(&f.theta), compute(&TRUTH));
+    assert!(
+        rel(got, want) <= 0.05,
+        "compute of 4000 cold tokens: {got} vs {want}: {report:?}"
+    );
     // The constant terms, in the sums the shapes see: a decode step at batch 1, and a lone
     // request's fixed cost (front end, one prefill step, output latency). Which constant
     // carries how much is decided by the c=4 shapes alone and moves with the fleet's own
@@ -131,8 +150,9 @@ async fn calibrating_the_sim_fleet_recovers_its_profile() {
     assert_eq!(f.theta[Param::DecodePerKctx.index()], 0.0, "fixed");
     // And the recovered profile behaves as the true one: every measured shape, and every
     // length of the full plan alone (512 and 2000 tokens were never measured here), within
-    // 5 %. (Unmeasured shapes at concurrency depend on how the constants split: measure the
-    // concurrency you want predicted, as the full plan does.)
+    // 5 %. (Unmeasured shapes at concurrency depend on how the constants split, and some sit
+    // where an arrival ties with a step's end — 512 tokens at c=4 here — so a 1 % change
+    // flips the schedule: measure the shapes you want predicted, as the full plan does.)
     let got = predict(&m.results, &cfg, &f.theta).unwrap();
     for ((r, t), g) in m.results.iter().zip(&truth).zip(got) {
         assert!(rel(g, *t) <= 0.05, "{}: {g} vs {t}: {report:?}", r.shape);
