@@ -1,7 +1,11 @@
 //! Measuring the shapes against a live OpenAI-compatible engine (the async shell).
 //!
 //! Prompts are sized with the engine's own `POST /tokenize` (text length / 4 when it has
-//! none) and start with a seeded unique nonce. Each request is a streaming `/v1/completions`
+//! none) and start with a unique nonce: seeded, mixed with a per-measurement salt (the CLI
+//! draws it from the wall clock), so a second calibration against the same engine with the
+//! same seed sends the same words and lengths but still finds nothing in the prefix cache — an
+//! engine keeps the first run's prompts (vLLM's 1 GiB CPU cache holds all 1.5 M prompt tokens
+//! of the default plan), and the second run's "cold" shapes would be hits. Each request is a streaming `/v1/completions`
 //! with `ignore_eos`; TTFT is from sending it to the first chunk with a choice, the ITL of a
 //! request `(last chunk − first) / (completion_tokens − 1)`. A concurrent batch is released
 //! by a barrier. Before anything is timed, each warm-up length is sent twice (the first
@@ -265,17 +269,20 @@ pub fn parse_cache_config(text: &str) -> Option<(usize, usize)> {
 struct PromptMaker {
     engine: Server,
     rng: SmallRng,
+    /// Mixed into every nonce (see the module docs); the words do not depend on it.
+    salt: u64,
     has_tokenize: bool,
     /// Characters per token, refined as prompts are measured.
     cpt: f64,
 }
 
 impl PromptMaker {
-    async fn new(engine: Server, seed: u64) -> Result<PromptMaker, MeasureError> {
+    async fn new(engine: Server, seed: u64, salt: u64) -> Result<PromptMaker, MeasureError> {
         let has_tokenize = engine.tokenize("hello world").await?.is_some();
         Ok(PromptMaker {
             engine,
             rng: SmallRng::seed_from_u64(seed),
+            salt,
             has_tokenize,
             cpt: 3.0,
         })
@@ -293,7 +300,7 @@ impl PromptMaker {
     fn text(&mut self, nchars: usize) -> String {
         let mut s = format!(
             "# {:016x}{:016x}\n",
-            self.rng.gen::<u64>(),
+            self.rng.gen::<u64>() ^ self.salt,
             self.rng.gen::<u64>()
         );
         while s.len() < nchars {
@@ -400,6 +407,9 @@ pub struct MeasureOptions {
     pub max_duration: Duration,
     /// Seed of the prompt nonces and words.
     pub seed: u64,
+    /// Mixed into every nonce: a value no earlier measurement of this engine used keeps its
+    /// cold prompts cold (see the module docs).
+    pub nonce_salt: u64,
     /// Free text stored in the measurement.
     pub label: String,
     /// Draw progress on stderr.
@@ -442,7 +452,7 @@ pub async fn measure(engine: &Server, opts: &MeasureOptions) -> Result<Measureme
     let start = Instant::now();
     let when = now_utc();
     let plan = &opts.plan;
-    let mut maker = PromptMaker::new(engine.clone(), opts.seed).await?;
+    let mut maker = PromptMaker::new(engine.clone(), opts.seed, opts.nonce_salt).await?;
     let version = engine.version().await;
     let kv_cache = engine.cache_config().await;
     let mut sent = 0;
@@ -524,6 +534,7 @@ pub async fn measure(engine: &Server, opts: &MeasureOptions) -> Result<Measureme
         base_url: engine.base.clone(),
         model: engine.model.clone(),
         label: opts.label.clone(),
+        nonce_salt: opts.nonce_salt,
         when,
         reps: reps_done,
         max_tokens: plan
@@ -547,6 +558,31 @@ pub async fn measure(engine: &Server, opts: &MeasureOptions) -> Result<Measureme
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn maker(seed: u64, salt: u64) -> PromptMaker {
+        PromptMaker {
+            engine: Server::new("http://127.0.0.1:9", "m", Duration::from_secs(1)).unwrap(),
+            rng: SmallRng::seed_from_u64(seed),
+            salt,
+            has_tokenize: false,
+            cpt: 3.0,
+        }
+    }
+
+    #[test]
+    fn a_salt_changes_the_nonce_and_nothing_else() {
+        let (mut a, mut b, mut c) = (maker(1, 0), maker(1, 0), maker(1, 0x5eed));
+        for n in [200, 4000] {
+            let (ta, tb, tc) = (a.text(n), b.text(n), c.text(n));
+            assert_eq!(ta, tb, "same seed, same salt: same prompt");
+            let (nonce_a, words_a) = ta.split_once('\n').unwrap();
+            let (nonce_c, words_c) = tc.split_once('\n').unwrap();
+            // The first block differs, so no prefix of it is cached; lengths and words match.
+            assert_ne!(nonce_a, nonce_c);
+            assert_eq!(nonce_a.len(), nonce_c.len());
+            assert_eq!(words_a, words_c);
+        }
+    }
 
     #[test]
     fn cache_config_is_read_from_vllm_metrics() {

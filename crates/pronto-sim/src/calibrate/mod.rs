@@ -180,6 +180,15 @@ impl CalibrateArgs {
     }
 }
 
+/// A salt no earlier measurement used: the wall clock's nanoseconds (see
+/// [`measure::MeasureOptions::nonce_salt`]).
+fn nonce_salt() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    t.as_secs().wrapping_mul(1_000_000_007) ^ u64::from(t.subsec_nanos())
+}
+
 fn unknown_param(name: &str) -> String {
     let all: Vec<&str> = Param::ALL.iter().map(|p| p.name()).collect();
     format!("unknown timing term {name:?} (one of {})", all.join(", "))
@@ -312,6 +321,7 @@ pub async fn run_calibrate(args: CalibrateArgs) -> anyhow::Result<()> {
                     pause: args.pause,
                     max_duration: args.max_duration,
                     seed: args.seed,
+                    nonce_salt: nonce_salt(),
                     label: args.label.clone(),
                     progress: true,
                 },

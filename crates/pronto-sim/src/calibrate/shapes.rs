@@ -227,6 +227,9 @@ pub struct Measurements {
     /// Free text.
     #[serde(default)]
     pub label: String,
+    /// The salt mixed into the prompts' nonces (0 in files written before it existed).
+    #[serde(default)]
+    pub nonce_salt: u64,
     /// UTC start time, `YYYY-MM-DDTHH:MM:SSZ`.
     pub when: String,
     /// Repetitions completed.
