@@ -115,6 +115,9 @@ fi
 cpu=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
 ids=$(awk -F': ' '/^cpu family/ {f=$2} /^model\t/ {m=$2} /^stepping/ {s=$2; exit} END {printf "family %s, model %s, stepping %s", f, m, s}' /proc/cpuinfo)
 vllm_version=$(curl -sf "$REAL_URL/version" || echo unknown)
+# The simulator's commit, "-dirty" when its code (not this script's outputs) differs from it.
+sim_version=$(git -C "$repo" describe --always)
+git -C "$repo" diff --quiet HEAD -- crates src Cargo.toml Cargo.lock || sim_version+=-dirty
 {
   echo "# Simulator fidelity: \`pronto calibrate\` vs a real vLLM on CPU"
   echo
@@ -122,7 +125,7 @@ vllm_version=$(curl -sf "$REAL_URL/version" || echo unknown)
   echo
   echo "- Host: $cpu ($ids), $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo);"
   echo "  load average $load_start at the start, $load_end at the end (1/5/15 min)."
-  echo "- Real engine: vLLM $vllm_version (CPU), model \`$MODEL\` ($REAL_URL); simulator: pronto $(git -C "$repo" describe --always --dirty)."
+  echo "- Real engine: vLLM $vllm_version (CPU), model \`$MODEL\` ($REAL_URL); simulator: pronto $sim_version."
   echo "- Shapes: \`pronto calibrate\` defaults, ${REPS} repetitions; statistic: median of all samples."
   echo
   for i in $(seq "$RUNS"); do
