@@ -444,18 +444,7 @@ mod tests {
         let b = Profile::builtin("h100-llama2-70b-tp8").unwrap();
         assert!((decode_ms(&b, 1, 640) - 30.6).abs() < 1.5);
         assert!((decode_ms(&b, 64, 640) - 50.2).abs() < 2.5);
-        // cpu-tiny, fitted to a real vLLM on CPU (docs/fidelity): a 1000-token prompt measured
-        // 31.1 ms cold and 25.5 ms with 896 tokens cached (client TTFT, concurrency 1; the
-        // engine step is a few ms less).
-        let c = Profile::builtin("cpu-tiny").unwrap();
-        let cold = prefill_ms(&c, 1000);
-        assert!((22.0..32.0).contains(&cold), "{cold}");
-        let hit = 1e3
-            * c.step_seconds(&StepWork {
-                prefill_tokens: 104,
-                prefill_pairs: 104.0 * (896.0 + 52.0),
-                ..StepWork::default()
-            });
-        assert!((20.0..27.0).contains(&hit) && hit < cold, "{hit}");
+        // cpu-tiny is `pronto calibrate`'s output: crate::calibrate's tests refit it from its
+        // source measurement.
     }
 }

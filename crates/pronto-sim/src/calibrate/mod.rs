@@ -376,3 +376,56 @@ pub async fn run_calibrate(args: CalibrateArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `config/sim/cpu-tiny.yaml` is `pronto calibrate`'s output, not a hand fit: its first
+    /// line names the profile `scripts/fidelity.sh` wrote (the rest of the file is that profile,
+    /// verbatim), and fitting the measurement beside it again gives its terms.
+    #[test]
+    fn the_committed_cpu_tiny_is_the_calibration_it_cites() {
+        let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let text = std::fs::read_to_string(format!("{repo}/config/sim/cpu-tiny.yaml")).unwrap();
+        let (first, rest) = text.split_once('\n').unwrap();
+        let source = first
+            .strip_prefix("# Installed by scripts/fidelity.sh (INSTALL=) from ")
+            .and_then(|s| s.strip_suffix(", verbatim below."))
+            .unwrap_or_else(|| panic!("no provenance line: {first}"));
+        let written = std::fs::read_to_string(format!("{repo}/{source}")).unwrap();
+        assert_eq!(rest, written, "cpu-tiny.yaml is not {source} verbatim");
+        assert!(rest.starts_with("# cpu-tiny: written by `pronto calibrate`"));
+        let dir = std::path::Path::new(source).parent().unwrap();
+        let m: Measurements = serde_json::from_str(
+            &std::fs::read_to_string(format!("{repo}/{}/real.json", dir.display())).unwrap(),
+        )
+        .unwrap();
+        let profile = Profile::builtin("cpu-tiny").unwrap();
+        let cfg = EngineConfig::from_profile(profile.clone());
+        assert_eq!(m.kv_cache, Some((cfg.block_size, cfg.num_kv_blocks)));
+        let f = fit::fit(&m.results, &cfg, &FitOptions::standard()).unwrap();
+        for p in Param::ALL {
+            let (got, want) = (f.theta[p.index()], theta_of(&profile)[p.index()]);
+            // The file keeps six significant digits.
+            assert!(
+                (got - want).abs() <= 1e-5 * want.abs() + 1e-12,
+                "{}: refitted {got}, file {want}",
+                p.name()
+            );
+        }
+        // And the fit meets issue 21's targets on its own measurement (the replay; the live
+        // simulator against the real engine is docs/fidelity/latest/report.md).
+        let ttft = f
+            .residuals
+            .iter()
+            .filter(|r| r.kind != shapes::Kind::Decode);
+        let (median, worst, shape) = fit::error_summary(ttft).unwrap();
+        assert!(median <= 0.10 && worst <= 0.30, "{median} {worst} {shape}");
+        let itl = f
+            .residuals
+            .iter()
+            .filter(|r| r.kind == shapes::Kind::Decode);
+        assert!(itl.clone().count() >= 1 && itl.clone().all(|r| r.rel().abs() <= 0.20));
+    }
+}
