@@ -80,9 +80,10 @@ fn bench_parse(c: &mut Criterion) {
             b.iter(|| parse_request(Endpoint::ChatCompletions, black_box(&body), None).unwrap())
         });
         // The share of `pronto/*` spent tokenizing and hashing the canonical prompt.
-        let prompt = parse_request(Endpoint::ChatCompletions, &body, None)
-            .unwrap()
-            .prompt;
+        let prompt =
+            pronto::request::parse_request_with_prompt(Endpoint::ChatCompletions, &body, None)
+                .unwrap()
+                .prompt;
         g.bench_function(format!("block_hashes_only/{name}"), |b| {
             b.iter(|| tokens::text_block_hashes(black_box(prompt.as_bytes()), tokens::BLOCK_TOKENS))
         });

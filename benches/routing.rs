@@ -1,17 +1,21 @@
-//! One whole routing decision, as the proxy makes it: build the pool's views (load counters,
-//! engine stats, TTFT models, and the prefix-index match for this prompt), then
-//! `predicted_ttft`'s `select()`. At 8 / 64 / 256 backends with ~1M blocks indexed and a
-//! 750-block (12k-token) prompt. Target: < 5 µs at 64 backends.
+//! One whole routing decision, as the proxy makes it (`Pool::route` then `Pool::dispatch`):
+//! build the pool's views with the core's view builder (ledger load, engine stats, TTFT
+//! models, the prefix-index match for this prompt limited to each backend's cache residency),
+//! `predicted_ttft`'s `select()` with its KV-wait term, then the dispatch: the booking in the
+//! ledger and the prompt's prefix recorded in the index (released again at once). Every
+//! backend has a known KV capacity and requests in flight, so the residency and KV-wait paths
+//! run; a quarter of them are too full for the prompt. At 8 / 64 / 256 backends with ~1M
+//! blocks indexed and a 750-block (12k-token) prompt. Target: < 5 µs at 64 backends.
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use pronto::backend::{EngineFlavor, EngineSample, RequestLoad};
 use pronto::config::Config;
 use pronto::gateway::GatewayState;
 use pronto::request::RequestFeatures;
-use pronto::routing::Snapshot;
 use pronto::telemetry::Metrics;
 use pronto::tokens::{chain_hash, BlockHash};
 use rand::rngs::SmallRng;
@@ -36,7 +40,7 @@ fn state(backends: usize) -> GatewayState {
         ));
     }
     let config = Config::from_yaml_str(&yaml, "bench").expect("valid config");
-    GatewayState::new(Arc::new(config), &Metrics::new())
+    GatewayState::new(Arc::new(config), Default::default(), &Metrics::new())
 }
 
 fn bench(c: &mut Criterion) {
@@ -70,17 +74,37 @@ fn bench(c: &mut Criterion) {
         }
         features.block_hashes = last;
         features.prompt_tokens = (PROMPT_BLOCKS * 16) as u32;
+        // Known KV capacities, and load in flight on every backend (a quarter nearly full).
+        let mut guards = Vec::new();
+        for (i, b) in pool.backends.iter().enumerate() {
+            let sample = EngineSample {
+                waiting: 1.0,
+                running: 4.0,
+                kv_usage: 0.5,
+                prefix_queries: None,
+                prefix_hits: None,
+                cache_hit_rate: None,
+                kv_capacity_tokens: Some(200_000.0),
+                flavor: EngineFlavor::Vllm,
+            };
+            b.record_engine_sample(sample, now, std::time::Duration::from_secs(3600));
+            let kv = if i % 4 == 0 { 195_000 } else { 40_000 };
+            let load = RequestLoad {
+                prefill_tokens: 2_000,
+                kv_tokens: kv,
+            };
+            guards.push(b.start_request(load, now, true, None));
+        }
+        let policy = &pool.policy;
         group.bench_function(format!("{n}_backends"), |b| {
             b.iter(|| {
-                let views = pool.views(black_box(&features), now, &[]);
-                let snap = Snapshot { backends: &views };
-                black_box(
-                    pool.policy
-                        .select(&features, &snap, now)
-                        .expect("a backend"),
-                )
+                let routed = pool
+                    .route(&**policy, black_box(&features), now, &[])
+                    .expect("a backend");
+                black_box(pool.dispatch(&routed, &features, true, now))
             })
         });
+        drop(guards);
         eprintln!("{n} backends: {} blocks indexed", pool.index.len());
     }
     group.finish();

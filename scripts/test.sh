@@ -8,6 +8,10 @@ trap 'rm -f "$log"' EXIT
 # Style first: it is the cheapest failure.
 cargo fmt --all -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
+# The alerting rules load and pass their unit tests (seconds; tests/deploy.rs runs them as
+# well, and the deployment tests need the tools bootstrap installed: under CI a missing one
+# fails its test instead of skipping it).
+(cd deploy/prometheus && promtool check rules pronto-rules.yaml && promtool test rules pronto-rules.test.yaml)
 cargo build --locked --workspace --all-targets
 # The gateway without the tools (what the container image ships) builds too.
 cargo build --locked --bin pronto --no-default-features

@@ -60,6 +60,15 @@ pub enum ShedReason {
 }
 
 impl ShedReason {
+    /// Every reason, for registering the series at zero.
+    pub const ALL: [ShedReason; 5] = [
+        ShedReason::SloMiss,
+        ShedReason::NoCapacity,
+        ShedReason::QueuedAhead,
+        ShedReason::QueueFull,
+        ShedReason::Deadline,
+    ];
+
     /// The `reason` label value.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -153,6 +153,7 @@ mod tests {
         assert!(admin_allowed(&open, &http::HeaderMap::new()));
         let closed = AdminSettings {
             token_digest: Some(sha256(b"admin-secret")),
+            allowed_hosts: Vec::new(),
         };
         assert!(!admin_allowed(&closed, &http::HeaderMap::new()));
         assert!(!admin_allowed(&closed, &headers("Bearer admin-secreT")));

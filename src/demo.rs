@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures::StreamExt;
 
-use crate::config::Config;
 use pronto_sim::fleet::SimFleet;
 use pronto_sim::fleet_config::FleetConfig;
 
@@ -75,7 +74,8 @@ pub fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
         .context("starting the simulated fleet")?;
     let (names, urls) = (fleet.names(), fleet.urls());
     let yaml = gateway_config(&args, &fleet_cfg.model, &names, &urls);
-    let config = Config::from_yaml_str(&yaml, "demo").map_err(|e| anyhow::anyhow!("{e}"))?;
+    let loaded =
+        crate::config::Loaded::from_yaml_str(&yaml, "demo").map_err(|e| anyhow::anyhow!("{e}"))?;
     println!("Pronto demo: {} simulated backends", names.len());
     for (n, u) in names.iter().zip(&urls) {
         println!("  {n:<8} {u}");
@@ -107,7 +107,7 @@ pub fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
                 drop(fleet);
             })
         })?;
-    crate::server::run(config)
+    crate::server::run(loaded)
 }
 
 async fn wait_for(addr: SocketAddr) {

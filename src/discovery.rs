@@ -19,11 +19,11 @@
 //! the size of the set in use.
 //!
 //! ## Racing a reload
-//! The swap is a compare-and-swap against the state the new one was built from; if a reload
-//! stored a state in between, the build is redone from the newer state. A reload's own swap
-//! is a plain store, so it can replace a discovery update that landed during its rebuild:
-//! the reload carries the addresses it saw ([`GatewayState::rebuild`]) and this task
-//! re-resolves at its next poll (the config changed), so the gap lasts at most [`POLL`].
+//! Both this task and a reload replace the state through [`crate::gateway::update_state`]:
+//! a compare-and-swap against the state the new one was built from, rebuilt from the newer
+//! state when the other got in first. Neither update is lost: a reload carries the addresses
+//! discovery last stored ([`GatewayState::rebuild`]), and discovery rebuilds on the reloaded
+//! config.
 //!
 //! Discovered backends are named `<pool>-<ip>:<port>` (see [`crate::config::Discover`]).
 
@@ -166,40 +166,40 @@ impl Discovery {
             .discovery_backends
             .with_label_values(&[model])
             .set(addrs.len() as i64);
-        loop {
-            let current = self.state.load_full();
+        let mut outcome = None;
+        let swapped = crate::gateway::update_state(&self.state, |current| {
             if current
                 .config
                 .pool(model)
                 .is_none_or(|p| p.discover.is_none())
             {
-                return Outcome::NotDiscovered;
+                outcome = Some(Outcome::NotDiscovered);
+                return None;
             }
             if current.discovered(model) == Some(addrs.as_slice()) {
-                return Outcome::Unchanged;
+                outcome = Some(Outcome::Unchanged);
+                return None;
             }
-            let (next, carried) = current.with_discovered(model, addrs.clone(), &self.metrics);
-            let next = Arc::new(next);
-            let prev = self.state.compare_and_swap(&current, Arc::clone(&next));
-            if !Arc::ptr_eq(&prev, &current) {
-                continue; // a reload got in first: rebuild from its state
+            Some(current.with_discovered(model, addrs.clone(), &self.metrics))
+        });
+        let Some((next, carried)) = swapped else {
+            return outcome.expect("set when nothing was swapped");
+        };
+        for name in &carried.backends_removed {
+            if !next.backends.iter().any(|b| b.config.name == *name) {
+                self.metrics.forget_backend(name);
             }
-            for name in &carried.backends_removed {
-                if !next.backends.iter().any(|b| b.config.name == *name) {
-                    self.metrics.forget_backend(name);
-                }
-            }
-            tracing::info!(
-                pool = model,
-                backends = addrs.len(),
-                new = carried.backends_new,
-                removed = carried.backends_removed.len(),
-                "DNS discovery changed the pool"
-            );
-            return Outcome::Changed {
-                addrs,
-                removed: carried.backends_removed,
-            };
+        }
+        tracing::info!(
+            pool = model,
+            backends = addrs.len(),
+            new = carried.backends_new,
+            removed = carried.backends_removed.len(),
+            "DNS discovery changed the pool"
+        );
+        Outcome::Changed {
+            addrs,
+            removed: carried.backends_removed,
         }
     }
 

@@ -41,6 +41,7 @@ fn setup(discover: &str) -> (Arc<FakeResolver>, Discovery, Metrics) {
     let metrics = Metrics::new();
     let state = Arc::new(ArcSwap::from_pointee(GatewayState::new(
         config(discover),
+        Default::default(),
         &metrics,
     )));
     let resolver = Arc::new(FakeResolver::default());
@@ -160,15 +161,20 @@ async fn a_reload_keeps_discovered_backends_unless_the_name_changed() {
     let kept = Arc::clone(&d.state.load().pool("m").unwrap().backends[1]);
 
     // Same name, another interval: the discovered backend survives the reload unchanged.
-    let (next, carried) = d
-        .state
-        .load()
-        .rebuild(config("{dns: 'a.internal:8000', interval: 9s}"), &metrics);
+    let (next, carried) = d.state.load().rebuild(
+        config("{dns: 'a.internal:8000', interval: 9s}"),
+        Default::default(),
+        &metrics,
+    );
     assert_eq!((carried.backends_kept, carried.backends_new), (2, 0));
     assert!(Arc::ptr_eq(&kept, &next.pool("m").unwrap().backends[1]));
 
     // Another name: its addresses are unknown until resolved.
-    let (next, carried) = next.rebuild(config("{dns: 'b.internal:8000'}"), &metrics);
+    let (next, carried) = next.rebuild(
+        config("{dns: 'b.internal:8000'}"),
+        Default::default(),
+        &metrics,
+    );
     assert_eq!(next.pool("m").unwrap().backends.len(), 1);
     assert_eq!(
         carried.backends_removed,
@@ -196,10 +202,11 @@ async fn rounds_resolve_when_due_and_at_once_after_a_reload() {
     assert_eq!(resolver.calls.load(Ordering::Relaxed), 2);
 
     // A reload (a new config) is resolved at the next round, interval or not.
-    let (next, _) = d
-        .state
-        .load()
-        .rebuild(config("{dns: 'a.internal:8000', interval: 10s}"), &metrics);
+    let (next, _) = d.state.load().rebuild(
+        config("{dns: 'a.internal:8000', interval: 10s}"),
+        Default::default(),
+        &metrics,
+    );
     d.state.store(Arc::new(next));
     d.round(t0 + Duration::from_secs(11), &mut last, &mut due)
         .await;

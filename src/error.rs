@@ -42,18 +42,16 @@ pub enum GatewayError {
         limit: u64,
     },
     /// No backend of the pool can take the request (all unhealthy, ejected, full or tried).
-    #[error("No backend is available for model `{model}`{detail}")]
+    /// The client learns no more: which backends failed and why goes to the log, with the
+    /// request id.
+    #[error("No backend is available for model `{model}`")]
     NoBackend {
         /// Pool / model name.
         model: String,
-        /// Extra context (e.g. the last upstream failure), starting with `: `, or empty.
-        detail: String,
     },
     /// The backend produced no first byte of its answer in time.
-    #[error("Backend `{backend}` produced no first token within {timeout_ms} ms")]
+    #[error("The backend produced no first token within {timeout_ms} ms")]
     FirstTokenTimeout {
-        /// Backend name.
-        backend: String,
         /// The configured first-token timeout.
         timeout_ms: u64,
     },
@@ -101,6 +99,9 @@ pub enum GatewayError {
         /// `x-ratelimit-*` headers.
         headers: Vec<(&'static str, String)>,
     },
+    /// The gateway is at a global capacity limit (buffered request bytes, connections).
+    #[error("The gateway is at capacity ({0}); retry shortly")]
+    Busy(&'static str),
     /// The client hung up while its request waited in the admission queue.
     #[error("The client closed the request before it was sent to a backend")]
     ClientClosed,
@@ -117,7 +118,7 @@ impl GatewayError {
             GatewayError::MethodNotAllowed { .. } => 405,
             GatewayError::BadRequest(_) => 400,
             GatewayError::BodyTooLarge { .. } => 413,
-            GatewayError::NoBackend { .. } => 503,
+            GatewayError::NoBackend { .. } | GatewayError::Busy(_) => 503,
             GatewayError::FirstTokenTimeout { .. } => 504,
             GatewayError::RequestTimeout => 408,
             GatewayError::Overloaded { .. } | GatewayError::RateLimited { .. } => 429,
@@ -146,9 +147,9 @@ impl GatewayError {
             }
             GatewayError::Unauthorized(_) => "authentication_error",
             GatewayError::Forbidden { .. } => "permission_error",
-            GatewayError::NoBackend { .. } | GatewayError::FirstTokenTimeout { .. } => {
-                "service_unavailable_error"
-            }
+            GatewayError::NoBackend { .. }
+            | GatewayError::FirstTokenTimeout { .. }
+            | GatewayError::Busy(_) => "service_unavailable_error",
             GatewayError::Internal(_) => "internal_error",
         }
     }
@@ -162,6 +163,7 @@ impl GatewayError {
             GatewayError::ModelNotFound { .. } => "model_not_found",
             GatewayError::BodyTooLarge { .. } => "request_too_large",
             GatewayError::NoBackend { .. } => "no_backend_available",
+            GatewayError::Busy(_) => "gateway_busy",
             GatewayError::FirstTokenTimeout { .. } => "first_token_timeout",
             GatewayError::RequestTimeout => "request_timeout",
             GatewayError::Overloaded { .. } => "slo_overloaded",
@@ -177,7 +179,7 @@ impl GatewayError {
     /// Seconds a client should wait before retrying, when that is meaningful.
     pub fn retry_after(&self) -> Option<u32> {
         match self {
-            GatewayError::NoBackend { .. } => Some(1),
+            GatewayError::NoBackend { .. } | GatewayError::Busy(_) => Some(1),
             GatewayError::Overloaded { retry_after_s, .. }
             | GatewayError::RateLimited { retry_after_s, .. } => Some(*retry_after_s),
             _ => None,
@@ -194,6 +196,14 @@ impl GatewayError {
         match self {
             GatewayError::RateLimited { headers, .. } => out.extend(headers.iter().cloned()),
             GatewayError::Unauthorized(_) => out.push(("www-authenticate", "Bearer".into())),
+            GatewayError::MethodNotAllowed { path, .. } => {
+                let allow = if path == "/v1/models" || path.starts_with("/v1/models/") {
+                    "GET"
+                } else {
+                    "POST"
+                };
+                out.push(("allow", allow.into()));
+            }
             _ => {}
         }
         out
@@ -239,16 +249,10 @@ mod tests {
     fn statuses() {
         assert_eq!(GatewayError::BodyTooLarge { limit: 1 }.status(), 413);
         assert_eq!(GatewayError::BadRequest("b".into()).status(), 400);
-        let nb = GatewayError::NoBackend {
-            model: "m".into(),
-            detail: String::new(),
-        };
+        let nb = GatewayError::NoBackend { model: "m".into() };
         assert_eq!(nb.status(), 503);
         assert_eq!(nb.retry_after(), Some(1));
-        let t = GatewayError::FirstTokenTimeout {
-            backend: "b".into(),
-            timeout_ms: 5,
-        };
+        let t = GatewayError::FirstTokenTimeout { timeout_ms: 5 };
         assert_eq!(t.status(), 504);
         assert!(t.to_sse_event().starts_with(b"data: {"));
     }

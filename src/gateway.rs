@@ -29,19 +29,59 @@
 //! - **Policy** object (round-robin cursor, seeded random stream, hash ring): kept when the
 //!   policy spec is equal and the backend list is identical, else built fresh.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use pronto_core::ids::BackendId;
+use pronto_core::routing::views::{self, PoolRouting, Scratch};
+
 use crate::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
-use crate::backend::Backend;
-use crate::config::{Config, Route};
+use crate::backend::{Backend, InflightGuard};
+use crate::config::{Config, Resources, Route};
+use crate::predict::TtftInputs;
 use crate::request::{RequestFeatures, TokenRatio};
-use crate::routing::{apply_prefix_matches, limit_to_resident, BackendView, Policy};
+use crate::routing::{decide, BackendView, Decision, NoBackend, Policy};
 use crate::telemetry::Metrics;
 use crate::tokenizer::ModelTokenizer;
-use crate::tokens::BLOCK_TOKENS;
+
+/// The next backend instance's id (ids are never reused within the process).
+fn mint_backend_id() -> BackendId {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    BackendId(NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+thread_local! {
+    /// Each proxy thread's view buffers: building views allocates nothing after warm-up.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// One routing decision on a pool, with what dispatching it needs.
+#[derive(Debug, Clone, Copy)]
+pub struct Routed {
+    /// The decision (its index is the backend's position in [`Pool::backends`]).
+    pub decision: Decision,
+    /// The chosen backend's view, as the policy saw it.
+    pub chosen: BackendView,
+    /// Leading prompt blocks the index already held for it (what an undo leaves).
+    pub held_blocks: u32,
+    /// Whether another backend was eligible (a retry has somewhere to go).
+    pub others_left: bool,
+}
+
+/// A dispatched attempt: its load booked, its prefix recorded.
+#[derive(Debug)]
+pub struct Attempted {
+    /// The booking, released when dropped.
+    pub guard: InflightGuard,
+    /// The prediction inputs it was routed on.
+    pub inputs: TtftInputs,
+    /// See [`Routed::held_blocks`].
+    pub held_blocks: u32,
+}
 
 /// Prefix blocks indexed per pool at most (about 97 bytes each with up to 256 backends, 65
 /// without the four per-backend recency words: ~390 MiB at the cap).
@@ -55,6 +95,46 @@ fn index_capacity(backends: usize) -> usize {
     backends.max(1).next_multiple_of(64).min(MAX_BACKENDS)
 }
 
+/// The one way the gateway state is replaced (config reloads and DNS discovery both go
+/// through it): `next` builds a new state from the current one — or `None` to leave it — and
+/// the result is swapped in only if nothing else was swapped in meanwhile; otherwise it is
+/// built again from the newer state. So no writer's update is lost. Returns the state swapped
+/// in and what `next` reported with it.
+pub fn update_state<R>(
+    state: &arc_swap::ArcSwap<GatewayState>,
+    mut next: impl FnMut(&Arc<GatewayState>) -> Option<(GatewayState, R)>,
+) -> Option<(Arc<GatewayState>, R)> {
+    loop {
+        let current = state.load_full();
+        let (built, report) = next(&current)?;
+        let built = Arc::new(built);
+        let prev = state.compare_and_swap(&current, Arc::clone(&built));
+        if Arc::ptr_eq(&prev, &current) {
+            return Some((built, report));
+        }
+    }
+}
+
+/// Slots in `old`'s index for `backends`: a backend `old` had keeps its slot, a new one takes
+/// the lowest slot no kept backend holds; `None` when they do not fit the index.
+fn keep_slots(old: &Pool, backends: &[Arc<Backend>]) -> Option<Vec<usize>> {
+    let cap = old.index.max_backends();
+    let mut taken = vec![false; cap];
+    let mut slots: Vec<Option<usize>> = backends
+        .iter()
+        .map(|b| {
+            let j = old.backends.iter().position(|o| Arc::ptr_eq(o, b))?;
+            taken[old.slots[j]] = true;
+            Some(old.slots[j])
+        })
+        .collect();
+    let mut free = (0..cap).filter(|&s| !taken[s]);
+    for s in slots.iter_mut().filter(|s| s.is_none()) {
+        *s = Some(free.next()?);
+    }
+    slots.into_iter().collect()
+}
+
 /// One model's pool.
 #[derive(Debug)]
 pub struct Pool {
@@ -64,8 +144,10 @@ pub struct Pool {
     pub policy: Arc<dyn Policy>,
     /// Backends, in config order.
     pub backends: Vec<Arc<Backend>>,
-    /// Which backend was sent which prompt prefixes (index = position in `backends`); shared
-    /// with the previous state when a reload keeps it.
+    /// Each backend's slot in `index` (kept for as long as the backend lives).
+    pub slots: Vec<usize>,
+    /// Which backend was sent which prompt prefixes (by slot); shared with the previous state
+    /// when a reload keeps it.
     pub index: Arc<PrefixIndex>,
     /// Engine tokens per Pronto token for this model, learned from `usage`; kept across
     /// reloads with the pool's model name (and tokenizer).
@@ -76,66 +158,97 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Routing views of every backend at `now` for `features`: load, engine stats, TTFT
-    /// model, and the prefix-cache hit expected for this prompt; `tried` backends excluded.
-    /// `features.prompt_tokens` is in the engine's tokens (see [`Pool::token_ratio`]); a
-    /// matched block is worth `BLOCK_TOKENS × ratio` of them.
-    pub fn views(
-        &self,
-        features: &RequestFeatures,
-        now: Instant,
-        tried: &[usize],
-    ) -> Vec<BackendView> {
-        self.views_for(&*self.policy, features, now, tried)
+    fn routing(&self) -> PoolRouting<'_, Arc<Backend>> {
+        PoolRouting {
+            backends: &self.backends,
+            slots: &self.slots,
+            index: &self.index,
+            token_ratio: self.token_ratio.ratio(),
+        }
     }
 
-    /// [`Pool::views`] for a decision by `policy` (a route's own may differ from the pool's;
-    /// it decides whether prefix credit expires with cache residency).
-    pub fn views_for(
+    /// Routing views of every backend at `now` for `features` (the core's view builder),
+    /// `tried` backends excluded, for a decision by `policy` (a route's own may differ from the
+    /// pool's; it decides whether prefix credit expires with cache residency).
+    /// `features.prompt_tokens` is in the engine's tokens (see [`Pool::token_ratio`]).
+    pub fn views(
         &self,
         policy: &dyn Policy,
         features: &RequestFeatures,
         now: Instant,
-        tried: &[usize],
+        tried: &[BackendId],
     ) -> Vec<BackendView> {
-        let mut views: Vec<BackendView> = self
-            .backends
-            .iter()
-            .enumerate()
-            .map(|(i, b)| {
-                let mut v = b.view(now);
-                v.excluded = tried.contains(&i);
-                v
-            })
-            .collect();
-        if !features.block_hashes.is_empty() {
-            let mut matched = vec![0u32; views.len()];
-            self.index
-                .match_lengths(&features.block_hashes, now, &mut matched);
-            if policy.limits_prefix_credit_to_residency() {
-                limit_to_resident(&self.index, &views, features, now, &mut matched);
-            }
-            // A backend whose engine publishes its cache events: the exact index decides.
-            for (m, b) in matched.iter_mut().zip(&self.backends) {
-                if let Some(exact) = b.kv_events.as_ref() {
-                    if let Some(n) = exact.match_blocks(&features.block_hashes) {
-                        *m = n;
-                    }
-                }
-            }
-            apply_prefix_matches(
-                &mut views,
-                &matched,
-                BLOCK_TOKENS as f64 * self.token_ratio.ratio(),
-                features.prompt_tokens,
-            );
-        }
-        views
+        let mut scratch = Scratch::default();
+        let limit = policy.limits_prefix_credit_to_residency();
+        views::build(&self.routing(), features, now, limit, tried, &mut scratch).to_vec()
     }
 
-    /// Forget what the index believes `backend` holds (it was ejected or restarted).
+    /// Decide where `features` goes at `now` with `policy` ([`decide`]: the decision carries
+    /// its prediction), `tried` backends excluded.
+    pub fn route(
+        &self,
+        policy: &dyn Policy,
+        features: &RequestFeatures,
+        now: Instant,
+        tried: &[BackendId],
+    ) -> Result<Routed, NoBackend> {
+        SCRATCH.with_borrow_mut(|scratch| {
+            let limit = policy.limits_prefix_credit_to_residency();
+            let views = views::build(&self.routing(), features, now, limit, tried, scratch);
+            let decision = decide(policy, features, views, now)?;
+            let others_left = views
+                .iter()
+                .enumerate()
+                .any(|(i, v)| i != decision.index && v.eligible());
+            let chosen = views[decision.index];
+            Ok(Routed {
+                decision,
+                chosen,
+                held_blocks: scratch.held_blocks(decision.index),
+                others_left,
+            })
+        })
+    }
+
+    /// Send the request as `routed` decided, at `now`: its load booked in the backend's
+    /// ledger until the returned guard drops, its prefix recorded in the index at once
+    /// ([`views::dispatch`]). `streamed: false` arms the non-streamed prefill deadline at the
+    /// decision's prediction.
+    pub fn dispatch(
+        &self,
+        routed: &Routed,
+        features: &RequestFeatures,
+        streamed: bool,
+        now: Instant,
+    ) -> Attempted {
+        let i = routed.decision.index;
+        let d = views::dispatch(
+            &self.routing(),
+            i,
+            &routed.chosen,
+            routed.held_blocks,
+            features,
+            routed.decision.predicted_ttft_s,
+            streamed,
+            now,
+        );
+        Attempted {
+            guard: InflightGuard::new(Arc::clone(&self.backends[i]), d.booking),
+            inputs: d.inputs,
+            held_blocks: d.held_blocks,
+        }
+    }
+
+    /// The attempt on backend `i` (a position) failed before the backend accepted the
+    /// request: take back the prefix its dispatch recorded.
+    pub fn undo_record(&self, i: usize, features: &RequestFeatures, held_blocks: u32) {
+        views::undo_record(&self.routing(), i, features, held_blocks);
+    }
+
+    /// Forget what the index believes `backend` (a position) holds (it was ejected or
+    /// restarted).
     pub fn forget(&self, backend: usize) {
-        let n = self.index.forget_backend(backend);
+        let n = self.index.forget_backend(self.slots[backend]);
         tracing::info!(backend = %self.backends[backend].name(), entries = n, "prefix index forgot backend");
     }
 }
@@ -145,6 +258,8 @@ impl Pool {
 pub struct GatewayState {
     /// The config this state was built from.
     pub config: Arc<Config>,
+    /// What the config's files were loaded into (tokenizers, the TLS identity).
+    pub resources: Arc<Resources>,
     /// Pools by model name.
     pub pools: HashMap<Arc<str>, Pool>,
     /// Every backend of every pool, in config order (each pool's discovered ones after its
@@ -174,16 +289,21 @@ pub struct Carried {
 }
 
 impl GatewayState {
-    /// Build the state for `config`.
-    pub fn new(config: Arc<Config>, metrics: &Metrics) -> GatewayState {
-        GatewayState::build(config, metrics, None, HashMap::new()).0
+    /// Build the state for `config` and its loaded `resources`.
+    pub fn new(config: Arc<Config>, resources: Arc<Resources>, metrics: &Metrics) -> GatewayState {
+        GatewayState::build(config, resources, metrics, None, HashMap::new()).0
     }
 
     /// Build the state for `config`, carrying over from `self` every backend, prefix index
     /// and policy the new config leaves unchanged (see the module docs). `self` is not
     /// modified except that its prefix indexes forget the positions whose backend changed
     /// (an index is shared with the new state only when kept).
-    pub fn rebuild(&self, config: Arc<Config>, metrics: &Metrics) -> (GatewayState, Carried) {
+    pub fn rebuild(
+        &self,
+        config: Arc<Config>,
+        resources: Arc<Resources>,
+        metrics: &Metrics,
+    ) -> (GatewayState, Carried) {
         let discovered = self
             .discovered
             .iter()
@@ -196,7 +316,7 @@ impl GatewayState {
             })
             .map(|(m, a)| (m.clone(), a.clone()))
             .collect();
-        GatewayState::build(config, metrics, Some(self), discovered)
+        GatewayState::build(config, resources, metrics, Some(self), discovered)
     }
 
     /// The same config with pool `model`'s discovered addresses replaced by `addrs` (see
@@ -211,7 +331,13 @@ impl GatewayState {
         addrs.dedup();
         let mut discovered = self.discovered.clone();
         discovered.insert(Arc::from(model), addrs);
-        GatewayState::build(Arc::clone(&self.config), metrics, Some(self), discovered)
+        GatewayState::build(
+            Arc::clone(&self.config),
+            Arc::clone(&self.resources),
+            metrics,
+            Some(self),
+            discovered,
+        )
     }
 
     /// The addresses pool `model`'s `discover:` name last resolved to (sorted); `None` before
@@ -222,6 +348,7 @@ impl GatewayState {
 
     fn build(
         config: Arc<Config>,
+        resources: Arc<Resources>,
         metrics: &Metrics,
         previous: Option<&GatewayState>,
         mut discovered: HashMap<Arc<str>, Vec<SocketAddr>>,
@@ -261,7 +388,12 @@ impl GatewayState {
                         }
                         None => {
                             carried.backends_new += 1;
-                            Arc::new(Backend::new(b.clone(), connect_timeout, metrics.clone()))
+                            Arc::new(Backend::new(
+                                mint_backend_id(),
+                                b.clone(),
+                                connect_timeout,
+                                metrics.clone(),
+                            ))
                         }
                     }
                 })
@@ -283,27 +415,31 @@ impl GatewayState {
             };
             // Block hashes and the learned token ratio are in the tokenizer's terms: a pool
             // whose tokenizer changed (added, removed or edited) starts both afresh.
-            let same_tokens = old.is_some_and(|(pool, _, _)| pool.tokenizer == p.tokenizer);
-            let index = match old {
-                Some((pool, _, _))
-                    if same_tokens && backends.len() <= index_capacity(pool.backends.len()) =>
-                {
+            let same_tokens = previous
+                .and_then(|prev| prev.config.pool(&p.model))
+                .is_some_and(|o| o.tokenizer == p.tokenizer);
+            let kept_index = old
+                .filter(|_| same_tokens)
+                .and_then(|(pool, _, _)| Some((pool, keep_slots(pool, &backends)?)));
+            let (index, slots) = match kept_index {
+                Some((pool, slots)) => {
                     carried.indexes_kept += 1;
-                    for i in 0..pool.backends.len() {
-                        if backends
-                            .get(i)
-                            .is_none_or(|b| !Arc::ptr_eq(b, &pool.backends[i]))
-                        {
-                            pool.index.forget_backend(i);
+                    // A slot whose backend is gone is forgotten before anyone else gets it.
+                    for (o, &slot) in pool.backends.iter().zip(&pool.slots) {
+                        if !backends.iter().any(|b| Arc::ptr_eq(b, o)) {
+                            pool.index.forget_backend(slot);
                         }
                     }
-                    Arc::clone(&pool.index)
+                    (Arc::clone(&pool.index), slots)
                 }
-                _ => Arc::new(PrefixIndex::new(IndexConfig {
-                    max_blocks: INDEX_MAX_BLOCKS,
-                    ttl: INDEX_TTL,
-                    max_backends: index_capacity(backends.len()),
-                })),
+                None => (
+                    Arc::new(PrefixIndex::new(IndexConfig {
+                        max_blocks: INDEX_MAX_BLOCKS,
+                        ttl: INDEX_TTL,
+                        max_backends: index_capacity(backends.len()),
+                    })),
+                    (0..backends.len()).collect(),
+                ),
             };
             all.extend(backends.iter().cloned());
             pools.insert(
@@ -312,11 +448,12 @@ impl GatewayState {
                     model: p.model.clone(),
                     policy,
                     index,
+                    slots,
                     token_ratio: match old {
                         Some((pool, _, _)) if same_tokens => Arc::clone(&pool.token_ratio),
                         _ => Arc::default(),
                     },
-                    tokenizer: p.tokenizer.clone(),
+                    tokenizer: resources.tokenizer(&p.model).cloned(),
                     backends,
                 },
             );
@@ -348,8 +485,10 @@ impl GatewayState {
                 Some(kept.unwrap_or_else(|| spec.build()))
             })
             .collect();
+        debug_assert!(resources.cover(&config), "resources of another config");
         let state = GatewayState {
             config,
+            resources,
             pools,
             backends: all,
             discovered,
@@ -442,17 +581,22 @@ mod tests {
     }
 
     /// Match lengths of one two-block chain that every backend position was sent.
+    /// Match lengths of the chain for each backend of the pool, in pool order (by its slot).
     fn matched(pool: &Pool, now: Instant) -> Vec<u32> {
-        let mut out = vec![0; pool.backends.len()];
-        pool.index.match_lengths(&CHAIN, now, &mut out);
-        out
+        let mut by_slot = vec![0; pool.index.max_backends()];
+        pool.index.match_lengths(&CHAIN, now, &mut by_slot);
+        pool.slots.iter().map(|&s| by_slot[s]).collect()
     }
 
     const CHAIN: [BlockHash; 2] = [BlockHash(11), BlockHash(22)];
 
     fn state_with_history(backends: &[(&str, u16)], now: Instant) -> (Metrics, GatewayState) {
         let metrics = Metrics::new();
-        let s = GatewayState::new(config("round_robin", backends), &metrics);
+        let s = GatewayState::new(
+            config("round_robin", backends),
+            Default::default(),
+            &metrics,
+        );
         let pool = s.pool("m").unwrap();
         for i in 0..pool.backends.len() {
             pool.index.record(i, &CHAIN, now);
@@ -465,7 +609,11 @@ mod tests {
         let now = Instant::now();
         let backends = [("a", 1), ("b", 2)];
         let (metrics, old) = state_with_history(&backends, now);
-        let (new, carried) = old.rebuild(config("round_robin", &backends), &metrics);
+        let (new, carried) = old.rebuild(
+            config("round_robin", &backends),
+            Default::default(),
+            &metrics,
+        );
         let (p, q) = (old.pool("m").unwrap(), new.pool("m").unwrap());
         assert!(Arc::ptr_eq(&p.index, &q.index));
         assert!(Arc::ptr_eq(&p.policy, &q.policy));
@@ -493,6 +641,7 @@ mod tests {
         let (metrics, old) = state_with_history(&[("a", 1), ("b", 2)], now);
         let (new, carried) = old.rebuild(
             config("round_robin", &[("a", 1), ("b", 2), ("c", 3)]),
+            Default::default(),
             &metrics,
         );
         let q = new.pool("m").unwrap();
@@ -503,30 +652,47 @@ mod tests {
     }
 
     #[test]
-    fn a_removal_forgets_the_shifted_positions_only() {
+    fn a_removal_keeps_every_other_backends_slot_and_entries() {
         let now = Instant::now();
         let (metrics, old) = state_with_history(&[("a", 1), ("b", 2), ("c", 3)], now);
-        let (new, carried) = old.rebuild(config("round_robin", &[("a", 1), ("c", 3)]), &metrics);
+        let (new, carried) = old.rebuild(
+            config("round_robin", &[("a", 1), ("c", 3)]),
+            Default::default(),
+            &metrics,
+        );
         let q = new.pool("m").unwrap();
         assert!(Arc::ptr_eq(&old.pool("m").unwrap().index, &q.index));
-        // `a` kept position 0; `c` moved from 2 to 1 and starts cold.
-        assert_eq!(matched(q, now), [2, 0]);
+        // `c` moved from position 2 to 1 but kept its slot, and so what the index knows.
+        assert_eq!(q.slots, [0, 2]);
+        assert_eq!(matched(q, now), [2, 2]);
         assert!(Arc::ptr_eq(
             &q.backends[1],
             &old.pool("m").unwrap().backends[2]
         ));
         assert_eq!(carried.backends_removed, [Arc::<str>::from("b")]);
-        // Nothing is left at the removed position either.
+        // Nothing is left in the removed backend's slot, and a newcomer takes it.
         let mut out = [0u32; 3];
         q.index.match_lengths(&CHAIN, now, &mut out);
-        assert_eq!(out, [2, 0, 0]);
+        assert_eq!(out, [2, 0, 2]);
+        let (newer, _) = new.rebuild(
+            config("round_robin", &[("a", 1), ("c", 3), ("d", 4)]),
+            Default::default(),
+            &metrics,
+        );
+        let r = newer.pool("m").unwrap();
+        assert_eq!(r.slots, [0, 2, 1]);
+        assert_eq!(matched(r, now), [2, 2, 0]);
     }
 
     #[test]
     fn a_changed_backend_or_timeout_is_a_new_backend() {
         let now = Instant::now();
         let (metrics, old) = state_with_history(&[("a", 1), ("b", 2)], now);
-        let (new, carried) = old.rebuild(config("round_robin", &[("a", 1), ("b", 9)]), &metrics);
+        let (new, carried) = old.rebuild(
+            config("round_robin", &[("a", 1), ("b", 9)]),
+            Default::default(),
+            &metrics,
+        );
         let q = new.pool("m").unwrap();
         assert!(Arc::ptr_eq(&q.backends[0], &old.backends[0]));
         assert!(!Arc::ptr_eq(&q.backends[1], &old.backends[1]));
@@ -535,7 +701,7 @@ mod tests {
 
         let mut slower = (*config("round_robin", &[("a", 1), ("b", 9)])).clone();
         slower.limits.connect_timeout *= 2;
-        let (newer, carried) = new.rebuild(Arc::new(slower), &metrics);
+        let (newer, carried) = new.rebuild(Arc::new(slower), Default::default(), &metrics);
         assert_eq!((carried.backends_kept, carried.backends_new), (0, 2));
         assert!(!Arc::ptr_eq(&newer.backends[0], &new.backends[0]));
     }
@@ -547,6 +713,7 @@ mod tests {
         let yaml = "pools:\n  other:\n    backends: [{name: a, url: 'http://127.0.0.1:1'}]\n";
         let (new, carried) = old.rebuild(
             Arc::new(Config::from_yaml_str(yaml, "t").unwrap()),
+            Default::default(),
             &metrics,
         );
         assert!(new.pool("m").is_none());

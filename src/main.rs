@@ -1,23 +1,48 @@
 //! The `pronto` command line: thin — parse arguments, load config, hand over to the library.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
-use pronto::config::Config;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use pronto::config::{Config, Loaded, Resources};
 use pronto::routing::PolicyKind;
 
 #[derive(Parser)]
 #[command(
     name = "pronto",
-    version,
+    version = VERSION,
     about = "A gateway that routes each LLM prompt to the backend with the soonest first token"
 )]
 struct Cli {
+    /// Log line format on stderr: `text` (coloured when stderr is a terminal and NO_COLOR is
+    /// unset) or `json` (one object per line, for log collectors).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = LogFormat::Text,
+        env = "PRONTO_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `pronto --version`: the package version and the git revision it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (revision ",
+    env!("PRONTO_GIT_REVISION"),
+    ")"
+);
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -77,19 +102,36 @@ struct ServeArgs {
     policy: String,
 }
 
-fn init_tracing() {
+/// Logs go to stderr, filtered by `RUST_LOG` (default `info`, pingora at `warn`). Text lines
+/// are coloured only when stderr is a terminal and `NO_COLOR` is unset or empty
+/// (<https://no-color.org>); JSON lines never are.
+fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new("info,pingora_core=warn,pingora_proxy=warn")
     });
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(use_colour()).init(),
+        LogFormat::Json => builder
+            .json()
+            .with_ansi(false)
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+    }
+}
+
+fn use_colour() -> bool {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    !no_color && std::io::stderr().is_terminal()
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut config = match (&args.config, args.backends.is_empty()) {
-        (Some(path), true) => Config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?,
+        (Some(path), true) => Loaded::load(path).map_err(|e| anyhow::anyhow!("{e}"))?,
         (None, false) => {
             let policy = PolicyKind::parse(&args.policy).with_context(|| {
                 format!(
@@ -98,8 +140,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                     PolicyKind::ALL.join(", ")
                 )
             })?;
-            Config::from_backend_urls(&args.backends, &args.model, policy)
-                .map_err(|e| anyhow::anyhow!("{e}"))?
+            Loaded {
+                config: Config::from_backend_urls(&args.backends, &args.model, policy)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+                resources: Resources::default(),
+            }
         }
         (Some(_), false) => {
             anyhow::bail!("give either --config FILE or --backend URL..., not both")
@@ -107,18 +152,24 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         (None, true) => anyhow::bail!("give --config FILE or at least one --backend URL"),
     };
     if let Some(l) = args.listen {
-        config.listen = l;
+        config.config.listen = l;
     }
     if let Some(a) = args.admin_listen {
-        config.admin_listen = a;
+        config.config.admin_listen = a;
+        if let Some(msg) = pronto::config::edge::admin_exposure_error(
+            config.config.admin_listen,
+            &config.config.admin,
+        ) {
+            anyhow::bail!("--admin-listen {a}: admin_listen: {msg}");
+        }
     }
     pronto::server::run(config)?;
     Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
-    init_tracing();
     let cli = Cli::parse();
+    init_tracing(cli.log_format);
     let result = match cli.command {
         Command::Serve(a) => serve(a),
         Command::CheckConfig(a) => return pronto::config::run_check_config(&a),

@@ -11,7 +11,7 @@
 //! full bucket (it waits for a full bucket instead of never passing).
 //!
 //! **Tokens** are charged up front with the prompt estimate and corrected when the response's
-//! `usage` arrives ([`TokenCharge::settle`]): the difference moves `tat` forward (more used)
+//! `usage` arrives (`RateLimiter::settle`): the difference moves `tat` forward (more used)
 //! or back (less; never before `now`).
 //!
 //! **Concurrency** is an atomic counter with an RAII [`ConcurrencyPermit`], released when the

@@ -167,6 +167,7 @@ impl Reloader {
             .filter(|c| c.hash() == running.hash())
             .unwrap_or_else(|| (*running).clone());
         metrics.set_active_config(1, &running.hash());
+        metrics.publish_config(&running);
         metrics.config_last_reload_successful.set(1);
         Reloader {
             state,
@@ -208,8 +209,18 @@ impl Reloader {
         if hash == self.state.load().config.hash() && !self.tls_files_changed() {
             return Ok(self.unchanged(trigger));
         }
-        Ok(match Config::from_file_text(path, &text) {
-            Ok(new) => self.apply(trigger, new, &mut file_config),
+        Ok(match config::Loaded::from_file_text(path, &text) {
+            Ok(new) => {
+                // The admin listener stays where it was bound: it may not lose its token.
+                let bound = self.state.load().config.admin_listen;
+                match config::edge::admin_exposure_error(bound, &new.config.admin) {
+                    Some(msg) => {
+                        let message = format!("{}: admin_listen: {msg}", new.config.origin);
+                        self.reject(trigger, message, hash)
+                    }
+                    None => self.apply(trigger, new, &mut file_config),
+                }
+            }
             Err(e) => self.reject(trigger, e.to_string(), hash),
         })
     }
@@ -254,8 +265,19 @@ impl Reloader {
     }
 
     /// Swap in `new` (valid, different from the active config).
-    fn apply(&self, trigger: Trigger, new: Config, file_config: &mut Config) -> ReloadReport {
+    fn apply(
+        &self,
+        trigger: Trigger,
+        loaded: config::Loaded,
+        file_config: &mut Config,
+    ) -> ReloadReport {
+        let config::Loaded {
+            config: new,
+            resources,
+        } = loaded;
+        let resources = Arc::new(resources);
         let current = self.state.load_full();
+        // Listeners, threads and the grace period are bound at start: they never change.
         let running = &current.config;
         let mut warnings: Vec<String> = start_bound(file_config, &new)
             .into_iter()
@@ -279,8 +301,15 @@ impl Reloader {
         effective.threads = running.threads;
         effective.grace_period = running.grace_period;
         let hash = effective.hash();
-        let (state, carried) = current.rebuild(Arc::new(effective), &self.metrics);
-        self.state.store(Arc::new(state));
+        let effective = Arc::new(effective);
+        let (_, carried) = crate::gateway::update_state(&self.state, |current| {
+            Some(current.rebuild(
+                Arc::clone(&effective),
+                Arc::clone(&resources),
+                &self.metrics,
+            ))
+        })
+        .expect("a rebuild is always swapped in");
         *file_config = new;
         self.retire(&carried);
 
@@ -291,6 +320,7 @@ impl Reloader {
         status.last_attempt = Some((trigger, ReloadResult::Ok, status.loaded_at));
         status.warnings = warnings.clone();
         self.metrics.set_active_config(status.version, &hash);
+        self.metrics.publish_config(&self.state.load().config);
         self.count(ReloadResult::Ok);
         tracing::info!(
             ?trigger,
@@ -383,14 +413,23 @@ impl Reloader {
         status.last_error.as_ref().is_none_or(|e| e.hash != hash)
     }
 
-    /// Watch the file and listen for `hup` until the process exits (see the module docs).
+    /// Watch the file and listen for `hup` until `stop` turns true (the gateway stops; see the
+    /// module docs).
     /// Run it on a runtime of its own: the reloads themselves go to the blocking pool.
-    pub async fn run(self: Arc<Self>, mut hup: Signal) {
+    pub async fn run(
+        self: Arc<Self>,
+        mut hup: Signal,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
         let mut last_meta: Option<Vec<(SystemTime, u64)>> = None;
         loop {
+            if *stop.borrow() {
+                return;
+            }
             let settings = self.state.load().config.reload;
             let tick = tokio::time::sleep(settings.watch_interval);
             tokio::select! {
+                r = stop.changed() => if r.is_err() { return },
                 _ = tick => {
                     if settings.watch {
                         self.poll(&mut last_meta).await;

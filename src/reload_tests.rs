@@ -50,6 +50,7 @@ fn setup(text: &str) -> (TempFile, Arc<ArcSwap<GatewayState>>, Metrics, Reloader
     let metrics = Metrics::new();
     let state = Arc::new(ArcSwap::from_pointee(GatewayState::new(
         Arc::new(config),
+        Default::default(),
         &metrics,
     )));
     let reloader = Reloader::new(Arc::clone(&state), metrics.clone());
@@ -181,6 +182,7 @@ fn no_file_no_reload() {
     let metrics = Metrics::new();
     let state = Arc::new(ArcSwap::from_pointee(GatewayState::new(
         Arc::new(config),
+        Default::default(),
         &metrics,
     )));
     let r = Reloader::new(state, metrics);

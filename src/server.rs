@@ -6,27 +6,36 @@
 //! Live reload ([`crate::reload`]) runs on a thread of its own (`pronto-reload`, a one-thread
 //! tokio runtime) that polls the config file and listens for `SIGHUP`; its signal handler is
 //! installed here, before any listener opens. Reload applies only to a config loaded from a
-//! file ([`Config::source_path`]).
+//! file ([`crate::config::Config::source_path`]).
 //!
-//! Shutdown: SIGTERM stops the listeners; in-flight requests keep going until they finish or
-//! `grace_period` passes, whichever comes first, then the process exits. SIGINT exits at once.
+//! [`start`] binds both listeners itself (port 0 works: the [`Handle`] says which ports it
+//! got, and keeps them), starts everything on a thread of its own and returns a [`Handle`];
+//! [`run`] is `start` then wait for a signal, for the binary.
+//!
+//! Shutdown (SIGTERM, or [`Handle::shutdown`]): the listeners stop accepting at once;
+//! in-flight requests keep going until they finish or `grace_period` passes, whichever comes
+//! first; then pingora stops its services and [`Handle::wait`] returns. SIGINT (or
+//! [`Handle::abort`]) stops at once.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use async_trait::async_trait;
 use pingora_core::apps::HttpServerOptions;
 use pingora_core::server::configuration::ServerConf;
-use pingora_core::server::{ExecutionPhase, RunArgs, Server};
+use pingora_core::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
 use pingora_core::services::background::background_service;
-use pingora_core::services::listening::Service;
+use tokio::sync::{mpsc, watch};
 
 use crate::admin::Admin;
 use crate::backend::{EngineScraper, HealthChecker};
-use crate::config::Config;
+use crate::config::Loaded;
 use crate::discovery::{Discovery, SystemResolver};
 use crate::gateway::GatewayState;
+use crate::listener::{bind, Listening};
 use crate::proxy::Proxy;
 use crate::reload::{hangup_signal, Reloader};
 use crate::telemetry::Metrics;
@@ -58,22 +67,136 @@ impl Drop for ActiveGuard {
     }
 }
 
-/// Run the gateway until shut down. Never returns on success (the process exits).
-pub fn run(config: Config) -> anyhow::Result<()> {
+/// How a [`Handle`] asks the server to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// Stop accepting, drain in-flight requests (up to the grace period), then stop.
+    Graceful,
+    /// Stop now.
+    Fast,
+}
+
+/// A running gateway.
+#[derive(Debug)]
+pub struct Handle {
+    /// Where the client listener listens (the port it got when the config said 0).
+    pub listen: SocketAddr,
+    /// Where the admin listener listens.
+    pub admin: SocketAddr,
+    /// The live gateway state (for tests and tools).
+    pub state: Arc<ArcSwap<GatewayState>>,
+    stop: mpsc::UnboundedSender<Stop>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Handle {
+    /// Begin a graceful shutdown (as SIGTERM does); [`Handle::wait`] for it to end.
+    pub fn shutdown(&self) {
+        let _ = self.stop.send(Stop::Graceful);
+    }
+
+    /// Stop at once (as SIGINT does).
+    pub fn abort(&self) {
+        let _ = self.stop.send(Stop::Fast);
+    }
+
+    /// Wait until the gateway has stopped.
+    pub fn wait(mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Whether the gateway has stopped.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = self.stop.send(Stop::Fast);
+            let _ = t.join();
+        }
+    }
+}
+
+/// What pingora waits on for its shutdown: our stop requests (and, for the binary, SIGTERM
+/// and SIGINT). A graceful stop drains here, before pingora is told: listeners stop at once,
+/// then in-flight requests get up to the grace period.
+struct DrainSignal {
+    requests: tokio::sync::Mutex<mpsc::UnboundedReceiver<Stop>>,
+    signals: bool,
+    stop_accepting: watch::Sender<bool>,
+    active: Arc<ActiveRequests>,
+    grace: Duration,
+}
+
+#[async_trait]
+impl ShutdownSignalWatch for DrainSignal {
+    async fn recv(&self) -> ShutdownSignal {
+        let mut requests = self.requests.lock().await;
+        let stop = if self.signals {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (mut term, mut int) = match (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) {
+                (Ok(t), Ok(i)) => (t, i),
+                _ => {
+                    tracing::error!("cannot install SIGTERM/SIGINT handlers");
+                    return ShutdownSignal::FastShutdown;
+                }
+            };
+            tokio::select! {
+                r = requests.recv() => r.unwrap_or(Stop::Fast),
+                _ = term.recv() => Stop::Graceful,
+                _ = int.recv() => Stop::Fast,
+            }
+        } else {
+            requests.recv().await.unwrap_or(Stop::Fast)
+        };
+        let _ = self.stop_accepting.send(true);
+        if stop == Stop::Fast {
+            tracing::info!("stopping now");
+            return ShutdownSignal::FastShutdown;
+        }
+        let start = Instant::now();
+        tracing::info!(in_flight = self.active.get(), grace = ?self.grace, "draining");
+        while self.active.get() > 0 && start.elapsed() < self.grace {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                r = requests.recv() => if r != Some(Stop::Graceful) { break },
+            }
+        }
+        tracing::info!(in_flight = self.active.get(), elapsed = ?start.elapsed(), "drained; stopping");
+        ShutdownSignal::GracefulTerminate
+    }
+}
+
+/// Start the gateway on a thread of its own; returns once both listeners are bound.
+/// `signals`: also stop on SIGTERM (graceful) and SIGINT (at once) — for the binary.
+pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
+    let Loaded { config, resources } = loaded;
     let grace = config.grace_period;
-    let listen = config.listen;
-    let admin_listen = config.admin_listen;
     let threads = config.threads;
+    let (proxy_listener, listen) = bind(config.listen)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+    let (admin_listener, admin_listen) = bind(config.admin_listen)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {} (admin): {e}", config.admin_listen))?;
 
     let metrics = Metrics::new();
     let state = Arc::new(ArcSwap::from_pointee(GatewayState::new(
         Arc::new(config),
+        Arc::new(resources),
         &metrics,
     )));
     let active = Arc::new(ActiveRequests::default());
     for w in &state.load().config.warnings {
         tracing::warn!("config: {}", w.display(&state.load().config.origin));
     }
+    let (stop_accepting, stop_rx) = watch::channel(false);
     let reloader = Arc::new(Reloader::new(Arc::clone(&state), metrics.clone()));
     let reload_runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -81,40 +204,50 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .build()?;
     let hup = hangup_signal(&reload_runtime)?;
     let watcher = Arc::clone(&reloader);
+    let reload_stop = stop_rx.clone();
     std::thread::Builder::new()
         .name("pronto-reload".into())
-        .spawn(move || reload_runtime.block_on(watcher.run(hup)))?;
+        .spawn(move || reload_runtime.block_on(watcher.run(hup, reload_stop)))?;
 
     let conf = ServerConf {
         threads,
-        // Pingora sleeps the whole grace period; the drain watcher below exits earlier once
-        // nothing is in flight.
-        grace_period_seconds: Some(grace.as_secs().max(1)),
+        // The drain happens before pingora hears of the shutdown (see `DrainSignal`).
+        grace_period_seconds: Some(0),
         graceful_shutdown_timeout_seconds: Some(1),
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
-    let mut proxy = pingora_proxy::http_proxy_service_with_name(
+    let mut proxy = pingora_proxy::http_proxy(
         &server.configuration,
         Proxy::new(Arc::clone(&state), metrics.clone(), Arc::clone(&active)),
-        "pronto-proxy",
     );
-    let tls = state.load().config.tls.clone();
-    match &tls {
-        Some(identity) => {
-            let settings = crate::tls::listener_settings(Arc::clone(&state), identity)
-                .map_err(|e| anyhow::anyhow!("TLS listener: {e}"))?;
-            proxy.add_tls_with_settings(&listen.to_string(), None, settings);
-        }
-        None => proxy.add_tcp(&listen.to_string()),
-    }
-    if let Some(app) = proxy.app_logic_mut() {
-        let mut opts = HttpServerOptions::default();
-        opts.h2c = true;
-        app.server_options = Some(opts);
-    }
+    let mut opts = HttpServerOptions::default();
+    opts.h2c = true;
+    proxy.server_options = Some(opts);
+    let tls = state.load().resources.tls().cloned();
+    let acceptor = match &tls {
+        Some(identity) => Some(
+            crate::tls::listener_settings(Arc::clone(&state), Arc::clone(identity))
+                .map_err(|e| anyhow::anyhow!("TLS listener: {e}"))?
+                .build(),
+        ),
+        None => None,
+    };
+    let proxy = Listening::new(
+        "pronto-proxy",
+        proxy_listener,
+        acceptor,
+        proxy,
+        Some(threads),
+        stop_rx.clone(),
+    )?
+    .with_edge(crate::listener::Edge {
+        state: Arc::clone(&state),
+        metrics: metrics.clone(),
+        open: Arc::default(),
+    });
 
     let discovery = background_service(
         "pronto-discovery",
@@ -132,9 +265,16 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let mut opts = HttpServerOptions::default();
     opts.h2c = true;
     admin_app.server_options = Some(opts);
-    let mut admin = Service::new("pronto-admin".to_string(), admin_app);
-    admin.add_tcp(&admin_listen.to_string());
-    admin.threads = Some(1);
+    // The admin listener keeps answering during a drain (health probes, metrics).
+    let (_admin_stop, admin_stop) = watch::channel(false);
+    let admin = Listening::new(
+        "pronto-admin",
+        admin_listener,
+        None,
+        admin_app,
+        Some(1),
+        admin_stop,
+    )?;
 
     let health = background_service("pronto-health", HealthChecker::new(Arc::clone(&state)));
     let scraper = background_service("pronto-scrape", EngineScraper::new(Arc::clone(&state)));
@@ -149,37 +289,34 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     ));
     server.add_service(discovery);
 
-    let mut phases = server.watch_execution_phase();
-    std::thread::Builder::new()
-        .name("pronto-drain".into())
-        .spawn(move || drain_watcher(&mut phases, &active, grace))?;
-
-    tracing::info!(%listen, %admin_listen, threads, tls = tls.is_some(), "pronto gateway starting");
-    server.run(RunArgs::default());
-    Ok(())
+    let (stop, requests) = mpsc::unbounded_channel();
+    let signal = DrainSignal {
+        requests: tokio::sync::Mutex::new(requests),
+        signals,
+        stop_accepting,
+        active,
+        grace,
+    };
+    tracing::info!(%listen, %admin_listen, threads, tls = tls.is_some(), "pronto gateway listening");
+    let thread = std::thread::Builder::new()
+        .name("pronto-server".into())
+        .spawn(move || {
+            server.run(RunArgs {
+                shutdown_signal: Box::new(signal),
+            });
+            drop(_admin_stop);
+        })?;
+    Ok(Handle {
+        listen,
+        admin: admin_listen,
+        state,
+        stop,
+        thread: Some(thread),
+    })
 }
 
-/// After SIGTERM, exit as soon as no request is in flight (or when the grace period ends).
-fn drain_watcher(
-    phases: &mut tokio::sync::broadcast::Receiver<ExecutionPhase>,
-    active: &ActiveRequests,
-    grace: Duration,
-) {
-    loop {
-        match phases.blocking_recv() {
-            Ok(ExecutionPhase::GracefulTerminate) => break,
-            Ok(_) => continue,
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-        }
-    }
-    let start = Instant::now();
-    tracing::info!(in_flight = active.get(), ?grace, "draining");
-    // Let listeners close and connections that were mid-accept register their request.
-    std::thread::sleep(Duration::from_millis(100));
-    while active.get() > 0 && start.elapsed() < grace {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    tracing::info!(in_flight = active.get(), elapsed = ?start.elapsed(), "drained; exiting");
-    std::process::exit(0);
+/// Run the gateway until SIGTERM (graceful) or SIGINT.
+pub fn run(loaded: Loaded) -> anyhow::Result<()> {
+    start(loaded, true)?.wait();
+    Ok(())
 }

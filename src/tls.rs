@@ -23,7 +23,7 @@ use pingora_core::tls::sign::CertifiedKey;
 use pingora_core::tls::{ClientHello, ResolvesServerCert};
 use pingora_core::utils::tls::{parse_x509, WrappedX509};
 
-use crate::config::{tls::TlsListener, Backend as BackendConfig};
+use crate::config::Backend as BackendConfig;
 use crate::gateway::GatewayState;
 
 /// Picks the listener certificate of the current config on each handshake.
@@ -41,19 +41,18 @@ impl std::fmt::Debug for CertResolver {
 
 impl CertResolver {
     /// A resolver over the (reloadable) gateway state, starting from `initial`.
-    pub fn new(state: Arc<ArcSwap<GatewayState>>, initial: &TlsListener) -> CertResolver {
+    pub fn new(state: Arc<ArcSwap<GatewayState>>, initial: Arc<CertifiedKey>) -> CertResolver {
         CertResolver {
             state,
-            last: ArcSwapOption::from(Some(Arc::clone(&initial.identity))),
+            last: ArcSwapOption::from(Some(initial)),
         }
     }
 
     /// The certificate a handshake starting now gets.
     pub fn current(&self) -> Option<Arc<CertifiedKey>> {
         let state = self.state.load();
-        match &state.config.tls {
-            Some(tls) => {
-                let now = &tls.identity;
+        match state.resources.tls() {
+            Some(now) => {
                 let stale = self
                     .last
                     .load()
@@ -79,7 +78,7 @@ impl ResolvesServerCert for CertResolver {
 /// [`CertResolver`].
 pub fn listener_settings(
     state: Arc<ArcSwap<GatewayState>>,
-    initial: &TlsListener,
+    initial: Arc<CertifiedKey>,
 ) -> pingora_core::Result<TlsSettings> {
     let mut settings = TlsSettings::intermediate("", "")?;
     settings.set_cert_resolver(Arc::new(CertResolver::new(state, initial)));

@@ -5,14 +5,43 @@
 //! gateway config validates against it (checked by a small validator for the keywords the
 //! schema uses), broken files do not, and every property it names is set in
 //! `config/pronto.yaml` — which must set every field and load with unknown keys denied.
+//!
+//! The annotated example leaves the settings whose example values are secrets commented out
+//! with `#~ ` (the loader refuses published secrets): "every field" is checked on the file
+//! with those lines uncommented, and that file must fail on exactly those secrets.
+//! `config/docker.yaml` reads its admin token from `PRONTO_ADMIN_TOKEN`, which the loads
+//! here provide (the process environment is left alone).
 
 use std::path::{Path, PathBuf};
 
-use pronto::config::{config_schema, file, Config};
+use pronto::config::{config_schema, file, Config, Loaded};
 use serde_json::Value;
 
 fn config_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("config")
+}
+
+/// The environment a deployment provides (`config/docker.yaml`'s admin token).
+fn deployment_env(name: &str) -> Option<String> {
+    (name == "PRONTO_ADMIN_TOKEN").then(|| "a-token-of-my-own".to_string())
+}
+
+/// `text` with its `#~ ` lines (settings commented out for their example secrets) restored.
+fn uncommented(text: &str) -> String {
+    text.lines()
+        .map(|l| match l {
+            "#~" => "",
+            _ => l.strip_prefix("#~ ").unwrap_or(l),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The annotated example with every setting present.
+fn full_example() -> String {
+    let text = std::fs::read_to_string(config_dir().join("pronto.yaml")).expect("read");
+    assert!(text.contains("\n#~ "), "the example has no `#~ ` lines");
+    uncommented(&text)
 }
 
 /// Every `*.yaml` / `*.yml` under `dir`, recursively, except under `config/sim/`.
@@ -55,6 +84,7 @@ fn every_gateway_config_in_the_repo_loads_cleanly() {
         "examples/multi-model.yaml",
         "examples/cache-aware.yaml",
         "examples/hetero-fleet.yaml",
+        "docker.yaml",
     ] {
         assert!(
             files.contains(&config_dir().join(required)),
@@ -63,7 +93,7 @@ fn every_gateway_config_in_the_repo_loads_cleanly() {
     }
     let mut failures = Vec::new();
     for path in &files {
-        match Config::load(path) {
+        match Loaded::load_with_env(path, deployment_env).map(|l| l.config) {
             Ok(config) => {
                 println!(
                     "{}: {} pools, {} backends, hash {}",
@@ -85,7 +115,7 @@ fn every_gateway_config_in_the_repo_loads_cleanly() {
 /// The annotated example documents every field, so it must set every field.
 #[test]
 fn annotated_example_sets_every_field() {
-    let text = std::fs::read_to_string(config_dir().join("pronto.yaml")).expect("read");
+    let text = full_example();
     let f = file::parse(&text).expect("parses");
     let file::ConfigFile {
         listen,
@@ -128,7 +158,11 @@ fn annotated_example_sets_every_field() {
     } = auth.keys.expect("keys").remove(0);
     assert!(key_name.is_some() && key.is_some() && models.is_some());
     assert!(key_routes.is_some() && key_priority.is_some());
-    assert!(admin.expect("admin").token.is_some());
+    let pronto::config::edge::AdminFile {
+        token,
+        allowed_hosts,
+    } = admin.expect("admin");
+    assert!(token.is_some() && allowed_hosts.is_some());
     let pronto::config::edge::RateLimitsFile {
         per_key,
         keys: limit_keys,
@@ -174,9 +208,19 @@ fn annotated_example_sets_every_field() {
         connect_timeout,
         first_token_timeout,
         idle_timeout,
+        request_timeout,
+        header_timeout,
+        body_timeout,
+        write_timeout,
+        min_send_rate,
+        max_buffered_bytes,
+        max_connections,
     } = limits.expect("limits");
     assert!(max_body_bytes.is_some() && connect_timeout.is_some());
     assert!(first_token_timeout.is_some() && idle_timeout.is_some());
+    assert!(request_timeout.is_some() && header_timeout.is_some() && body_timeout.is_some());
+    assert!(write_timeout.is_some() && min_send_rate.is_some());
+    assert!(max_buffered_bytes.is_some() && max_connections.is_some());
     assert!(retry.expect("retry").max_retries.is_some());
     let file::ReloadFile {
         watch,
@@ -407,6 +451,38 @@ fn every_gateway_config_validates_against_the_schema() {
         let errors = schema_errors(&text);
         assert!(errors.is_empty(), "{}: {errors:#?}", path.display());
     }
+    let errors = schema_errors(&full_example());
+    assert!(errors.is_empty(), "the uncommented example: {errors:#?}");
+}
+
+/// Uncommenting the example's `#~ ` lines gives a config that fails on its published
+/// secrets, each at its field, and on nothing else.
+#[test]
+fn the_commented_out_examples_are_refused_for_their_secrets() {
+    let path = config_dir().join("pronto.yaml");
+    let e = Config::from_file_text(&path, &full_example()).unwrap_err();
+    let mut paths: Vec<&str> = e.errors.iter().map(|d| d.path.as_str()).collect();
+    paths.sort_unstable();
+    assert_eq!(
+        paths,
+        [
+            "admin.token",
+            "auth.keys[0].key",
+            "auth.keys[1].sha256",
+            "auth.keys_file[0].sha256",
+            "routes[0].match.api_keys[0]",
+            "tls.key",
+        ],
+        "{e}"
+    );
+    for d in &e.errors {
+        assert!(
+            d.message
+                .contains("published in Pronto's repository (config/"),
+            "{}",
+            d.message
+        );
+    }
 }
 
 #[test]
@@ -522,8 +598,7 @@ fn the_schema_names_exactly_the_fields_the_annotated_example_sets() {
     schema_paths(&root, &root, "", &mut in_schema);
     in_schema.sort();
     in_schema.dedup();
-    let text = std::fs::read_to_string(config_dir().join("pronto.yaml")).unwrap();
-    let v: Value = serde_yaml_ng::from_str(&text).unwrap();
+    let v: Value = serde_yaml_ng::from_str(&full_example()).unwrap();
     let mut in_example = Vec::new();
     yaml_paths(&v, "", &mut in_example);
     in_example.sort();

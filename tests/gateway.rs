@@ -520,7 +520,7 @@ async fn admin_endpoints_answer() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_lets_in_flight_streams_finish_then_exits() {
+async fn sigterm_stops_listening_lets_in_flight_streams_finish_then_exits() {
     let backend = TestBackend::start(
         "b",
         Behavior {
@@ -530,10 +530,11 @@ async fn sigterm_lets_in_flight_streams_finish_then_exits() {
         },
     )
     .await;
-    let mut gw = Gateway::start(&config_yaml(
-        &pool("m", "round_robin", &[backend.url()]),
-        "",
-    ));
+    // A grace period far longer than the stream: exiting before it means the drain ended
+    // when nothing was left in flight, instead of sleeping the period out.
+    let yaml = config_yaml(&pool("m", "round_robin", &[backend.url()]), "")
+        .replace("grace_period: 5s", "grace_period: 60s");
+    let mut gw = Gateway::start_process(&yaml);
     let r = client(false)
         .post(gw.url("/v1/chat/completions"))
         .body(chat_body(100, true))
@@ -542,7 +543,23 @@ async fn sigterm_lets_in_flight_streams_finish_then_exits() {
         .unwrap();
     let mut s = r.bytes_stream();
     s.next().await.unwrap().unwrap();
+    let signalled = Instant::now();
     gw.terminate();
+    // Listening stops at once, while the stream goes on.
+    let listen = gw.listen;
+    let refused = tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if std::net::TcpStream::connect(listen).is_err() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    })
+    .await
+    .unwrap();
+    assert!(refused, "the listener closed after SIGTERM");
     let mut text = String::new();
     while let Some(c) = s.next().await {
         text.push_str(&String::from_utf8_lossy(&c.unwrap()));
@@ -551,12 +568,38 @@ async fn sigterm_lets_in_flight_streams_finish_then_exits() {
         text.ends_with("data: [DONE]\n\n"),
         "stream finished: {text}"
     );
-    let status = tokio::task::block_in_place(|| gw.wait_exit(Duration::from_secs(10)));
+    let status = tokio::task::block_in_place(|| gw.wait_exit(Duration::from_secs(30)));
     assert!(
-        status.is_some_and(|s| s.success()),
+        status.flatten().is_some_and(|s| s.success()),
         "exited cleanly: {status:?}"
     );
-    // Exited well before the 5 s grace period: it drained instead of sleeping it out.
+    assert!(
+        signalled.elapsed() < Duration::from_secs(60),
+        "exited before the grace period"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_process_gateway_shuts_down_through_its_handle() {
+    let backend = TestBackend::start("b", Behavior::default()).await;
+    let mut gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[backend.url()]),
+        "",
+    ));
+    let r = client(false)
+        .post(gw.url("/v1/chat/completions"))
+        .body(chat_body(100, false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    gw.terminate();
+    let stopped = tokio::task::block_in_place(|| gw.wait_exit(Duration::from_secs(20)));
+    assert!(stopped.is_some(), "the handle's shutdown stops the gateway");
+    assert!(
+        std::net::TcpStream::connect(gw.listen).is_err(),
+        "nothing listens after it stopped"
+    );
 }
 
 /// A backend that answers one request per connection and then closes it *without* saying

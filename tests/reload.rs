@@ -356,7 +356,7 @@ async fn removing_the_backend_of_an_open_stream_lets_it_finish() {
 async fn sighup_reloads_once() {
     let b0 = TestBackend::start("b0", Behavior::default()).await;
     let pools = pool_m("round_robin", &[("b0", b0.url(), "")]);
-    let gw = Gateway::start(&config(&pools, "{watch: false}"));
+    let gw = Gateway::start_process(&config(&pools, "{watch: false}"));
     gw.write_config(&config(
         &pools.replace("round_robin", "least_inflight"),
         "{watch: false}",

@@ -1,13 +1,15 @@
 //! Request parsing through the public API: every content shape, field order, escapes, errors,
 //! hostile inputs and a huge prompt.
 
-use pronto::request::{parse_request, Endpoint, RequestError, RequestFeatures};
+use pronto::request::{
+    parse_request, parse_request_with_prompt, Endpoint, RequestError, RequestFeatures,
+};
 use pronto::tokens::{self, BLOCK_TOKENS};
 
 const CHAT: Endpoint = Endpoint::ChatCompletions;
 
 fn chat(body: &str) -> Result<RequestFeatures, RequestError> {
-    parse_request(CHAT, body.as_bytes(), None)
+    parse_request_with_prompt(CHAT, body.as_bytes(), None)
 }
 
 fn prompt(body: &str) -> String {
@@ -342,7 +344,7 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
 
 #[test]
 fn completions_prompt_shapes() {
-    let p = |body: &str| parse_request(Endpoint::Completions, body.as_bytes(), None);
+    let p = |body: &str| parse_request_with_prompt(Endpoint::Completions, body.as_bytes(), None);
     let f = p(
         r#"{"prompt":"Once upon\na time","model":"m","stream":true,"max_tokens":16,
         "stream_options":{"include_usage":true},"max_completion_tokens":1,"messages":"ignored"}"#,
@@ -388,7 +390,7 @@ fn completions_prompt_shapes() {
 
 #[test]
 fn embeddings_input_shapes() {
-    let p = |body: &str| parse_request(Endpoint::Embeddings, body.as_bytes(), None);
+    let p = |body: &str| parse_request_with_prompt(Endpoint::Embeddings, body.as_bytes(), None);
     let f = p(r#"{"input":"hello","model":"e5","stream":true,"max_tokens":3,"user":"u"}"#).unwrap();
     assert_eq!(f.endpoint, Endpoint::Embeddings);
     assert_eq!((f.prompt.as_str(), f.model.as_str()), ("hello", "e5"));
@@ -410,4 +412,19 @@ fn embeddings_input_shapes() {
     assert!(wrong("input")(
         &p(r#"{"model":"e","input":true}"#).unwrap_err()
     ));
+}
+
+#[test]
+fn the_gateways_parse_keeps_no_copy_of_the_prompt_and_hashes_the_same() {
+    let body = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "lorem ipsum ".repeat(5_000)
+    );
+    let lean = parse_request(CHAT, body.as_bytes(), None).unwrap();
+    let full = parse_request_with_prompt(CHAT, body.as_bytes(), None).unwrap();
+    assert!(lean.prompt.is_empty() && full.prompt.len() > 50_000);
+    assert_eq!(
+        (lean.prompt_tokens, &lean.block_hashes),
+        (full.prompt_tokens, &full.block_hashes)
+    );
 }

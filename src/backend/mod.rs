@@ -1,4 +1,5 @@
-//! Live state of each backend: health, ejection, and router-side load counters.
+//! Live state of each backend: health, ejection, and its routing state (the core's
+//! [`BackendState`]: ledger, TTFT model, scraped engine state, exact index).
 //!
 //! A [`Backend`] is shared (`Arc`) between the proxy threads, the health checker and the admin
 //! listener. Everything on it that changes per request is atomic, so building a routing
@@ -7,7 +8,7 @@
 //! are never paired by hand.
 //!
 //! Engine-side load scraped from each backend's `/metrics` ([`EngineScraper`]) is kept in
-//! [`Backend::engine`] and enters the routing view only while it is fresh ([`EngineState`]).
+//! the backend's [`EngineState`] and enters the routing view only while it is fresh.
 
 mod health;
 pub mod latency;
@@ -25,14 +26,18 @@ pub use pronto_core::engine::metrics as engine_metrics;
 pub use pronto_core::engine::{
     EngineFlavor, EngineMetricsError, EngineSample, EngineState, Scraped, STALE_AFTER_FAILURES,
 };
+pub use pronto_core::load::RequestLoad;
 pub use pronto_core::predict::TtftModel;
 pub use scrape::{EngineScraper, ScrapeOutcome};
 
-use crate::affinity::residency::{decayed_rate, Residency};
 use crate::config::Backend as BackendConfig;
 use crate::predict::Coefficients;
+use crate::routing::views::RoutingBackend;
 use crate::routing::BackendView;
 use crate::telemetry::Metrics;
+use pronto_core::ids::BackendId;
+use pronto_core::load::{Atomic, Booking};
+use pronto_core::state::{BackendState, Settings};
 
 /// One backend and what the gateway knows about it.
 #[derive(Debug)]
@@ -51,35 +56,23 @@ pub struct Backend {
     /// (0 = not ejected).
     ejected_until_ns: AtomicU64,
     consecutive_failures: AtomicU32,
-    inflight: AtomicU32,
-    outstanding_prefill_tokens: AtomicU64,
-    /// Σ over outstanding prefills of tokens² / 1000 (see [`prefill_sq_units`]).
-    outstanding_prefill_sq_units: AtomicU64,
-    running_decodes: AtomicU32,
-    /// KV-cache tokens the in-flight requests will hold at most (prompt + expected output).
-    kv_reserved_tokens: AtomicU64,
-    /// The engine's KV-cache capacity in tokens from its metrics (0: unknown).
-    kv_capacity_tokens: AtomicU64,
-    /// Allocation rate into the KV cache (see [`crate::affinity::residency`]): written under
-    /// the mutex on dispatch, published as f64 bits with its time for lock-free views.
-    residency: std::sync::Mutex<Residency>,
-    alloc_rate_bits: AtomicU64,
-    alloc_rate_at_ns: AtomicU64,
-    /// Engine load from the last scrapes of the backend's `/metrics`.
-    pub engine: EngineState,
-    /// The backend's learned TTFT model.
-    pub ttft: TtftModel,
+    /// The routing side: ledger, TTFT model, scraped engine state, exact prefix index — the
+    /// same code the offline evaluator runs.
+    pub state: BackendState<Atomic>,
     /// Measured TTFT / TPOT / E2E: EWMAs and sliding-window quantiles.
     pub latency: LatencyStats,
-    /// The exact prefix index fed by the engine's KV-cache events (`kv_events` configured).
-    pub kv_events: Option<Arc<crate::kv_events::ExactIndex>>,
     metrics: Metrics,
 }
 
 impl Backend {
     /// A backend that starts healthy (active checks may mark it down), its TTFT model starting
     /// from the config's profile hint ([`BackendConfig::profile`]) or the generic prior.
-    pub fn new(config: BackendConfig, connect_timeout: Duration, metrics: Metrics) -> Backend {
+    pub fn new(
+        id: BackendId,
+        config: BackendConfig,
+        connect_timeout: Duration,
+        metrics: Metrics,
+    ) -> Backend {
         let addr = format!("{}:{}", config.host, config.port);
         // TLS: the host is the SNI and the name verified; `ca_file` replaces the system roots.
         let mut peer = HttpPeer::new(addr.as_str(), config.tls, crate::tls::sni(&config.host));
@@ -98,6 +91,7 @@ impl Backend {
         let prior = config
             .profile
             .map_or_else(Coefficients::default, |p| p.coefficients());
+        let state = BackendState::new(id, &config.name, prior, created, kv_events);
         let b = Backend {
             authority: addr,
             peer,
@@ -107,19 +101,8 @@ impl Backend {
             active_ok: AtomicBool::new(true),
             ejected_until_ns: AtomicU64::new(0),
             consecutive_failures: AtomicU32::new(0),
-            inflight: AtomicU32::new(0),
-            outstanding_prefill_tokens: AtomicU64::new(0),
-            outstanding_prefill_sq_units: AtomicU64::new(0),
-            running_decodes: AtomicU32::new(0),
-            kv_reserved_tokens: AtomicU64::new(0),
-            kv_capacity_tokens: AtomicU64::new(0),
-            residency: std::sync::Mutex::new(Residency::default()),
-            alloc_rate_bits: AtomicU64::new(0),
-            alloc_rate_at_ns: AtomicU64::new(0),
-            engine: EngineState::new(created),
-            ttft: TtftModel::new(prior),
+            state,
             latency: LatencyStats::default(),
-            kv_events,
             metrics,
         };
         b.publish_health(Instant::now());
@@ -129,6 +112,16 @@ impl Backend {
     /// Backend name (a bounded metric label).
     pub fn name(&self) -> &str {
         &self.config.name
+    }
+
+    /// This backend instance's id (stable across reloads that keep it).
+    pub fn id(&self) -> BackendId {
+        self.state.id
+    }
+
+    /// The exact prefix index fed by the engine's KV-cache events (`kv_events` configured).
+    pub fn kv_events(&self) -> Option<&Arc<crate::kv_events::ExactIndex>> {
+        self.state.exact.as_ref()
     }
 
     fn ns_since_created(&self, now: Instant) -> u64 {
@@ -186,49 +179,20 @@ impl Backend {
 
     /// Requests in flight.
     pub fn inflight(&self) -> u32 {
-        self.inflight.load(Ordering::Relaxed)
+        self.state.ledger.inflight()
     }
 
-    /// The routing view of this backend at `now`.
+    /// The routing view of this backend at `now` (no request-specific prefix hit).
     pub fn view(&self, now: Instant) -> BackendView {
-        let kv_reserved_tokens = self.kv_reserved_tokens.load(Ordering::Relaxed);
-        let kv_capacity_tokens =
-            Some(self.kv_capacity_tokens.load(Ordering::Relaxed)).filter(|&c| c > 0);
-        let age_s =
-            self.ns_since_created(now)
-                .saturating_sub(self.alloc_rate_at_ns.load(Ordering::Relaxed)) as f64
-                * 1e-9;
-        let kv_alloc_rate = decayed_rate(
-            f64::from_bits(self.alloc_rate_bits.load(Ordering::Relaxed)),
-            age_s,
-        );
-        BackendView {
-            name: self.config.name.clone(),
-            healthy: self.is_healthy(now),
-            excluded: false,
-            weight: self.config.weight,
-            inflight: self.inflight(),
-            max_inflight: self.config.max_inflight,
-            outstanding_prefill_tokens: self.outstanding_prefill_tokens.load(Ordering::Relaxed),
-            outstanding_prefill_sq: self.outstanding_prefill_sq_units.load(Ordering::Relaxed)
-                as f64
-                / 1000.0,
-            running_decodes: self.running_decodes.load(Ordering::Relaxed),
-            engine: self.engine.load(now),
-            cached_tokens: 0,
-            kv_reserved_tokens,
-            kv_capacity_tokens,
-            kv_alloc_rate,
-            ttft_model: Some(self.ttft.view(now)),
-        }
+        self.state.view(self.settings(), self.is_healthy(now), now)
     }
 
     /// A scrape of the engine's `/metrics` at `now` parsed as `sample`; trusted for
     /// `stale_after`. Publishes the queue-depth and KV-usage gauges.
     pub fn record_engine_sample(&self, sample: EngineSample, now: Instant, stale_after: Duration) {
-        self.engine.record_success(sample, now, stale_after);
+        self.state.engine.record_success(sample, now, stale_after);
         if let Some(c) = sample.kv_capacity_tokens {
-            self.kv_capacity_tokens.store(c as u64, Ordering::Relaxed);
+            self.state.set_kv_capacity(c as u64);
         }
         let m = &self.metrics;
         m.backend_queue_depth
@@ -246,7 +210,7 @@ impl Backend {
             .engine_scrape_errors_total
             .with_label_values(&[self.name()])
             .inc();
-        if self.engine.record_failure() {
+        if self.state.engine.record_failure() {
             tracing::warn!(backend = %self.name(), %error, "engine metrics stale after repeated scrape failures");
             self.withdraw_engine_gauges();
         } else {
@@ -257,10 +221,10 @@ impl Backend {
     /// The backend answered 404 on `/metrics` at `now`: not scraped again before
     /// `now + retry_after`.
     pub fn record_engine_absent(&self, now: Instant, retry_after: Duration) {
-        if !self.engine.no_metrics() {
+        if !self.state.engine.no_metrics() {
             tracing::info!(backend = %self.name(), ?retry_after, "backend exports no /metrics; scraping it rarely");
         }
-        self.engine.record_no_metrics(now, retry_after);
+        self.state.engine.record_no_metrics(now, retry_after);
         self.withdraw_engine_gauges();
     }
 
@@ -271,43 +235,41 @@ impl Backend {
         let _ = m.backend_kv_usage_ratio.remove_label_values(&[self.name()]);
     }
 
-    /// Account a request being sent at `now`: in flight, its expected uncached prefill
-    /// outstanding until [`InflightGuard::first_token`], that prefill plus its expected output
-    /// reserved in the KV cache until it finishes, and its allocations in the cache's residency
-    /// estimate.
-    pub fn start_request(self: &Arc<Self>, load: RequestLoad, now: Instant) -> InflightGuard {
-        let prompt_tokens = load.prefill_tokens;
-        let kv_tokens = load.kv_tokens;
-        let n = self.inflight.fetch_add(1, Ordering::Relaxed) + 1;
-        self.kv_reserved_tokens
-            .fetch_add(kv_tokens, Ordering::Relaxed);
-        {
-            // Held for a few arithmetic operations; never across an await.
-            let mut r = self.residency.lock().unwrap_or_else(|e| e.into_inner());
-            r.on_alloc(kv_tokens as f64, now);
-            self.alloc_rate_bits
-                .store(r.rate(now).to_bits(), Ordering::Relaxed);
-            self.alloc_rate_at_ns
-                .store(self.ns_since_created(now), Ordering::Relaxed);
-        }
-        self.outstanding_prefill_tokens
-            .fetch_add(u64::from(prompt_tokens), Ordering::Relaxed);
-        self.outstanding_prefill_sq_units
-            .fetch_add(prefill_sq_units(prompt_tokens), Ordering::Relaxed);
+    /// Book a request being sent at `now` in the ledger (see [`pronto_core::load`]): in
+    /// flight, its expected uncached prefill outstanding until its prefill ends, that prefill
+    /// plus its expected output reserved in the KV cache until it is released. `streamed` and
+    /// the decision's prediction arm the non-streamed prefill deadline.
+    pub fn start_request(
+        self: &Arc<Self>,
+        load: RequestLoad,
+        now: Instant,
+        streamed: bool,
+        predicted_ttft_s: Option<f64>,
+    ) -> InflightGuard {
+        let booking = self
+            .state
+            .ledger
+            .book(load, now, streamed, predicted_ttft_s);
+        InflightGuard::new(Arc::clone(self), booking)
+    }
+
+    fn publish_inflight(&self) {
         self.metrics
             .backend_inflight
             .with_label_values(&[self.name()])
-            .set(i64::from(n));
-        InflightGuard {
-            backend: Arc::clone(self),
-            prompt_tokens,
-            kv_tokens,
-            first_token_seen: false,
+            .set(i64::from(self.inflight()));
+    }
+
+    fn settings(&self) -> Settings {
+        Settings {
+            weight: self.config.weight,
+            max_inflight: self.config.max_inflight,
         }
     }
 
     /// JSON state for `GET /admin/backends`.
     pub fn admin_json(&self, now: Instant) -> serde_json::Value {
+        let load = self.state.load(now);
         serde_json::json!({
             "name": &*self.config.name,
             "url": self.config.base_url(),
@@ -318,79 +280,81 @@ impl Backend {
             "active_check_ok": self.active_ok.load(Ordering::Relaxed),
             "ejected": self.is_ejected(now),
             "consecutive_failures": self.consecutive_failures.load(Ordering::Relaxed),
-            "inflight": self.inflight(),
-            "outstanding_prefill_tokens": self.outstanding_prefill_tokens.load(Ordering::Relaxed),
-            "running_decodes": self.running_decodes.load(Ordering::Relaxed),
-            "engine": self.engine.admin_json(now),
+            "inflight": load.inflight,
+            "outstanding_prefill_tokens": load.outstanding_prefill_tokens,
+            "running_decodes": load.running_decodes,
+            "kv_reserved_tokens": load.kv_reserved_tokens,
+            "engine": self.state.engine.admin_json(now),
             "latency": self.latency.admin_json(now),
         })
     }
 }
 
-/// A prefill's attention work in integer units of tokens² / 1000, so it can be summed in an
-/// atomic: (tokens / 1000)² = units / 1000.
-fn prefill_sq_units(tokens: u32) -> u64 {
-    u64::from(tokens) * u64::from(tokens) / 1000
+impl RoutingBackend for Backend {
+    type Storage = Atomic;
+
+    fn state(&self) -> &BackendState<Atomic> {
+        &self.state
+    }
+
+    fn settings(&self) -> Settings {
+        Backend::settings(self)
+    }
+
+    fn healthy(&self, now: Instant) -> bool {
+        self.is_healthy(now)
+    }
 }
 
-/// What one request will cost a backend, known at dispatch.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RequestLoad {
-    /// Prompt tokens expected to need prefill (not in the prefix cache).
-    pub prefill_tokens: u32,
-    /// KV-cache tokens it will add: [`crate::routing::BackendView::kv_need`].
-    pub kv_tokens: u64,
-}
-
-/// Holds one request's share of a backend's load until dropped.
+/// Holds one request's booking in its backend's ledger until dropped.
 #[derive(Debug)]
 pub struct InflightGuard {
     backend: Arc<Backend>,
-    prompt_tokens: u32,
-    kv_tokens: u64,
-    first_token_seen: bool,
+    booking: Booking,
 }
 
 impl InflightGuard {
+    /// A guard over `booking`, made in `backend`'s ledger.
+    pub fn new(backend: Arc<Backend>, booking: Booking) -> InflightGuard {
+        backend.publish_inflight();
+        InflightGuard { backend, booking }
+    }
+
     /// The backend this guard accounts on.
     pub fn backend(&self) -> &Arc<Backend> {
         &self.backend
     }
 
-    /// The first token arrived: the prompt's prefill is done and the request now decodes.
-    /// Idempotent.
-    pub fn first_token(&mut self) {
-        if self.first_token_seen {
-            return;
-        }
-        self.first_token_seen = true;
-        let b = &self.backend;
-        b.outstanding_prefill_tokens
-            .fetch_sub(u64::from(self.prompt_tokens), Ordering::Relaxed);
-        b.outstanding_prefill_sq_units
-            .fetch_sub(prefill_sq_units(self.prompt_tokens), Ordering::Relaxed);
-        b.running_decodes.fetch_add(1, Ordering::Relaxed);
+    /// The booking.
+    pub fn booking(&self) -> &Booking {
+        &self.booking
+    }
+
+    /// The request's prefill is over without a first token to learn from (a non-streamed
+    /// response head, or its predicted TTFT passed). Idempotent.
+    pub fn end_prefill(&mut self) {
+        self.backend.state.ledger.end_prefill(&mut self.booking);
+    }
+
+    /// The first token arrived at `at`, `actual_s` after the request was sent: end the prefill
+    /// and teach the backend's model (once). Returns the model's own prediction before it
+    /// learned, when this call was the one that ended the prefill.
+    pub fn first_token(
+        &mut self,
+        inputs: &crate::predict::TtftInputs,
+        actual_s: f64,
+        at: Instant,
+    ) -> Option<f64> {
+        self.backend
+            .state
+            .observe_first_token(&mut self.booking, inputs, actual_s, at)
     }
 }
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        let b = &self.backend;
-        if self.first_token_seen {
-            b.running_decodes.fetch_sub(1, Ordering::Relaxed);
-        } else {
-            b.outstanding_prefill_tokens
-                .fetch_sub(u64::from(self.prompt_tokens), Ordering::Relaxed);
-            b.outstanding_prefill_sq_units
-                .fetch_sub(prefill_sq_units(self.prompt_tokens), Ordering::Relaxed);
-        }
-        b.kv_reserved_tokens
-            .fetch_sub(self.kv_tokens, Ordering::Relaxed);
-        let n = b.inflight.fetch_sub(1, Ordering::Relaxed) - 1;
-        b.metrics
-            .backend_inflight
-            .with_label_values(&[b.name()])
-            .set(i64::from(n));
+        self.backend.state.ledger.release(&mut self.booking);
+        self.backend.publish_inflight();
     }
 }
 
@@ -412,7 +376,12 @@ mod tests {
             ca: None,
             profile: None,
         };
-        Arc::new(Backend::new(cfg, Duration::from_secs(1), Metrics::new()))
+        Arc::new(Backend::new(
+            BackendId(0),
+            cfg,
+            Duration::from_secs(1),
+            Metrics::new(),
+        ))
     }
 
     #[test]
@@ -429,7 +398,7 @@ mod tests {
             profile: Some(hint),
             ..backend().config.clone()
         };
-        let b = Backend::new(cfg, Duration::from_secs(1), Metrics::new());
+        let b = Backend::new(BackendId(0), cfg, Duration::from_secs(1), Metrics::new());
         let c = b.view(now).ttft_model.unwrap().coefficients;
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs();
         assert!(close(c.base_s, 0.04), "{c:?}");
@@ -452,7 +421,7 @@ mod tests {
             prefill_tokens: 100,
             kv_tokens: 150,
         };
-        let mut g = b.start_request(load, now);
+        let mut g = b.start_request(load, now, true, None);
         let v = b.view(now);
         assert_eq!(
             (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
@@ -460,8 +429,9 @@ mod tests {
         );
         assert_eq!((v.kv_reserved_tokens, v.kv_capacity_tokens), (150, None));
         assert!(v.cache_residency_s().is_infinite(), "capacity unknown");
-        g.first_token();
-        g.first_token();
+        let x = crate::predict::TtftInputs::default();
+        assert!(g.first_token(&x, 0.1, now).is_some());
+        assert!(g.first_token(&x, 0.1, now).is_none(), "observed once");
         let v = b.view(now);
         assert_eq!(
             (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
@@ -480,6 +450,8 @@ mod tests {
                 ..load
             },
             now,
+            true,
+            None,
         );
         drop(g2);
         assert_eq!(b.view(now).outstanding_prefill_tokens, 0);
@@ -508,7 +480,7 @@ mod tests {
         };
         let mut guards = Vec::new();
         for i in 0..100 {
-            guards.push(b.start_request(load, t0 + Duration::from_millis(100 * i)));
+            guards.push(b.start_request(load, t0 + Duration::from_millis(100 * i), true, None));
         }
         let now = t0 + Duration::from_secs(10);
         let busy = b.view(now);

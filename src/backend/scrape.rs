@@ -33,11 +33,9 @@ use super::Backend;
 use crate::gateway::GatewayState;
 
 /// Default time between scrape rounds.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(250);
+pub const DEFAULT_INTERVAL: Duration = pronto_core::engine::DEFAULT_SCRAPE_INTERVAL;
 /// Default limit on one scrape, connect to end of body.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
-/// Lower bound on how long a sample is trusted.
-pub const MIN_STALE_AFTER: Duration = Duration::from_secs(2);
 /// How long a backend that answered 404 is left alone.
 pub const NO_METRICS_RETRY: Duration = Duration::from_secs(30);
 /// Largest metrics page accepted.
@@ -97,7 +95,7 @@ impl EngineScraper {
             state,
             interval,
             timeout: DEFAULT_TIMEOUT,
-            stale_after: (interval * 4).max(MIN_STALE_AFTER),
+            stale_after: pronto_core::engine::stale_after(interval),
         }
     }
 
@@ -115,7 +113,7 @@ impl EngineScraper {
 
     /// Scrape one backend (unless it is not due) and record the outcome on it.
     pub async fn scrape(&self, b: &Backend) -> ScrapeOutcome {
-        if !b.engine.is_due(Instant::now()) {
+        if !b.state.engine.is_due(Instant::now()) {
             return ScrapeOutcome::Skipped;
         }
         let outcome = match self.fetch(b).await {

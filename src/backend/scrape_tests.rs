@@ -11,6 +11,7 @@ use super::*;
 use crate::backend::STALE_AFTER_FAILURES;
 use crate::config::Config;
 use crate::telemetry::Metrics;
+use pronto_core::engine::MIN_STALE_AFTER;
 
 const VLLM: &str = include_str!("../../crates/pronto-core/tests/fixtures/metrics/vllm.txt");
 
@@ -46,6 +47,7 @@ fn state(addrs: &[SocketAddr], metrics: &Metrics) -> Arc<ArcSwap<GatewayState>> 
     let config = Config::from_yaml_str(&yaml, "test").unwrap();
     Arc::new(ArcSwap::from_pointee(GatewayState::new(
         Arc::new(config),
+        Default::default(),
         metrics,
     )))
 }
@@ -77,8 +79,8 @@ async fn scrapes_store_samples_count_errors_and_back_off_on_404() {
     for b in &s.backends[1..] {
         assert_eq!(b.view(now).engine, None, "{}", b.name());
     }
-    assert!(s.backends[1].engine.no_metrics());
-    assert_eq!(s.backends[1].engine.consecutive_failures(), 0);
+    assert!(s.backends[1].state.engine.no_metrics());
+    assert_eq!(s.backends[1].state.engine.consecutive_failures(), 0);
 
     // Two more rounds: the 404 backend is not asked again; the failing ones reach 3.
     scraper.scrape_all().await;
@@ -87,7 +89,7 @@ async fn scrapes_store_samples_count_errors_and_back_off_on_404() {
     scraper.scrape_all().await;
     assert_eq!(absent_hits.load(Ordering::Relaxed), 1);
     for b in &s.backends[2..] {
-        assert_eq!(b.engine.consecutive_failures(), 3, "{}", b.name());
+        assert_eq!(b.state.engine.consecutive_failures(), 3, "{}", b.name());
     }
     match scraper.scrape(&s.backends[2]).await {
         ScrapeOutcome::Failed(ScrapeError::Status(500)) => {}

@@ -11,7 +11,10 @@
 //!       priority: interactive        # admission class when the route names none
 //!   keys_file: keys.yaml             # more keys, a YAML list of the same entries
 //! admin:
-//!   token: admin-secret              # Bearer token for /metrics and /admin/*
+//!   token: admin-secret              # Bearer token for /metrics and /admin/*, or
+//!   # token: {env: PRONTO_ADMIN_TOKEN}      read from an environment variable, or
+//!   # token: {file: /run/secrets/admin}     read from a file (trimmed; relative to this file)
+//!   allowed_hosts: [pronto-admin.internal]   # names POST /admin/* may carry in `Host`
 //! rate_limits:
 //!   per_key: {requests_per_minute: 600, tokens_per_minute: 200000, max_concurrent: 32}
 //!   keys: {team-a: {requests_per_minute: 60}}     # replaces per_key for this key
@@ -25,6 +28,13 @@
 //! **`keys_file`** is read at load (and at every reload); a relative path is resolved against
 //! the config file's directory. Editing only the keys file does not change the config's hash:
 //! `POST /admin/reload` after touching the config file, or touch it.
+//!
+//! **The admin token** is read at load and at every reload (so a rotated token file or a
+//! restart with a new environment takes effect). An admin listener that is not on loopback
+//! must have one: [`admin_exposure_error`] refuses it at load, after a `--admin-listen`
+//! override and on a reload that would drop the token ([`crate::reload`]). Tokens, keys
+//! and the TLS key published in the repository's examples are refused
+//! ([`super::secrets`]).
 //!
 //! **Validation** reports, with field paths: a key with neither or both of `key`/`sha256`, a
 //! malformed digest, duplicate key names or key values, unknown routes or priority classes,
@@ -72,8 +82,72 @@ pub struct KeyFile {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminFile {
-    /// Bearer token required on the admin listener.
-    pub token: Option<String>,
+    /// Bearer token required on the admin listener: the token, or where to read it.
+    pub token: Option<SecretFile>,
+    /// Host names (besides IP addresses and `localhost`) that `POST /admin/*` may name in
+    /// `Host` and `Origin`.
+    pub allowed_hosts: Option<Vec<String>>,
+}
+
+/// A secret as written: the value itself (`token: s3cret`), or where to read it
+/// (`token: {env: NAME}`, `token: {file: PATH}`).
+#[derive(Clone, PartialEq)]
+pub enum SecretFile {
+    /// The secret in the file.
+    Inline(String),
+    /// The name of an environment variable holding it.
+    Env(String),
+    /// A file holding it (surrounding whitespace trimmed).
+    File(String),
+}
+
+impl std::fmt::Debug for SecretFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SecretFile::Inline(_) => f.write_str("Inline(..)"),
+            SecretFile::Env(name) => f.debug_tuple("Env").field(name).finish(),
+            SecretFile::File(path) => f.debug_tuple("File").field(path).finish(),
+        }
+    }
+}
+
+/// The map form of [`SecretFile`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SecretSourceFile {
+    env: Option<String>,
+    file: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for SecretFile {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<SecretFile, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = SecretFile;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string, `{env: NAME}` or `{file: PATH}`")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SecretFile, E> {
+                Ok(SecretFile::Inline(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<SecretFile, A::Error> {
+                let f = SecretSourceFile::deserialize(
+                    serde::de::value::MapAccessDeserializer::new(map),
+                )?;
+                match (f.env, f.file) {
+                    (Some(env), None) => Ok(SecretFile::Env(env)),
+                    (None, Some(file)) => Ok(SecretFile::File(file)),
+                    _ => Err(serde::de::Error::custom(
+                        "give exactly one of `env` (a variable name) or `file` (a path)",
+                    )),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// `rate_limits:` section as written.
@@ -149,6 +223,30 @@ pub struct Auth {
 pub struct AdminSettings {
     /// SHA-256 of the admin token; `None`: the admin listener is open (loopback by default).
     pub token_digest: Option<Digest>,
+    /// Lowercase host names `POST /admin/*` may name in `Host` / `Origin`, besides IP
+    /// addresses and `localhost`.
+    pub allowed_hosts: Vec<String>,
+}
+
+/// Why an admin listener on `addr` with `admin` may not start: one that is not on loopback
+/// needs a token. `None` when it may.
+pub fn admin_exposure_error(addr: std::net::SocketAddr, admin: &AdminSettings) -> Option<String> {
+    (!addr.ip().is_loopback() && admin.token_digest.is_none()).then(|| {
+        format!(
+            "{addr} is not a loopback address, and `admin.token` is not set: anyone who can \
+             reach it could read metrics and backend state and reload the config. Set \
+             `admin.token` (the token, `{{env: NAME}}` or `{{file: PATH}}`) or bind loopback"
+        )
+    })
+}
+
+/// Where `admin.token: {env: NAME}` variables are looked up: the process environment, or a
+/// test's own lookup (no global state to race on).
+pub type EnvLookup = fn(&str) -> Option<String>;
+
+/// The process environment.
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
 }
 
 /// One validated set of limits; `None` fields are unlimited.
@@ -180,10 +278,16 @@ impl RateLimits {
     }
 }
 
-/// Resolve a relative `auth.keys_file` against the directory of the config file at `path`.
+/// Resolve a relative `auth.keys_file` and `admin.token: {file: ...}` against the directory
+/// of the config file at `path`.
 pub(super) fn resolve_keys_file(file: &mut super::file::ConfigFile, path: &Path) {
     let Some(dir) = path.parent() else { return };
-    if let Some(kf) = file.auth.as_mut().and_then(|a| a.keys_file.as_mut()) {
+    let token_file = file.admin.as_mut().and_then(|a| match a.token.as_mut() {
+        Some(SecretFile::File(p)) => Some(p),
+        _ => None,
+    });
+    let keys_file = file.auth.as_mut().and_then(|a| a.keys_file.as_mut());
+    for kf in keys_file.into_iter().chain(token_file) {
         if Path::new(kf).is_relative() {
             *kf = dir.join(&*kf).display().to_string();
         }
@@ -279,7 +383,11 @@ impl Checker {
             }
         };
         let digest = match (&k.key, &k.sha256) {
-            (Some(key), None) if key.trim().len() >= 8 => sha256(key.trim().as_bytes()),
+            (Some(key), None) if key.trim().len() >= 8 => {
+                let d = sha256(key.trim().as_bytes());
+                self.not_an_example_secret(format!("{path}.key"), &d);
+                d
+            }
             (Some(_), None) => {
                 self.error(
                     format!("{path}.key"),
@@ -287,10 +395,16 @@ impl Checker {
                 );
                 [0; 32]
             }
-            (None, Some(hex)) => parse_digest(hex).unwrap_or_else(|m| {
-                self.error(format!("{path}.sha256"), m);
-                [0; 32]
-            }),
+            (None, Some(hex)) => match parse_digest(hex) {
+                Ok(d) => {
+                    self.not_an_example_secret(format!("{path}.sha256"), &d);
+                    d
+                }
+                Err(m) => {
+                    self.error(format!("{path}.sha256"), m);
+                    [0; 32]
+                }
+            },
             (Some(_), Some(_)) => {
                 self.error(path.to_string(), "give `key` or `sha256`, not both");
                 [0; 32]
@@ -348,20 +462,74 @@ impl Checker {
         })
     }
 
-    /// `admin:`.
-    pub(super) fn admin(&mut self, f: Option<&AdminFile>) -> AdminSettings {
+    /// `admin:`, reading the token from the environment (`env`) or a file when so written.
+    pub(super) fn admin(&mut self, f: Option<&AdminFile>, env: EnvLookup) -> AdminSettings {
         let Some(f) = f else {
             return AdminSettings::default();
         };
-        let token_digest = match &f.token {
+        let token = match &f.token {
             None => None,
-            Some(t) if t.trim().len() >= 8 => Some(sha256(t.trim().as_bytes())),
-            Some(_) => {
-                self.error("admin.token", "too short: use at least 8 characters");
+            Some(SecretFile::Inline(t)) => Some(("admin.token", t.clone())),
+            Some(SecretFile::Env(name)) => {
+                let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                match if valid { env(name) } else { None } {
+                    _ if !valid => {
+                        self.error(
+                            "admin.token.env",
+                            format!("`{name}` is not an environment variable name"),
+                        );
+                        None
+                    }
+                    Some(v) if !v.trim().is_empty() => Some(("admin.token.env", v)),
+                    _ => {
+                        self.error(
+                            "admin.token.env",
+                            format!("the environment variable `{name}` is not set (or empty)"),
+                        );
+                        None
+                    }
+                }
+            }
+            Some(SecretFile::File(path)) => match std::fs::read_to_string(path) {
+                Ok(text) => Some(("admin.token.file", text)),
+                Err(e) => {
+                    self.error("admin.token.file", format!("cannot read `{path}`: {e}"));
+                    None
+                }
+            },
+        };
+        let token_digest = token.and_then(|(path, t)| {
+            if t.trim().len() >= 8 {
+                let d = sha256(t.trim().as_bytes());
+                self.not_an_example_secret(path, &d);
+                Some(d)
+            } else {
+                self.error(path, "too short: use at least 8 characters");
                 None
             }
-        };
-        AdminSettings { token_digest }
+        });
+        let mut allowed_hosts = Vec::new();
+        for (i, h) in f.allowed_hosts.iter().flatten().enumerate() {
+            let host = h.trim().trim_end_matches('.').to_ascii_lowercase();
+            let valid = !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+            if valid {
+                allowed_hosts.push(host);
+            } else {
+                self.error(
+                    format!("admin.allowed_hosts[{i}]"),
+                    format!("`{h}` is not a host name (letters, digits, `-` and `.`; no port)"),
+                );
+            }
+        }
+        AdminSettings {
+            token_digest,
+            allowed_hosts,
+        }
     }
 
     /// `rate_limits:`.

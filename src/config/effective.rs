@@ -28,6 +28,13 @@ impl Config {
                 "connect_timeout": format_duration(self.limits.connect_timeout),
                 "first_token_timeout": format_duration(self.limits.first_token_timeout),
                 "idle_timeout": format_duration(self.limits.idle_timeout),
+                "request_timeout": format_duration(self.limits.request_timeout),
+                "header_timeout": format_duration(self.limits.header_timeout),
+                "body_timeout": format_duration(self.limits.body_timeout),
+                "write_timeout": format_duration(self.limits.write_timeout),
+                "min_send_rate": self.limits.min_send_rate.map(format_size),
+                "max_buffered_bytes": format_size(self.limits.max_buffered_bytes),
+                "max_connections": self.limits.max_connections,
             },
             "retry": { "max_retries": self.retry.max_retries },
             "health": {
@@ -69,8 +76,8 @@ fn pool_json(pool: &Pool) -> Value {
         v["profile"] = profile_json(p);
     }
     if let Some(t) = &pool.tokenizer {
-        v["tokenizer"] = Value::from(t.path().display().to_string());
-        if let Some(source) = t.chat_template_file() {
+        v["tokenizer"] = Value::from(t.path.display().to_string());
+        if let Some(source) = &t.chat_template {
             v["chat_template"] = Value::from(source.display().to_string());
         }
     }

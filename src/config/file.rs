@@ -123,6 +123,20 @@ pub struct LimitsFile {
     pub first_token_timeout: Option<Quantity>,
     /// Longest silence from the backend mid-stream.
     pub idle_timeout: Option<Quantity>,
+    /// Deadline for a non-streamed request's answer, from sending it.
+    pub request_timeout: Option<Quantity>,
+    /// Deadline for a request head, from its first byte.
+    pub header_timeout: Option<Quantity>,
+    /// Deadline for the whole request body.
+    pub body_timeout: Option<Quantity>,
+    /// Longest a write to a client may wait for it to read.
+    pub write_timeout: Option<Quantity>,
+    /// Bytes per second a client must read at least (a larger write gets a longer deadline).
+    pub min_send_rate: Option<Quantity>,
+    /// Request body bytes buffered at once, over all requests.
+    pub max_buffered_bytes: Option<Quantity>,
+    /// Client connections open at once.
+    pub max_connections: Option<u64>,
 }
 
 /// `retry:` section.

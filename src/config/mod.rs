@@ -27,8 +27,10 @@ pub mod file;
 pub mod locate;
 pub mod model;
 mod profile;
+mod resources;
 pub mod route;
 mod schema;
+pub mod secrets;
 pub mod tls;
 mod tokenizer;
 pub mod validate;
@@ -39,8 +41,9 @@ use std::path::Path;
 pub use check::{check_config, run_check_config, CheckConfigArgs};
 pub use model::{
     AddressFamily, Backend, Config, Discover, Health, KvEvents, Limits, Pool, ProfileHint,
-    ReloadSettings, Retry,
+    ReloadSettings, Retry, TokenizerRef,
 };
+pub use resources::{Loaded, Resources};
 pub use route::{AdmissionSettings, Glob, Route, RouteMatch, Slo, SloAction};
 pub use schema::config_schema;
 
@@ -48,7 +51,7 @@ pub use schema::config_schema;
 pub fn text_hash(text: &str) -> String {
     format!("{:016x}", model::fnv1a(text.as_bytes()))
 }
-pub use validate::{validate, ConfigError, ConfigWarning};
+pub use validate::{validate, validate_with_env, ConfigError, ConfigWarning};
 
 use crate::routing::PolicySpec;
 
@@ -140,34 +143,60 @@ impl LoadError {
     }
 }
 
-// === impl Config ===
+// === impl Loaded ===
 
-impl Config {
-    /// Read and validate the YAML file at `path`.
-    pub fn load(path: impl AsRef<Path>) -> Result<Config, LoadError> {
+impl Loaded {
+    /// Read and validate the YAML file at `path`, loading the files it names.
+    pub fn load(path: impl AsRef<Path>) -> Result<Loaded, LoadError> {
+        Loaded::load_with_env(path, edge::process_env)
+    }
+
+    /// [`Loaded::load`], looking up `{env: NAME}` secrets with `env` instead of the process
+    /// environment.
+    pub fn load_with_env(
+        path: impl AsRef<Path>,
+        env: edge::EnvLookup,
+    ) -> Result<Loaded, LoadError> {
         let path = path.as_ref();
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(path)
             .map_err(|e| LoadError::single(&origin, None, format!("cannot read: {e}")))?;
-        Config::from_file_text(path, &text)
+        let mut loaded = Loaded::from_yaml_in(&text, &origin, Some(path), env)?;
+        loaded.config.source_path = Some(path.to_path_buf());
+        Ok(loaded)
     }
 
     /// Parse and validate `text`, already read from the file at `path` (which becomes the
     /// config's origin and [`Config::source_path`]).
-    pub fn from_file_text(path: &Path, text: &str) -> Result<Config, LoadError> {
-        let mut config = Config::from_yaml_in(text, &path.display().to_string(), Some(path))?;
-        config.source_path = Some(path.to_path_buf());
-        Ok(config)
+    pub fn from_file_text(path: &Path, text: &str) -> Result<Loaded, LoadError> {
+        let origin = path.display().to_string();
+        let mut loaded = Loaded::from_yaml_in(text, &origin, Some(path), edge::process_env)?;
+        loaded.config.source_path = Some(path.to_path_buf());
+        Ok(loaded)
     }
 
     /// Parse and validate YAML `text`; `origin` (usually the file path) prefixes messages.
-    pub fn from_yaml_str(text: &str, origin: &str) -> Result<Config, LoadError> {
-        Config::from_yaml_in(text, origin, None)
+    pub fn from_yaml_str(text: &str, origin: &str) -> Result<Loaded, LoadError> {
+        Loaded::from_yaml_in(text, origin, None, edge::process_env)
     }
 
-    /// [`Config::from_yaml_str`] for a file at `path` (relative paths in it resolve against
+    /// [`Loaded::from_yaml_str`] with `env` as the environment of `{env: NAME}` secrets.
+    pub fn from_yaml_str_with_env(
+        text: &str,
+        origin: &str,
+        env: edge::EnvLookup,
+    ) -> Result<Loaded, LoadError> {
+        Loaded::from_yaml_in(text, origin, None, env)
+    }
+
+    /// [`Loaded::from_yaml_str`] for a file at `path` (relative paths in it resolve against
     /// its directory).
-    fn from_yaml_in(text: &str, origin: &str, path: Option<&Path>) -> Result<Config, LoadError> {
+    fn from_yaml_in(
+        text: &str,
+        origin: &str,
+        path: Option<&Path>,
+        env: edge::EnvLookup,
+    ) -> Result<Loaded, LoadError> {
         let mut file = file::parse(text).map_err(|e| yaml_error(origin, &e))?;
         if let Some(path) = path {
             edge::resolve_keys_file(&mut file, path);
@@ -179,15 +208,15 @@ impl Config {
             path,
             message,
         };
-        match validate(&file) {
-            Ok((mut config, warnings)) => {
+        match validate_with_env(&file, env) {
+            Ok((mut config, resources, warnings)) => {
                 config.origin = origin.to_string();
                 config.warnings = warnings
                     .into_iter()
                     .map(|w| located(w.path, w.message))
                     .collect();
                 config.source_hash = model::fnv1a(text.as_bytes());
-                Ok(config)
+                Ok(Loaded { config, resources })
             }
             Err(invalid) => Err(LoadError {
                 origin: origin.to_string(),
@@ -203,6 +232,25 @@ impl Config {
                     .collect(),
             }),
         }
+    }
+}
+
+// === impl Config ===
+
+impl Config {
+    /// Read and validate the YAML file at `path` ([`Loaded::load`] without the resources).
+    pub fn load(path: impl AsRef<Path>) -> Result<Config, LoadError> {
+        Loaded::load(path).map(|l| l.config)
+    }
+
+    /// [`Loaded::from_file_text`] without the resources.
+    pub fn from_file_text(path: &Path, text: &str) -> Result<Config, LoadError> {
+        Loaded::from_file_text(path, text).map(|l| l.config)
+    }
+
+    /// [`Loaded::from_yaml_str`] without the resources.
+    pub fn from_yaml_str(text: &str, origin: &str) -> Result<Config, LoadError> {
+        Loaded::from_yaml_str(text, origin).map(|l| l.config)
     }
 
     /// The quick-start config for `pronto serve --backend URL ...`: one pool named `model`
@@ -240,7 +288,7 @@ impl Config {
             message,
         };
         match validate(&f) {
-            Ok((mut config, warnings)) => {
+            Ok((mut config, _no_files, warnings)) => {
                 config.origin = origin.to_string();
                 config.warnings = warnings
                     .into_iter()
@@ -306,5 +354,7 @@ fn yaml_error(origin: &str, e: &serde_yaml_ng::Error) -> LoadError {
     LoadError::single(origin, location, message)
 }
 
+#[cfg(test)]
+mod admin_tests;
 #[cfg(test)]
 mod tests;

@@ -34,6 +34,18 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_FIRST_TOKEN_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default longest mid-stream silence.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default deadline of a non-streamed answer (a long generation is not a backend fault).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+/// Default deadline for a complete request head.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default deadline for a whole request body.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default deadline for one write to a client that does not read.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default budget of request bytes buffered at once (bodies are held until routed and sent).
+pub const DEFAULT_MAX_BUFFERED_BYTES: u64 = 512 << 20;
+/// Default cap on open client connections.
+pub const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
 /// Default retries on another backend.
 pub const DEFAULT_MAX_RETRIES: u32 = 2;
 /// Default health probe path.
@@ -54,6 +66,18 @@ pub const DEFAULT_DISCOVER_INTERVAL: Duration = Duration::from_secs(10);
 pub const DEFAULT_RELOAD_WATCH: bool = true;
 /// Default time between two looks at the config file.
 pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A pool's tokenizer as the config names it, with the fingerprint of what was loaded (an
+/// edited file is a different tokenizer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenizerRef {
+    /// The `tokenizer.json` loaded, or the `tiktoken:<name>` spec.
+    pub path: PathBuf,
+    /// The pool's own chat template file, if it names one.
+    pub chat_template: Option<PathBuf>,
+    /// [`crate::tokenizer::ModelTokenizer::fingerprint`] of what was loaded.
+    pub fingerprint: String,
+}
 
 /// The gateway's validated configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -114,6 +138,24 @@ pub struct Limits {
     pub first_token_timeout: Duration,
     /// No byte from the backend for this long mid-stream → end the stream.
     pub idle_timeout: Duration,
+    /// A non-streamed request's whole answer (its response head) within this → else 504;
+    /// never a backend fault (a long generation).
+    pub request_timeout: Duration,
+    /// A request head, from its first byte to its end, within this → else the connection is
+    /// closed (header trickle, a garbage request line).
+    pub header_timeout: Duration,
+    /// The whole request body within this → else 408.
+    pub body_timeout: Duration,
+    /// A client that reads nothing for this long while a write waits is gone: its stream ends
+    /// and the upstream request is cancelled.
+    pub write_timeout: Duration,
+    /// With a minimum send rate (bytes/s), a large write may wait `len / rate` instead.
+    pub min_send_rate: Option<u64>,
+    /// Budget of request body bytes buffered at once over all requests; a request over it
+    /// gets 503 with `Retry-After` before its body is read.
+    pub max_buffered_bytes: u64,
+    /// Client connections open at once; one more is answered 503 and closed.
+    pub max_connections: u64,
 }
 
 /// Retry policy.
@@ -170,9 +212,10 @@ pub struct Pool {
     /// The pool's default profile hint, as written (already merged into each backend's
     /// [`Backend::profile`]; kept to write the effective config back).
     pub profile: Option<ProfileHint>,
-    /// The model's tokenizer (`tokenizer:` / `chat_template:`), loaded: exact prompt tokens
+    /// The model's tokenizer (`tokenizer:` / `chat_template:`), as named and fingerprinted;
+    /// the loaded tokenizer is in [`super::Resources`]: exact prompt tokens
     /// and engine-matching block hashes. Equal across reloads when its files are unchanged.
-    pub tokenizer: Option<Arc<crate::tokenizer::ModelTokenizer>>,
+    pub tokenizer: Option<TokenizerRef>,
 }
 
 /// A pool's `discover:` section: every address a DNS name resolves to is a backend.
@@ -349,6 +392,13 @@ impl Default for Limits {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             first_token_timeout: DEFAULT_FIRST_TOKEN_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
+            min_send_rate: None,
+            max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }

@@ -612,6 +612,8 @@ impl Checker {
                     "must be non-empty, without surrounding spaces",
                 );
             } else {
+                let digest = super::edge::sha256(k.as_bytes());
+                self.not_an_example_secret(format!("{path}.api_keys[{i}]"), &digest);
                 api_keys.push(k.clone());
             }
         }

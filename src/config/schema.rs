@@ -40,7 +40,7 @@ fn schema_value() -> Value {
         "properties": {
             "listen": address("Address clients connect to, IP:port", DEFAULT_LISTEN.to_string()),
             "admin_listen": address(
-                "Admin listener (/metrics, /admin/*), IP:port; keep it on loopback",
+                "Admin listener (status page, /metrics, /admin/*), IP:port; not loopback needs admin.token",
                 DEFAULT_ADMIN_LISTEN.to_string()
             ),
             "threads": {
@@ -67,6 +67,32 @@ fn schema_value() -> Value {
                     DEFAULT_FIRST_TOKEN_TIMEOUT
                 ),
                 "idle_timeout": duration("Longest silence from a backend mid-stream", DEFAULT_IDLE_TIMEOUT),
+                "request_timeout": duration(
+                    "A non-streamed request's whole answer within this, else 504 (never a backend fault)",
+                    DEFAULT_REQUEST_TIMEOUT
+                ),
+                "header_timeout": duration(
+                    "A request head from its first byte to its end within this, else the connection closes",
+                    DEFAULT_HEADER_TIMEOUT
+                ),
+                "body_timeout": duration("The whole request body within this, else 408", DEFAULT_BODY_TIMEOUT),
+                "write_timeout": duration(
+                    "A write to a client that does not read fails after this: the stream ends, the upstream request is cancelled",
+                    DEFAULT_WRITE_TIMEOUT
+                ),
+                "min_send_rate": {
+                    "description": "Minimum bytes per second a client must read (a larger write may wait len / rate)",
+                    "$ref": "#/$defs/size",
+                },
+                "max_buffered_bytes": {
+                    "description": "Request body bytes buffered at once over all requests; over it: 503 with Retry-After before the body is read",
+                    "$ref": "#/$defs/size",
+                    "default": format_size(DEFAULT_MAX_BUFFERED_BYTES),
+                },
+                "max_connections": {
+                    "description": "Client connections open at once; one more gets 503 and is closed",
+                    "type": "integer", "minimum": 1, "maximum": 1000000, "default": DEFAULT_MAX_CONNECTIONS,
+                },
             })),
             "retry": section("Retry policy", json!({
                 "max_retries": {
@@ -131,8 +157,22 @@ fn schema_value() -> Value {
             })),
             "admin": section("Admin listener settings", json!({
                 "token": {
-                    "description": "Bearer token required for /metrics and /admin/* (not /healthz, /readyz)",
-                    "type": "string", "minLength": 8,
+                    "description": "Bearer token required for the status page, /metrics and /admin/* (not /healthz, /readyz); required when admin_listen is not loopback. The token, {env: NAME} or {file: PATH}",
+                    "oneOf": [
+                        { "type": "string", "minLength": 8 },
+                        {
+                            "type": "object", "additionalProperties": false, "required": ["env"],
+                            "properties": { "env": { "description": "Environment variable holding the token", "type": "string" } },
+                        },
+                        {
+                            "type": "object", "additionalProperties": false, "required": ["file"],
+                            "properties": { "file": { "description": "File holding the token (trimmed); relative to this file", "type": "string" } },
+                        },
+                    ],
+                },
+                "allowed_hosts": {
+                    "description": "Host names POST /admin/* may carry in Host and Origin, besides IP addresses and localhost",
+                    "type": "array", "items": { "type": "string" },
                 },
             })),
             "rate_limits": section("Rate limits per API key and per route (429 with Retry-After)", json!({

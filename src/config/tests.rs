@@ -71,7 +71,7 @@ fn syntax_and_type_errors_are_located_once() {
 #[test]
 fn warnings_are_located_on_success() {
     let yaml =
-        "admin_listen: 0.0.0.0:9400\npools:\n  m:\n    backends: [{name: a, url: 'http://h:1'}]\n";
+        "health: {interval: 1s, timeout: 1s}\npools:\n  m:\n    backends: [{name: a, url: 'http://h:1'}]\n";
     let c = Config::from_yaml_str(yaml, "w.yaml").unwrap();
     let lines: Vec<String> = c
         .warnings
@@ -81,7 +81,7 @@ fn warnings_are_located_on_success() {
     assert_eq!(
         lines,
         [
-            "w.yaml:1:15: admin_listen: 0.0.0.0:9400 is not a loopback address: metrics and config will be reachable from the network",
+            "w.yaml:1:33: health.timeout: 1s is not shorter than health.interval (1s): probes can overlap",
             "w.yaml:4:15: pools.m.backends: only one backend, so retry.max_retries = 2 has no other backend to try",
         ]
     );

@@ -59,8 +59,6 @@ pub struct TlsListener {
     pub cert: PathBuf,
     /// Private key file.
     pub key: PathBuf,
-    /// The chain and signing key, ready for the handshake.
-    pub identity: Arc<CertifiedKey>,
     /// SHA-256 of the two files' bytes, to notice rotation.
     digest: Digest,
 }
@@ -77,7 +75,6 @@ impl std::fmt::Debug for TlsListener {
         f.debug_struct("TlsListener")
             .field("cert", &self.cert)
             .field("key", &self.key)
-            .field("chain_len", &self.identity.cert.len())
             .finish_non_exhaustive()
     }
 }
@@ -206,12 +203,17 @@ impl Checker {
         let cert = PathBuf::from(f.cert.as_deref()?);
         let key = PathBuf::from(f.key.as_deref()?);
         match load_identity(&cert, &key) {
-            Ok((identity, digest)) => Some(TlsListener {
-                cert,
-                key,
-                identity,
-                digest,
-            }),
+            Ok((identity, digest)) => {
+                // Loaded, so the file holds a PEM key: refuse the repository's example key.
+                if let Some(der) = std::fs::read(&key)
+                    .ok()
+                    .and_then(|pem| PrivateKeyDer::from_pem_slice(&pem).ok())
+                {
+                    self.not_an_example_secret("tls.key", &sha256(der.secret_der()));
+                }
+                self.resources.set_tls(identity);
+                Some(TlsListener { cert, key, digest })
+            }
             Err((field, message)) => {
                 self.error(format!("tls.{field}"), message);
                 None
@@ -299,7 +301,8 @@ mod tests {
         let c = load(&d, &format!("tls:\n  cert: c.pem\n  key: k.pem\n{POOLS}")).unwrap();
         let tls = c.tls.expect("tls");
         assert_eq!(tls.cert, d.0.join("c.pem"));
-        assert_eq!(tls.identity.cert.len(), 1);
+        let loaded = crate::config::Loaded::load(d.0.join("pronto.yaml")).unwrap();
+        assert_eq!(loaded.resources.tls().expect("loaded").cert.len(), 1);
         assert!(!tls.files_changed());
         let (cert2, key2) = pem_pair("localhost");
         std::fs::write(d.0.join("c.pem"), cert2).unwrap();

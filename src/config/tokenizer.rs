@@ -9,13 +9,19 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::file::PoolFile;
+use super::model::TokenizerRef;
 use super::validate::Checker;
 use crate::tokenizer::ModelTokenizer;
 
 impl Checker {
-    /// A pool's `tokenizer` (and `chat_template`), loaded; `None` when absent or invalid
-    /// (errors recorded at the field that is wrong).
-    pub(super) fn tokenizer(&mut self, path: &str, pool: &PoolFile) -> Option<Arc<ModelTokenizer>> {
+    /// A pool's `tokenizer` (and `chat_template`), loaded into the resources under `model`;
+    /// `None` when absent or invalid (errors recorded at the field that is wrong).
+    pub(super) fn tokenizer(
+        &mut self,
+        path: &str,
+        model: &str,
+        pool: &PoolFile,
+    ) -> Option<TokenizerRef> {
         let Some(file) = pool.tokenizer.as_deref() else {
             if pool.chat_template.is_some() {
                 self.error(
@@ -43,7 +49,13 @@ impl Checker {
                          tokenizer_config.json); chat requests keep the estimated tokens",
                     );
                 }
-                Some(Arc::new(t))
+                let r = TokenizerRef {
+                    path: t.path().to_path_buf(),
+                    chat_template: t.chat_template_file().map(Path::to_path_buf),
+                    fingerprint: t.fingerprint(),
+                };
+                self.resources.add_tokenizer(model, Arc::new(t));
+                Some(r)
             }
             Err(message) => {
                 self.error(format!("{path}.tokenizer"), message);

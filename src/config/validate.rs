@@ -83,11 +83,26 @@ pub struct Invalid {
 ///
 /// On success the returned [`Config`] has an empty `origin`, no `warnings` and a zero source
 /// hash: the loader ([`Config::from_yaml_str`]) fills those in, locating each warning.
-pub fn validate(file: &ConfigFile) -> Result<(Config, Vec<ConfigWarning>), Invalid> {
-    let mut c = Checker::default();
+pub fn validate(
+    file: &ConfigFile,
+) -> Result<(Config, super::Resources, Vec<ConfigWarning>), Invalid> {
+    validate_with_env(file, super::edge::process_env)
+}
+
+/// [`validate`], looking up `admin.token: {env: NAME}` with `env`.
+pub fn validate_with_env(
+    file: &ConfigFile,
+    env: super::edge::EnvLookup,
+) -> Result<(Config, super::Resources, Vec<ConfigWarning>), Invalid> {
+    let mut c = Checker {
+        env: Some(env),
+        ..Checker::default()
+    };
     let config = c.config(file);
+    let secret_errors = std::mem::take(&mut c.secret_errors);
+    c.errors.extend(secret_errors);
     if c.errors.is_empty() {
-        Ok((config, c.warnings))
+        Ok((config, c.resources, c.warnings))
     } else {
         Err(Invalid {
             errors: c.errors,
@@ -119,6 +134,13 @@ pub fn key_path(parent: &str, key: &str) -> String {
 pub(super) struct Checker {
     errors: Vec<ConfigError>,
     warnings: Vec<ConfigWarning>,
+    /// What the files the config names were loaded into.
+    pub(super) resources: super::Resources,
+    /// Where `{env: NAME}` secrets are looked up (`None`: the process environment).
+    env: Option<super::edge::EnvLookup>,
+    /// Example secrets found ([`super::secrets`]): errors that do not invalidate the entity
+    /// holding them (so they cause no follow-on errors), added at the end.
+    pub(super) secret_errors: Vec<ConfigError>,
 }
 
 impl Checker {
@@ -153,15 +175,6 @@ impl Checker {
                 format!("must differ from listen ({listen}): both would bind the same port"),
             );
         }
-        if !admin_listen.ip().is_loopback() {
-            self.warn(
-                "admin_listen",
-                format!(
-                    "{admin_listen} is not a loopback address: metrics and config will be \
-                     reachable from the network"
-                ),
-            );
-        }
         let threads = match f.threads {
             None => DEFAULT_THREADS,
             Some(n) if (1..=MAX_THREADS).contains(&n) => n as usize,
@@ -194,7 +207,16 @@ impl Checker {
         let admission = self.admission(f);
         let routes = self.routes(f, &pools, &priority_classes);
         let auth = self.auth(f.auth.as_ref(), &routes, &priority_classes);
-        let admin = self.admin(f.admin.as_ref());
+        let admin = self.admin(
+            f.admin.as_ref(),
+            self.env.unwrap_or(super::edge::process_env),
+        );
+        let token_written = f.admin.as_ref().is_some_and(|a| a.token.is_some());
+        match super::edge::admin_exposure_error(admin_listen, &admin) {
+            // A token written but not loaded has its own error.
+            Some(message) if !token_written => self.error("admin_listen", message),
+            _ => {}
+        }
         let rate_limits = self.rate_limits(f.rate_limits.as_ref(), auth.as_ref(), &routes);
         let tls = self.tls(f.tls.as_ref());
         Config {
@@ -281,30 +303,13 @@ impl Checker {
         let l = f.limits.clone().unwrap_or_default();
         let max_body_bytes = match &l.max_body_bytes {
             None => DEFAULT_MAX_BODY_BYTES,
-            Some(q) => {
-                let path = "limits.max_body_bytes";
-                let parsed = match q {
-                    Quantity::Int(n) => {
-                        u64::try_from(*n).map_err(|_| format!("`{n}` is not a size (e.g. `32MiB`)"))
-                    }
-                    Quantity::Float(x) => Err(format!("`{x}` is not a size (e.g. `32MiB`)")),
-                    Quantity::Text(s) => parse_size(s),
-                };
-                match parsed {
-                    Ok(n) if (MIN_BODY_BYTES..=MAX_BODY_BYTES).contains(&n) => n,
-                    Ok(n) => {
-                        self.error(
-                            path,
-                            format!("must be between 1KiB and 1GiB, got {}", format_size(n)),
-                        );
-                        DEFAULT_MAX_BODY_BYTES
-                    }
-                    Err(message) => {
-                        self.error(path, message);
-                        DEFAULT_MAX_BODY_BYTES
-                    }
-                }
-            }
+            Some(q) => self.size(
+                q,
+                "limits.max_body_bytes",
+                MIN_BODY_BYTES,
+                MAX_BODY_BYTES,
+                DEFAULT_MAX_BODY_BYTES,
+            ),
         };
         let limits = Limits {
             max_body_bytes,
@@ -323,7 +328,64 @@ impl Checker {
                 "limits.idle_timeout",
                 DEFAULT_IDLE_TIMEOUT,
             ),
+            request_timeout: self.duration(
+                l.request_timeout.as_ref(),
+                "limits.request_timeout",
+                DEFAULT_REQUEST_TIMEOUT,
+            ),
+            header_timeout: self.duration(
+                l.header_timeout.as_ref(),
+                "limits.header_timeout",
+                DEFAULT_HEADER_TIMEOUT,
+            ),
+            body_timeout: self.duration(
+                l.body_timeout.as_ref(),
+                "limits.body_timeout",
+                DEFAULT_BODY_TIMEOUT,
+            ),
+            write_timeout: self.duration(
+                l.write_timeout.as_ref(),
+                "limits.write_timeout",
+                DEFAULT_WRITE_TIMEOUT,
+            ),
+            min_send_rate: l
+                .min_send_rate
+                .as_ref()
+                .map(|q| self.size(q, "limits.min_send_rate", 0, MAX_BODY_BYTES, 0))
+                .filter(|&n| n > 0),
+            max_buffered_bytes: match &l.max_buffered_bytes {
+                None => DEFAULT_MAX_BUFFERED_BYTES.max(max_body_bytes),
+                Some(q) => self.size(
+                    q,
+                    "limits.max_buffered_bytes",
+                    MIN_BODY_BYTES,
+                    64 * MAX_BODY_BYTES,
+                    DEFAULT_MAX_BUFFERED_BYTES,
+                ),
+            },
+            max_connections: match l.max_connections {
+                None => DEFAULT_MAX_CONNECTIONS,
+                Some(n) if (1..=1_000_000).contains(&n) => n,
+                Some(n) => {
+                    self.error(
+                        "limits.max_connections",
+                        format!("must be between 1 and 1000000, got {n}"),
+                    );
+                    DEFAULT_MAX_CONNECTIONS
+                }
+            },
         };
+        if limits.max_buffered_bytes < limits.max_body_bytes {
+            self.error(
+                "limits.max_buffered_bytes",
+                format!(
+                    "{} is less than limits.max_body_bytes ({}): the largest body could never \
+                     be read",
+                    format_size(limits.max_buffered_bytes),
+                    format_size(limits.max_body_bytes)
+                ),
+            );
+        }
         if limits.first_token_timeout < limits.connect_timeout {
             self.warn(
                 "limits.first_token_timeout",
@@ -335,6 +397,37 @@ impl Checker {
             );
         }
         limits
+    }
+
+    /// A size (integer bytes or `32MiB`) in `min..=max`; `default` (and an error at `path`)
+    /// when it is not one.
+    fn size(&mut self, q: &Quantity, path: &str, min: u64, max: u64, default: u64) -> u64 {
+        let parsed = match q {
+            Quantity::Int(n) => {
+                u64::try_from(*n).map_err(|_| format!("`{n}` is not a size (e.g. `32MiB`)"))
+            }
+            Quantity::Float(x) => Err(format!("`{x}` is not a size (e.g. `32MiB`)")),
+            Quantity::Text(s) => parse_size(s),
+        };
+        match parsed {
+            Ok(n) if (min..=max).contains(&n) => n,
+            Ok(n) => {
+                self.error(
+                    path,
+                    format!(
+                        "must be between {} and {}, got {}",
+                        format_size(min),
+                        format_size(max),
+                        format_size(n)
+                    ),
+                );
+                default
+            }
+            Err(message) => {
+                self.error(path, message);
+                default
+            }
+        }
     }
 
     fn health(&mut self, f: &ConfigFile) -> Health {
@@ -493,7 +586,7 @@ impl Checker {
             .profile
             .as_ref()
             .map(|p| self.profile(&format!("{path}.profile"), p));
-        let tokenizer = self.tokenizer(path, pool);
+        let tokenizer = self.tokenizer(path, model, pool);
         if pool.discover.is_none() {
             self.backend_count_checks(path, pool, retry);
         }

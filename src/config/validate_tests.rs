@@ -14,6 +14,12 @@ pools:
 ";
 
 fn run(yaml: &str) -> Result<(Config, Vec<ConfigWarning>), Invalid> {
+    run_loaded(yaml).map(|(c, _, w)| (c, w))
+}
+
+fn run_loaded(
+    yaml: &str,
+) -> Result<(Config, crate::config::Resources, Vec<ConfigWarning>), Invalid> {
     validate(&file::parse(yaml).expect("test YAML parses"))
 }
 
@@ -109,6 +115,9 @@ pools:
             connect_timeout: Duration::from_millis(250),
             first_token_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(3600),
+            // The budget grows to fit the largest body.
+            max_buffered_bytes: 1 << 30,
+            ..Limits::default()
         }
     );
     assert_eq!(c.retry.max_retries, 0);
@@ -532,7 +541,6 @@ pools:
 #[test]
 fn warnings_for_suspicious_but_valid_settings() {
     let yaml = "
-admin_listen: 0.0.0.0:9400
 limits: {connect_timeout: 5s, first_token_timeout: 2s}
 health: {interval: 1s, timeout: 1s}
 pools:
@@ -546,10 +554,6 @@ pools:
     assert_eq!(
         warnings(yaml),
         vec![
-            pair(
-                "admin_listen",
-                "0.0.0.0:9400 is not a loopback address: metrics and config will be reachable from the network"
-            ),
             pair(
                 "limits.first_token_timeout",
                 "2s is shorter than limits.connect_timeout (5s): a slow connect alone can exhaust it"
@@ -669,11 +673,16 @@ fn tokenizer_files_are_loaded_and_located() {
         )
     };
     // A model directory: the tokenizer and the template beside it.
-    let (config, warns) = run(&with(&format!("    tokenizer: {}\n", dir.display()))).unwrap();
+    let (config, resources, warns) =
+        run_loaded(&with(&format!("    tokenizer: {}\n", dir.display()))).unwrap();
     assert!(warns.is_empty(), "{warns:?}");
-    let tok = config.pools[0].tokenizer.as_ref().expect("loaded");
+    let named = config.pools[0].tokenizer.as_ref().expect("named");
+    assert_eq!(named.path, dir.join("tokenizer.json"));
+    assert!(resources.cover(&config));
+    let tok = resources.tokenizer("m").expect("loaded");
     assert!(tok.has_chat_template());
     assert_eq!(tok.path(), dir.join("tokenizer.json"));
+    assert_eq!(named.fingerprint, tok.fingerprint());
     // The same files load equal (a reload keeps what the pool learned).
     let (again, _) = run(&with(&format!("    tokenizer: {}\n", dir.display()))).unwrap();
     assert_eq!(config.pools[0], again.pools[0]);
@@ -725,9 +734,9 @@ fn tiktoken_encodings_need_no_files() {
         )
     };
     // No template and no warning: OpenAI's chat format is built in.
-    let (config, warns) = run(&with("    tokenizer: tiktoken:o200k_base\n")).unwrap();
+    let (_, resources, warns) = run_loaded(&with("    tokenizer: tiktoken:o200k_base\n")).unwrap();
     assert!(warns.is_empty(), "{warns:?}");
-    let tok = config.pools[0].tokenizer.as_ref().expect("loaded");
+    let tok = resources.tokenizer("m").expect("loaded");
     assert_eq!(tok.tiktoken_encoding(), Some("o200k_base"));
 
     let (path, message) = one_error(&with("    tokenizer: tiktoken:nope\n"));
@@ -741,8 +750,8 @@ fn tiktoken_encodings_need_no_files() {
     let text = with("    tokenizer: tiktoken:gpt-4o\n");
     let file = std::path::Path::new("/etc/pronto/pronto.yaml");
     let config = crate::config::Config::from_file_text(file, &text).unwrap();
-    let tok = config.pools[0].tokenizer.as_ref().expect("loaded");
-    assert_eq!(tok.path(), std::path::Path::new("tiktoken:gpt-4o"));
+    let tok = config.pools[0].tokenizer.as_ref().expect("named");
+    assert_eq!(tok.path, std::path::Path::new("tiktoken:gpt-4o"));
     let text = with("    tokenizer: tiktoken:gpt-4o\n    chat_template: t.jinja\n");
     let e = crate::config::Config::from_file_text(file, &text).unwrap_err();
     let errors: Vec<(&str, &str)> = e

@@ -93,7 +93,7 @@ impl KvEventsService {
         let state = self.state.load_full();
         let mut n = 0;
         for b in &state.backends {
-            let (Some(ix), Some(cfg)) = (&b.kv_events, &b.config.kv_events) else {
+            let (Some(ix), Some(cfg)) = (b.kv_events(), &b.config.kv_events) else {
                 continue;
             };
             if ix.claim_subscriber() {

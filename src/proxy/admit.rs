@@ -4,7 +4,6 @@
 //! [`crate::admission`]; this file applies them to one request and waits in the queue, racing
 //! the wait against the client hanging up.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use pingora_core::protocols::http::ServerSession;
@@ -13,18 +12,20 @@ use super::Proxy;
 use crate::admission::{Departure, ShedReason};
 use crate::config::{Route, Slo, SloAction};
 use crate::error::GatewayError;
-use crate::gateway::{GatewayState, Pool};
+use crate::gateway::{GatewayState, Pool, Routed};
 use crate::request::RequestFeatures;
 
 /// Longest `Retry-After` suggested for an SLO miss, seconds.
 const MAX_RETRY_AFTER_S: u32 = 60;
 
-type Failure = (Option<Arc<str>>, GatewayError);
+use super::lifecycle::Failure;
 
 impl Proxy {
     /// Apply `route`'s admission control: the pool to send the request to (its own or the
-    /// fallback) and the guard that marks its end on that pool, or a 429 / client-gone error.
-    /// A request without a route, or whose route has no SLO, passes at once.
+    /// fallback), the guard that marks its end on that pool, and the routing decision admission
+    /// judged (the first attempt uses it: one decision, one prediction) — or a 429 /
+    /// client-gone error. A request without a route, or whose route has no SLO, passes at once
+    /// (and is routed by the attempt).
     pub(super) async fn admit<'s>(
         &'s self,
         session: &mut ServerSession,
@@ -33,19 +34,24 @@ impl Proxy {
         route: Option<&'s Route>,
         features: &RequestFeatures,
         arrived: Instant,
-    ) -> Result<(&'s Pool, Departure<'s>), Failure> {
+    ) -> Result<(&'s Pool, Departure<'s>, Option<Routed>), Failure> {
         let Some((route, slo)) = route.and_then(|r| Some((r, r.slo.as_ref()?))) else {
-            return Ok((pool, self.admission.departure(pool.model.clone())));
+            return Ok((pool, self.admission.departure(pool.model.clone()), None));
         };
-        let Some((reason, predicted)) = self.slo_miss(pool, features, slo, route.rank, true) else {
-            return Ok((pool, self.admission.departure(pool.model.clone())));
+        let (miss, routed) = self.slo_check(state, pool, Some(route), features, slo, true);
+        let Some((reason, predicted)) = miss else {
+            return Ok((pool, self.admission.departure(pool.model.clone()), routed));
         };
         match &slo.on_miss {
             SloAction::Shed => Err(self.shed(pool, route, slo, reason, predicted)),
             SloAction::Fallback(name) => match state.pool(name) {
                 Some(fallback) => {
                     tracing::debug!(route = %route.name, reason = reason.as_str(), fallback = %name, "SLO miss: fallback");
-                    Ok((fallback, self.admission.departure(fallback.model.clone())))
+                    Ok((
+                        fallback,
+                        self.admission.departure(fallback.model.clone()),
+                        None,
+                    ))
                 }
                 // Validation guarantees the pool exists in the same config.
                 None => Err((
@@ -60,35 +66,33 @@ impl Proxy {
         }
     }
 
-    /// Why `pool` cannot serve `features` within `slo` now, with the best predicted TTFT
-    /// (infinite when no backend is eligible); `None` when it can.
-    fn slo_miss(
+    /// Route `features` on `pool` now and judge the decision against `slo`: why it cannot be
+    /// served in time (with the decision's prediction; infinite when no backend is eligible),
+    /// or `None` when it can; and the decision itself.
+    fn slo_check(
         &self,
+        state: &GatewayState,
         pool: &Pool,
+        route: Option<&Route>,
         features: &RequestFeatures,
         slo: &Slo,
-        rank: u32,
         check_queue: bool,
-    ) -> Option<(ShedReason, f64)> {
-        let best = self.best_predicted_ttft(pool, features);
-        if check_queue && self.admission.waiting_ahead(&pool.model, rank) {
-            return Some((ShedReason::QueuedAhead, best.unwrap_or(f64::INFINITY)));
-        }
-        match best {
-            None => Some((ShedReason::NoCapacity, f64::INFINITY)),
-            Some(p) if p > slo.ttft.as_secs_f64() => Some((ShedReason::SloMiss, p)),
-            Some(_) => None,
-        }
-    }
-
-    /// The lowest predicted TTFT over the pool's eligible backends (0 for a backend without a
-    /// model); `None` when no backend is eligible.
-    fn best_predicted_ttft(&self, pool: &Pool, features: &RequestFeatures) -> Option<f64> {
-        pool.views(features, Instant::now(), &[])
-            .iter()
-            .filter(|v| v.eligible())
-            .map(|v| v.predicted_ttft(features).unwrap_or(0.0))
-            .min_by(f64::total_cmp)
+    ) -> (Option<(ShedReason, f64)>, Option<Routed>) {
+        let policy = state.policy_for(pool, route);
+        let routed = pool.route(&**policy, features, Instant::now(), &[]).ok();
+        // A policy that cannot predict (no model anywhere) does not hold the request back.
+        let predicted = routed.map(|r| r.decision.predicted_ttft_s.unwrap_or(0.0));
+        let rank = route.map_or(0, |r| r.rank);
+        let miss = if check_queue && self.admission.waiting_ahead(&pool.model, rank) {
+            Some((ShedReason::QueuedAhead, predicted.unwrap_or(f64::INFINITY)))
+        } else {
+            match predicted {
+                None => Some((ShedReason::NoCapacity, f64::INFINITY)),
+                Some(p) if p > slo.ttft.as_secs_f64() => Some((ShedReason::SloMiss, p)),
+                Some(_) => None,
+            }
+        };
+        (miss, routed)
     }
 
     /// Count and build the 429 for a shed request.
@@ -134,7 +138,7 @@ impl Proxy {
         slo: &Slo,
         features: &RequestFeatures,
         arrived: Instant,
-    ) -> Result<(&'s Pool, Departure<'s>), Failure> {
+    ) -> Result<(&'s Pool, Departure<'s>, Option<Routed>), Failure> {
         let deadline = arrived + slo.ttft;
         let Some(ticket) = self.admission.enqueue(
             pool.model.clone(),
@@ -160,20 +164,20 @@ impl Proxy {
             };
             if deadline_passed {
                 // The SLO is lost either way: send late if a backend is free, else shed.
-                if self.best_predicted_ttft(pool, features).is_some() {
+                let (_, routed) = self.slo_check(state, pool, Some(route), features, slo, false);
+                if routed.is_some() {
                     ticket.dispatch();
-                    return Ok((pool, self.admission.departure(pool.model.clone())));
+                    return Ok((pool, self.admission.departure(pool.model.clone()), routed));
                 }
                 drop(ticket);
                 return Err(self.shed(pool, route, slo, ShedReason::Deadline, f64::NAN));
             }
-            if ticket.claim()
-                && self
-                    .slo_miss(pool, features, slo, route.rank, false)
-                    .is_none()
-            {
-                ticket.dispatch();
-                return Ok((pool, self.admission.departure(pool.model.clone())));
+            if ticket.claim() {
+                let (miss, routed) = self.slo_check(state, pool, Some(route), features, slo, false);
+                if miss.is_none() {
+                    ticket.dispatch();
+                    return Ok((pool, self.admission.departure(pool.model.clone()), routed));
+                }
             }
         }
     }

@@ -3,21 +3,37 @@
 //! The body is read in `request_filter`, so routing sees the entire prompt whatever its size,
 //! and the same bytes are sent to each upstream attempt. The limit is enforced both on a
 //! declared `Content-Length` (rejected before reading a byte) and on the bytes actually read
-//! (chunked bodies), and a client that stalls mid-body is timed out.
+//! (chunked bodies), and a client that stalls mid-body is timed out: each chunk within `idle`,
+//! the whole body within `total` (408 either way). The bytes are charged to the global
+//! [`super::budget::BufferBudget`] as they are read — a declared `Content-Length` at once,
+//! before a byte is read — and a body that does not fit is refused with 503.
 
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use pingora_core::protocols::http::ServerSession;
 
+use super::budget::Reservation;
 use crate::error::GatewayError;
 
-/// Read the full request body, at most `limit` bytes, waiting at most `idle` for each chunk.
+/// Deadlines and limits of one body read.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    /// Largest body, bytes.
+    pub max_bytes: u64,
+    /// Longest wait for the next chunk.
+    pub idle: Duration,
+    /// Longest wait for the whole body.
+    pub total: Duration,
+}
+
+/// Read the full request body within `limits`, charging it to `budget`.
 pub async fn read_body(
     session: &mut ServerSession,
-    limit: u64,
-    idle: Duration,
+    limits: BodyLimits,
+    budget: &mut Reservation<'_>,
 ) -> Result<Bytes, GatewayError> {
+    let limit = limits.max_bytes;
     let declared = session
         .get_header("content-length")
         .and_then(|v| v.to_str().ok())
@@ -25,6 +41,22 @@ pub async fn read_body(
     if declared.is_some_and(|n| n > limit) {
         return Err(GatewayError::BodyTooLarge { limit });
     }
+    if declared.is_some_and(|n| !budget.grow(n)) {
+        return Err(GatewayError::Busy("buffered request bytes"));
+    }
+    match tokio::time::timeout(limits.total, read_all(session, limits, declared, budget)).await {
+        Ok(r) => r,
+        Err(_) => Err(GatewayError::RequestTimeout),
+    }
+}
+
+async fn read_all(
+    session: &mut ServerSession,
+    limits: BodyLimits,
+    declared: Option<u64>,
+    budget: &mut Reservation<'_>,
+) -> Result<Bytes, GatewayError> {
+    let (limit, idle) = (limits.max_bytes, limits.idle);
     let expects_continue = session
         .get_header("expect")
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
@@ -52,6 +84,9 @@ pub async fn read_body(
         total += chunk.len() as u64;
         if total > limit {
             return Err(GatewayError::BodyTooLarge { limit });
+        }
+        if declared.is_none_or(|d| total > d) && !budget.grow(chunk.len() as u64) {
+            return Err(GatewayError::Busy("buffered request bytes"));
         }
         parts.push(chunk);
     }

@@ -13,9 +13,13 @@
 
 mod admit;
 mod body;
+mod budget;
 mod gate;
+mod lifecycle;
+mod observe;
 mod relay;
 mod respond;
+mod retry;
 mod tokenize;
 mod upstream;
 
@@ -26,38 +30,36 @@ use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::Method;
-use pingora_core::connectors::http::Connector;
 use pingora_core::protocols::http::ServerSession;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_proxy::{ProxyHttp, Session};
 
 use crate::admission::Admission;
-use crate::backend::{latency, RequestLoad};
 use crate::error::GatewayError;
-use crate::gateway::{GatewayState, Pool};
-use crate::request::{parse_request, Endpoint};
-use crate::routing::{Decision, Snapshot};
+use crate::gateway::{GatewayState, Pool, Routed};
+use crate::request::Endpoint;
 use crate::server::ActiveRequests;
 use crate::telemetry::{Metrics, NONE};
-use relay::{client_response_head, Relay, RelayEnd};
-use upstream::{attempt, upstream_request_head, Attempt, Deadlines};
+use upstream::Connectors;
 
 /// Upstream connections kept idle in the pool this long.
 const UPSTREAM_IDLE_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(60);
-/// Extra retries allowed for stale pooled connections (not counted against the retry budget).
-const MAX_STALE_RETRIES: u32 = 4;
+/// Idle upstream connections kept at most.
+const UPSTREAM_POOL_SIZE: usize = 1024;
 
 /// The gateway's proxy service.
 pub struct Proxy {
     state: Arc<ArcSwap<GatewayState>>,
     metrics: Metrics,
-    connector: Connector,
+    connectors: Connectors,
     active: Arc<ActiveRequests>,
     /// The SLO admission queue; outlives reloads (requests queued under an old config keep
     /// their place).
     admission: Admission,
     /// Per-key and per-route rate limits; outlive reloads too.
     limiter: crate::ratelimit::RateLimiter,
+    /// Request body bytes buffered now, over all requests.
+    budget: budget::BufferBudget,
 }
 
 impl Proxy {
@@ -67,15 +69,14 @@ impl Proxy {
         metrics: Metrics,
         active: Arc<ActiveRequests>,
     ) -> Proxy {
-        let mut opts = pingora_core::connectors::ConnectorOptions::new(1024);
-        opts.keepalive_pool_size = 1024;
         Proxy {
             state,
             admission: Admission::new(metrics.clone()),
             metrics,
-            connector: Connector::new(Some(opts)),
+            connectors: Connectors::new(UPSTREAM_POOL_SIZE),
             active,
             limiter: crate::ratelimit::RateLimiter::new(Instant::now()),
+            budget: budget::BufferBudget::default(),
         }
     }
 
@@ -87,6 +88,13 @@ impl Proxy {
         // complete before we finish the exchange): with pipelining enabled pingora keeps that
         // byte for the next request instead of losing it.
         session.set_pipelining_enabled(true);
+        // A client that stops reading: a write that cannot progress within the deadline fails,
+        // the relay ends and the upstream request is dropped (its engine slot freed).
+        let limits = self.state.load().config.limits;
+        session.set_write_timeout(Some(limits.write_timeout));
+        if let Some(rate) = limits.min_send_rate {
+            session.set_min_send_rate(Some(rate as usize));
+        }
         let raw_head = if session.is_http2() {
             Bytes::new()
         } else {
@@ -140,7 +148,9 @@ impl Proxy {
             }
             if matches!(
                 err,
-                GatewayError::BodyTooLarge { .. } | GatewayError::RequestTimeout
+                GatewayError::BodyTooLarge { .. }
+                    | GatewayError::RequestTimeout
+                    | GatewayError::Busy(_)
             ) {
                 // The rest of the body was not read: the connection cannot be reused.
                 session.set_keepalive(None);
@@ -162,15 +172,9 @@ impl Proxy {
         }
     }
 
-    fn record_decision(
-        &self,
-        pool: &Pool,
-        policy: &str,
-        d: &Decision,
-        cached_tokens: u32,
-        prompt_tokens: u32,
-    ) {
+    fn record_decision(&self, pool: &Pool, policy: &str, routed: &Routed, prompt_tokens: u32) {
         let m = &self.metrics;
+        let d = &routed.decision;
         m.route_decisions_total
             .with_label_values(&[&pool.model, policy, d.reason.as_str()])
             .inc();
@@ -182,7 +186,7 @@ impl Proxy {
         if prompt_tokens > 0 {
             m.prefix_match_ratio
                 .with_label_values(&[&pool.model])
-                .observe(f64::from(cached_tokens) / f64::from(prompt_tokens));
+                .observe(f64::from(routed.chosen.cached_tokens) / f64::from(prompt_tokens));
         }
     }
 
@@ -195,307 +199,6 @@ impl Proxy {
             .request_duration_seconds
             .with_label_values(&[pool])
             .observe(arrived.elapsed().as_secs_f64());
-    }
-
-    /// Read, parse, route, forward and relay one inference request.
-    async fn proxy(
-        &self,
-        session: &mut ServerSession,
-        state: &GatewayState,
-        endpoint: Endpoint,
-        arrived: Instant,
-    ) -> Result<(), (Option<Arc<str>>, GatewayError)> {
-        let limits = &state.config.limits;
-        let mut pass = self.gate_key(session, state).map_err(|e| (None, e))?;
-        let body = body::read_body(session, limits.max_body_bytes, limits.idle_timeout)
-            .await
-            .map_err(|e| (None, e))?;
-        let session_header = session
-            .get_header("x-session-id")
-            .and_then(|v| v.to_str().ok());
-        let mut features = parse_request(endpoint, &body, session_header)
-            .map_err(|e| (None, GatewayError::BadRequest(e.to_string())))?;
-        let Some((pool, route)) = state.route(
-            &features.model,
-            session.req_header().uri.path(),
-            &session.req_header().headers,
-        ) else {
-            return Err((
-                None,
-                GatewayError::ModelNotFound {
-                    model: features.model.clone(),
-                },
-            ));
-        };
-        tokenize::apply(pool, endpoint, &body, &mut features, &self.metrics).await;
-        // Costs are in the engine's tokens: correct our count by what `usage` taught the pool
-        // (again after admission, which may fall back to another pool).
-        let mut our_prompt_tokens = features.prompt_tokens;
-        features.prompt_tokens = pool.token_ratio.scale(our_prompt_tokens);
-        self.gate_route(
-            &mut pass,
-            state,
-            route,
-            &features.model,
-            features.prompt_tokens,
-        )
-        .map_err(|e| (Some(pool.model.clone()), e))?;
-        let keyed_route = pass.keyed_route(route);
-        let route = keyed_route.as_ref().or(route);
-        let first_pool = pool;
-        let (pool, _departure) = self
-            .admit(session, state, pool, route, &features, arrived)
-            .await?;
-        if !tokenize::same_tokenizer(first_pool, pool) {
-            // A fallback pool that tokenizes differently: its tokens, its block hashes.
-            let session_header = session
-                .get_header("x-session-id")
-                .and_then(|v| v.to_str().ok());
-            features = parse_request(endpoint, &body, session_header)
-                .map_err(|e| (None, GatewayError::BadRequest(e.to_string())))?;
-            tokenize::apply(pool, endpoint, &body, &mut features, &self.metrics).await;
-            our_prompt_tokens = features.prompt_tokens;
-        }
-        features.prompt_tokens = pool.token_ratio.scale(our_prompt_tokens);
-        let pool_err = |e| (Some(pool.model.clone()), e);
-        let policy = state.policy_for(pool, route);
-        let deadlines = Deadlines {
-            first_token: route
-                .and_then(|r| r.first_token_timeout)
-                .unwrap_or(limits.first_token_timeout),
-            idle: route
-                .and_then(|r| r.idle_timeout)
-                .unwrap_or(limits.idle_timeout),
-        };
-        let max_retries = route
-            .and_then(|r| r.max_retries)
-            .unwrap_or(state.config.retry.max_retries);
-        let health = &state.config.health;
-        let mut tried: Vec<usize> = Vec::new();
-        let mut retries = 0u32;
-        let mut stale_retries = 0u32;
-        let mut last_failure = String::new();
-        loop {
-            let now = Instant::now();
-            let views = pool.views_for(&**policy, &features, now, &tried);
-            let snapshot = Snapshot { backends: &views };
-            let decision = match policy.select(&features, &snapshot, now) {
-                Ok(d) => d,
-                Err(_) => {
-                    let detail = if last_failure.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {last_failure}")
-                    };
-                    return Err(pool_err(GatewayError::NoBackend {
-                        model: pool.model.to_string(),
-                        detail,
-                    }));
-                }
-            };
-            let backend = &pool.backends[decision.index];
-            let chosen = &views[decision.index];
-            let inputs = chosen.ttft_inputs(&features);
-            self.record_decision(
-                pool,
-                policy.name(),
-                &decision,
-                chosen.cached_tokens,
-                features.prompt_tokens,
-            );
-            let others_left = views
-                .iter()
-                .enumerate()
-                .any(|(i, v)| i != decision.index && v.eligible());
-            let may_retry_status = retries < max_retries && others_left;
-            let head = upstream_request_head(session.req_header(), backend, body.len())
-                .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
-            let load = RequestLoad {
-                prefill_tokens: inputs.uncached_tokens as u32,
-                kv_tokens: chosen.kv_need(&features),
-            };
-            let mut guard = backend.start_request(load, now);
-            let outcome = attempt(
-                &self.connector,
-                backend,
-                head,
-                &body,
-                features.stream,
-                deadlines,
-                may_retry_status,
-            )
-            .await;
-            match outcome {
-                Attempt::Retry {
-                    reason,
-                    detail,
-                    backend_blameless,
-                } => {
-                    drop(guard);
-                    tracing::info!(backend = %backend.name(), %detail, "attempt failed");
-                    self.metrics
-                        .upstream_errors_total
-                        .with_label_values(&[backend.name(), reason.as_str()])
-                        .inc();
-                    if backend_blameless && stale_retries < MAX_STALE_RETRIES {
-                        // A pooled connection the backend had closed: try again, same budget.
-                        stale_retries += 1;
-                    } else {
-                        if !backend_blameless {
-                            self.record_failure(pool, decision.index, health);
-                        }
-                        tried.push(decision.index);
-                        if retries >= max_retries {
-                            return Err(pool_err(GatewayError::NoBackend {
-                                model: pool.model.to_string(),
-                                detail: format!(": {detail}"),
-                            }));
-                        }
-                        retries += 1;
-                    }
-                    self.metrics
-                        .retries_total
-                        .with_label_values(&[&pool.model, reason.as_str()])
-                        .inc();
-                    last_failure = detail;
-                }
-                Attempt::FirstTokenTimeout => {
-                    drop(guard);
-                    self.record_failure(pool, decision.index, health);
-                    self.metrics
-                        .upstream_errors_total
-                        .with_label_values(&[backend.name(), "first_token_timeout"])
-                        .inc();
-                    let timeout = if features.stream {
-                        deadlines.first_token
-                    } else {
-                        deadlines.idle
-                    };
-                    return Err(pool_err(GatewayError::FirstTokenTimeout {
-                        backend: backend.name().to_string(),
-                        timeout_ms: timeout.as_millis() as u64,
-                    }));
-                }
-                Attempt::Committed {
-                    mut upstream,
-                    head,
-                    first_chunk,
-                    body_done,
-                    sent_at,
-                } => {
-                    let status = head.status.as_u16();
-                    if status < 500 {
-                        backend.record_success();
-                        // The backend took the prompt: it holds its prefix from now on (a
-                        // failed attempt must not teach the index otherwise).
-                        pool.index
-                            .record(decision.index, &features.block_hashes, now);
-                    }
-                    let mut extra = pass.headers();
-                    if state.config.explain_headers {
-                        extra.push(("x-pronto-backend", backend.name().to_string()));
-                        if let Some(p) = decision.predicted_ttft_s {
-                            extra.push(("x-pronto-predicted-ttft-ms", format!("{:.1}", p * 1e3)));
-                        }
-                    }
-                    let client_head = client_response_head(&head, &extra)
-                        .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
-                    let is_sse = features.stream
-                        && head
-                            .headers
-                            .get(http::header::CONTENT_TYPE)
-                            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-                    let outcome = Relay {
-                        head: client_head,
-                        first_chunk,
-                        body_done,
-                        sse: is_sse,
-                        idle: deadlines.idle,
-                        guard: &mut guard,
-                    }
-                    .run(session, &mut upstream)
-                    .await;
-                    if let Some(t) = outcome.first_token_at {
-                        let actual = (t - sent_at).as_secs_f64();
-                        let predicted = backend.ttft.observe(&inputs, actual, t);
-                        self.metrics
-                            .ttft_seconds
-                            .with_label_values(&[backend.name()])
-                            .observe(actual);
-                        self.metrics
-                            .ttft_prediction_error_seconds
-                            .with_label_values(&[backend.name()])
-                            .observe(predicted - actual);
-                        self.metrics
-                            .client_ttft_seconds
-                            .with_label_values(&[&pool.model])
-                            .observe((t - arrived).as_secs_f64());
-                    }
-                    if outcome.end == RelayEnd::Complete {
-                        let done = Instant::now();
-                        let sample = latency::Sample {
-                            ttft_s: outcome.first_token_at.map(|t| (t - sent_at).as_secs_f64()),
-                            tpot_s: match (outcome.first_token_at, outcome.last_token_at) {
-                                (Some(a), Some(b)) if outcome.output_events >= 2 => Some(
-                                    (b - a).as_secs_f64() / f64::from(outcome.output_events - 1),
-                                ),
-                                _ => None,
-                            },
-                            e2e_s: (done - sent_at).as_secs_f64(),
-                        };
-                        backend.latency.record(sample, done);
-                        if let Some(t) = sample.tpot_s {
-                            self.metrics
-                                .tpot_seconds
-                                .with_label_values(&[backend.name()])
-                                .observe(t);
-                        }
-                        self.metrics
-                            .e2e_seconds
-                            .with_label_values(&[backend.name()])
-                            .observe(sample.e2e_s);
-                    }
-                    if let Some(u) = outcome.usage {
-                        self.settle(&mut pass, &u);
-                        pool.token_ratio.observe(u.prompt_tokens, our_prompt_tokens);
-                        self.metrics
-                            .prompt_token_ratio
-                            .with_label_values(&[&pool.model])
-                            .set(pool.token_ratio.ratio());
-                    }
-                    match outcome.end {
-                        RelayEnd::Complete => {}
-                        RelayEnd::ClientGone => {
-                            self.metrics
-                                .client_disconnects_total
-                                .with_label_values(&[&pool.model])
-                                .inc();
-                        }
-                        RelayEnd::UpstreamFailed => {
-                            self.record_failure(pool, decision.index, health);
-                            self.metrics
-                                .upstream_errors_total
-                                .with_label_values(&[backend.name(), "mid_stream"])
-                                .inc();
-                        }
-                    }
-                    drop(guard);
-                    if outcome.reusable {
-                        self.connector
-                            .release_http_session(
-                                *upstream,
-                                &backend.peer,
-                                Some(UPSTREAM_IDLE_KEEPALIVE),
-                            )
-                            .await;
-                    } else {
-                        upstream.shutdown().await;
-                    }
-                    self.count(&pool.model, backend.name(), status, arrived);
-                    return Ok(());
-                }
-            }
-        }
     }
 }
 

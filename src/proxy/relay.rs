@@ -15,8 +15,8 @@ use pingora_core::protocols::http::client::HttpSession;
 use pingora_core::protocols::http::ServerSession;
 use pingora_http::ResponseHeader;
 
+use super::observe::FirstTokenObserver;
 use super::upstream::is_hop_by_hop;
-use crate::backend::InflightGuard;
 use crate::error::GatewayError;
 use crate::sse::{usage_from_body, SseScanner, Usage};
 
@@ -87,8 +87,9 @@ pub struct Relay<'a> {
     pub sse: bool,
     /// Longest wait for the next upstream chunk.
     pub idle: Duration,
-    /// The request's load accounting (first token moves it from prefill to decode).
-    pub guard: &'a mut InflightGuard,
+    /// Told of the first generated token, once (the model learns, the booking leaves
+    /// prefill).
+    pub observer: FirstTokenObserver<'a>,
 }
 
 impl Relay<'_> {
@@ -100,7 +101,7 @@ impl Relay<'_> {
             mut body_done,
             sse,
             idle,
-            guard,
+            mut observer,
         } = self;
         let mut scanner = SseScanner::new();
         let mut out = RelayOutcome {
@@ -133,7 +134,7 @@ impl Relay<'_> {
                         out.output_events += update.output_events;
                         if update.first_token {
                             out.first_token_at = Some(at);
-                            guard.first_token();
+                            observer.first_token(at);
                         }
                     }
                 }

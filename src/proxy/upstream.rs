@@ -8,10 +8,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::header::{self, HeaderName};
 use pingora_core::connectors::http::Connector;
+use pingora_core::connectors::TransportConnector;
 use pingora_core::protocols::http::client::HttpSession;
+use pingora_core::protocols::http::v1::client::HttpSession as Http1Session;
 use pingora_http::{RequestHeader, ResponseHeader};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, InflightGuard};
 use crate::telemetry::RetryReason;
 
 /// Headers that describe one connection, not the message: never forwarded (RFC 9110 §7.6.1).
@@ -49,14 +51,15 @@ pub enum Attempt {
         /// When the request was fully sent.
         sent_at: Instant,
     },
-    /// Nothing reached the client; try elsewhere.
-    Retry {
-        /// Why, for `pronto_retries_total`.
+    /// Nothing reached the client; the request may be tried elsewhere.
+    Failed {
+        /// Why, for `pronto_retries_total` and `pronto_upstream_errors_total`.
         reason: RetryReason,
-        /// A description for logs and the final 503.
+        /// A description for the log (never for the client: it may name addresses).
         detail: String,
-        /// The failure says nothing about the backend's health (a stale pooled connection).
-        backend_blameless: bool,
+        /// Whether the failure says the backend is unwell (connect failure, reset, 5xx) and
+        /// counts toward ejecting it; a 429 says it is busy, which is not a fault.
+        backend_fault: bool,
     },
     /// The backend took too long to produce its first byte.
     FirstTokenTimeout,
@@ -67,8 +70,22 @@ pub enum Attempt {
 pub struct Deadlines {
     /// Request sent → first body chunk of a stream.
     pub first_token: Duration,
-    /// Request sent → response head of a non-streaming request, and between body chunks.
+    /// Request sent → response head of a non-streamed request (its whole answer, usually).
+    pub total: Duration,
+    /// Between body chunks.
     pub idle: Duration,
+}
+
+impl Deadlines {
+    /// How long the attempt waits for its first answer: a stream's first token, or a
+    /// non-streamed request's whole answer.
+    pub fn first_answer(&self, stream: bool) -> Duration {
+        if stream {
+            self.first_token
+        } else {
+            self.total
+        }
+    }
 }
 
 /// The request head sent upstream: the client's end-to-end headers, our `Host` and framing.
@@ -98,84 +115,114 @@ pub fn upstream_request_head(
     Ok(req)
 }
 
-/// Whether a status is worth trying on another backend (nothing has reached the client yet).
-pub fn retryable_status(status: u16) -> Option<RetryReason> {
+/// Whether a status is worth trying on another backend (nothing has reached the client yet),
+/// and whether it is the backend's fault.
+pub fn retryable_status(status: u16) -> Option<(RetryReason, bool)> {
     match status {
-        429 => Some(RetryReason::Status429),
-        500..=599 => Some(RetryReason::Status5xx),
+        429 => Some((RetryReason::Status429, false)),
+        500..=599 => Some((RetryReason::Status5xx, true)),
         _ => None,
     }
 }
 
+/// Connections for attempts: pingora's pooled connector, and a transport connector for the
+/// fresh connection a stale pooled one is replaced by.
+pub struct Connectors {
+    /// Pooled HTTP connections.
+    pub pooled: Connector,
+    fresh: TransportConnector,
+}
+
+impl Connectors {
+    /// Connectors keeping up to `pool_size` idle upstream connections.
+    pub fn new(pool_size: usize) -> Connectors {
+        let mut opts = pingora_core::connectors::ConnectorOptions::new(pool_size);
+        opts.keepalive_pool_size = pool_size;
+        Connectors {
+            pooled: Connector::new(Some(opts.clone())),
+            fresh: TransportConnector::new(Some(opts)),
+        }
+    }
+}
+
+/// Writing the request, or reading the response head, failed on one connection.
+struct SendError(String);
+
 /// Run one attempt against `backend`. `may_retry_status` says whether a 5xx/429 answer should
 /// be abandoned for another backend (false on the last attempt: the client then gets it).
+///
+/// A *stale* pooled connection (the backend closed it while idle: the write or the head read
+/// fails on a reused connection) is not the backend's fault and not a retry: the request is
+/// sent again at once, once, on a fresh connection to the same backend.
+///
+/// A non-streamed request's prefill is taken off the ledger when its response head arrives or
+/// its predicted TTFT passes, whichever is first (see [`pronto_core::load`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn attempt(
-    connector: &Connector,
+    connectors: &Connectors,
     backend: &Backend,
     head: RequestHeader,
     body: &Bytes,
     stream: bool,
     deadlines: Deadlines,
     may_retry_status: bool,
+    guard: &mut InflightGuard,
 ) -> Attempt {
-    let (mut up, reused) = match connector.get_http_session(&backend.peer).await {
-        Ok(s) => s,
-        Err(e) => {
-            return Attempt::Retry {
-                reason: RetryReason::Connect,
-                detail: format!("connect to {} failed: {e}", backend.name()),
-                backend_blameless: false,
+    let head_deadline = deadlines.first_answer(stream);
+    let mut fresh = false;
+    let (mut up, sent_at, resp) = loop {
+        let (mut up, reused) = if fresh {
+            match connectors.fresh.new_stream(&backend.peer).await {
+                Ok(s) => (
+                    HttpSession::H1(Http1Session::new_with_options(s, &backend.peer)),
+                    false,
+                ),
+                Err(e) => return failed(RetryReason::Connect, backend, "connect to", &e),
             }
+        } else {
+            match connectors.pooled.get_http_session(&backend.peer).await {
+                Ok(s) => s,
+                Err(e) => return failed(RetryReason::Connect, backend, "connect to", &e),
+            }
+        };
+        let sent = send(&mut up, head.clone(), body).await;
+        let sent_at = Instant::now();
+        let deadline = tokio::time::Instant::from_std(sent_at + head_deadline);
+        let result = match sent {
+            Err(e) => Err(e),
+            Ok(()) => match read_head(&mut up, deadline, stream, guard).await {
+                None => return Attempt::FirstTokenTimeout,
+                Some(r) => r,
+            },
+        };
+        match result {
+            Ok(resp) => break (up, sent_at, resp),
+            Err(SendError(_)) if reused => {
+                tracing::debug!(backend = %backend.name(), "stale pooled connection; resending on a fresh one");
+                fresh = true;
+            }
+            Err(SendError(e)) => return failed(RetryReason::Io, backend, "exchange with", &e),
         }
     };
-    let io_failure = |what: &str, e: &dyn std::fmt::Display| Attempt::Retry {
-        reason: if reused {
-            RetryReason::StaleConnection
-        } else {
-            RetryReason::Io
-        },
-        detail: format!("{what} {} failed: {e}", backend.name()),
-        backend_blameless: reused,
-    };
-    if let Err(e) = up.write_request_header(Box::new(head)).await {
-        return io_failure("sending request to", &e);
+    if !stream {
+        guard.end_prefill();
     }
-    if let Err(e) = up.write_request_body(body.clone(), true).await {
-        return io_failure("sending body to", &e);
-    }
-    if let Err(e) = up.finish_request_body().await {
-        return io_failure("finishing body to", &e);
-    }
-    let sent_at = Instant::now();
-    let head_deadline = if stream {
-        deadlines.first_token
-    } else {
-        deadlines.idle
-    };
-    let deadline = tokio::time::Instant::from_std(sent_at + head_deadline);
-    match tokio::time::timeout_at(deadline, up.read_response_header()).await {
-        Err(_) => return Attempt::FirstTokenTimeout,
-        Ok(Err(e)) => return io_failure("reading response from", &e),
-        Ok(Ok(())) => {}
-    }
-    let Some(resp) = up.response_header().cloned() else {
-        return io_failure("reading response from", &"no response header");
-    };
     let status = resp.status.as_u16();
     if may_retry_status {
-        if let Some(reason) = retryable_status(status) {
-            return Attempt::Retry {
+        if let Some((reason, backend_fault)) = retryable_status(status) {
+            return Attempt::Failed {
                 reason,
                 detail: format!("{} answered {status}", backend.name()),
-                backend_blameless: status == 429,
+                backend_fault,
             };
         }
     }
     let (mut first_chunk, mut body_done) = (None, up.response_done());
     if stream && (200..300).contains(&status) && !body_done {
+        let deadline = tokio::time::Instant::from_std(sent_at + head_deadline);
         match tokio::time::timeout_at(deadline, up.read_response_body()).await {
             Err(_) => return Attempt::FirstTokenTimeout,
-            Ok(Err(e)) => return io_failure("reading first chunk from", &e),
+            Ok(Err(e)) => return failed(RetryReason::Io, backend, "reading first chunk from", &e),
             Ok(Ok(None)) => body_done = true,
             Ok(Ok(Some(c))) => first_chunk = Some(c),
         }
@@ -187,6 +234,73 @@ pub async fn attempt(
         body_done,
         sent_at,
     }
+}
+
+fn failed(
+    reason: RetryReason,
+    backend: &Backend,
+    what: &str,
+    e: &dyn std::fmt::Display,
+) -> Attempt {
+    Attempt::Failed {
+        reason,
+        detail: format!("{what} {} failed: {e}", backend.name()),
+        backend_fault: true,
+    }
+}
+
+async fn send(up: &mut HttpSession, head: RequestHeader, body: &Bytes) -> Result<(), SendError> {
+    up.write_request_header(Box::new(head))
+        .await
+        .map_err(|e| SendError(format!("sending request: {e}")))?;
+    up.write_request_body(body.clone(), true)
+        .await
+        .map_err(|e| SendError(format!("sending body: {e}")))?;
+    up.finish_request_body()
+        .await
+        .map_err(|e| SendError(format!("finishing body: {e}")))?;
+    Ok(())
+}
+
+/// Wait for the response head until `deadline` (`None`: it passed). A non-streamed request's
+/// prefill ends at its predicted TTFT if the head is not there by then.
+async fn read_head(
+    up: &mut HttpSession,
+    deadline: tokio::time::Instant,
+    stream: bool,
+    guard: &mut InflightGuard,
+) -> Option<Result<ResponseHeader, SendError>> {
+    let prefill_ends = (!stream)
+        .then(|| guard.booking().prefill_ends_by())
+        .flatten()
+        .map(tokio::time::Instant::from_std);
+    let r = {
+        let read = up.read_response_header();
+        tokio::pin!(read);
+        let early = match prefill_ends {
+            Some(at) if at < deadline => {
+                tokio::select! {
+                    r = &mut read => Some(r),
+                    _ = tokio::time::sleep_until(at) => {
+                        guard.end_prefill();
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        match early {
+            Some(r) => r,
+            None => tokio::time::timeout_at(deadline, read).await.ok()?,
+        }
+    };
+    Some(match r {
+        Err(e) => Err(SendError(format!("reading response: {e}"))),
+        Ok(()) => up
+            .response_header()
+            .cloned()
+            .ok_or_else(|| SendError("no response header".into())),
+    })
 }
 
 #[cfg(test)]
@@ -202,8 +316,8 @@ mod tests {
 
     #[test]
     fn retryable_statuses() {
-        assert_eq!(retryable_status(503), Some(RetryReason::Status5xx));
-        assert_eq!(retryable_status(429), Some(RetryReason::Status429));
+        assert_eq!(retryable_status(503), Some((RetryReason::Status5xx, true)));
+        assert_eq!(retryable_status(429), Some((RetryReason::Status429, false)));
         assert_eq!(retryable_status(400), None);
         assert_eq!(retryable_status(200), None);
     }

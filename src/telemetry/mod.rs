@@ -34,8 +34,17 @@ pub enum RetryReason {
 }
 
 impl RetryReason {
+    /// Every reason, for registering the series at zero.
+    pub const ALL: [RetryReason; 5] = [
+        RetryReason::Connect,
+        RetryReason::StaleConnection,
+        RetryReason::Io,
+        RetryReason::Status5xx,
+        RetryReason::Status429,
+    ];
+
     /// Label value.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             RetryReason::Connect => "connect",
             RetryReason::StaleConnection => "stale_connection",
@@ -59,6 +68,13 @@ pub enum ReloadResult {
 }
 
 impl ReloadResult {
+    /// Every result, for registering the series at zero.
+    pub const ALL: [ReloadResult; 3] = [
+        ReloadResult::Ok,
+        ReloadResult::Unchanged,
+        ReloadResult::Error,
+    ];
+
     /// Label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -68,6 +84,65 @@ impl ReloadResult {
         }
     }
 }
+
+/// What a rate limit that refused a request applies to (the `scope` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateLimitScope {
+    /// An API key (`rate_limits.per_key` / `rate_limits.keys`); `name` is the key's name.
+    Key,
+    /// A route (`rate_limits.routes`); `name` is the route's name.
+    Route,
+}
+
+impl RateLimitScope {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateLimitScope::Key => "key",
+            RateLimitScope::Route => "route",
+        }
+    }
+}
+
+/// Which limit refused a request (the `limit` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateLimitKind {
+    /// `requests_per_minute`.
+    Requests,
+    /// `tokens_per_minute`.
+    Tokens,
+    /// `max_concurrent`.
+    Concurrency,
+}
+
+impl RateLimitKind {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateLimitKind::Requests => "requests",
+            RateLimitKind::Tokens => "tokens",
+            RateLimitKind::Concurrency => "concurrency",
+        }
+    }
+}
+
+/// The `kind` label values of `pronto_upstream_errors_total`: a failed attempt's
+/// [`RetryReason`], `first_token_timeout` (no first token within the deadline) and
+/// `mid_stream` (the backend failed after the response started).
+pub const UPSTREAM_ERROR_KINDS: [&str; 7] = [
+    RetryReason::Connect.as_str(),
+    RetryReason::StaleConnection.as_str(),
+    RetryReason::Io.as_str(),
+    RetryReason::Status5xx.as_str(),
+    RetryReason::Status429.as_str(),
+    "first_token_timeout",
+    "mid_stream",
+];
+
+/// The version and git revision this binary was built from (`build.rs`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The git revision (12 hex digits), or `unknown` outside a git checkout.
+pub const REVISION: &str = env!("PRONTO_GIT_REVISION");
 
 /// The gateway's metric families.
 #[derive(Debug, Clone)]
@@ -101,8 +176,19 @@ pub struct Metrics {
     pub backend_kv_usage_ratio: GaugeVec,
     /// `pronto_engine_scrape_errors_total{backend}`: failed scrapes of an engine's `/metrics`.
     pub engine_scrape_errors_total: IntCounterVec,
-    /// `pronto_ttft_prediction_error_seconds{backend}`: predicted − actual TTFT.
+    /// `pronto_buffered_request_bytes`: request body bytes held now, over all requests (the
+    /// budget is `limits.max_buffered_bytes`).
+    pub buffered_request_bytes: IntGauge,
+    /// `pronto_capacity_rejections_total{limit}`: requests and connections refused with 503
+    /// at a global limit (`buffered_bytes`, `connections`).
+    pub capacity_rejections_total: IntCounterVec,
+    /// `pronto_open_connections`: client connections open now.
+    pub open_connections: IntGauge,
+    /// `pronto_ttft_prediction_error_seconds{backend}`: the decision's predicted − actual TTFT.
     pub ttft_prediction_error_seconds: HistogramVec,
+    /// `pronto_ttft_prediction_abs_error_seconds{backend}`: |predicted − actual| TTFT (its sum
+    /// over its count is the mean absolute error; the signed family's sum can cancel out).
+    pub ttft_prediction_abs_error_seconds: HistogramVec,
     /// `pronto_predicted_ttft_seconds{pool}`: the chosen backend's predicted TTFT.
     pub predicted_ttft_seconds: HistogramVec,
     /// `pronto_route_decisions_total{pool,policy,reason}`
@@ -145,6 +231,24 @@ pub struct Metrics {
     pub kv_events_resyncs_total: IntCounterVec,
     /// `pronto_kv_events_blocks{backend}`: blocks in a backend's exact index.
     pub kv_events_blocks: IntGaugeVec,
+    /// `pronto_backend_ejections_total{backend}`: passive ejections (consecutive failures).
+    /// Registered at zero for every configured backend ([`Metrics::publish_config`]).
+    pub backend_ejections_total: IntCounterVec,
+    /// `pronto_rate_limited_total{scope,name,limit}`: requests refused with 429 by a rate
+    /// limit ([`RateLimitScope`], the key or route name, [`RateLimitKind`]). Registered at
+    /// zero for every configured limit.
+    pub rate_limited_total: IntCounterVec,
+    /// `pronto_route_ttft_slo_seconds{route,pool}`: each route's `ttft_slo` (routes without
+    /// one have no series); set at start and after each reload.
+    pub route_ttft_slo_seconds: GaugeVec,
+    /// `pronto_build_info{version,revision}`: 1, labelled with what this binary was built
+    /// from.
+    pub build_info: IntGaugeVec,
+    /// `pronto_pool_backends{pool}`: backends of each pool (static and discovered), as of
+    /// the scrape ([`Metrics::publish_pools`]).
+    pub pool_backends: IntGaugeVec,
+    /// `pronto_pool_healthy_backends{pool}`: of those, the ones eligible for routing.
+    pub pool_healthy_backends: IntGaugeVec,
 }
 
 impl Default for Metrics {
@@ -348,9 +452,31 @@ impl Metrics {
             ttft_prediction_error_seconds: histogram_with(
                 &r,
                 "pronto_ttft_prediction_error_seconds",
-                "Predicted minus actual TTFT of each streamed request, per backend",
+                "The routing decision's predicted TTFT minus the actual TTFT of each streamed request, per backend",
                 &["backend"],
                 ERROR_BUCKETS,
+            ),
+            buffered_request_bytes: plain_gauge(
+                &r,
+                "pronto_buffered_request_bytes",
+                "Request body bytes buffered now, over all requests",
+            ),
+            capacity_rejections_total: counter(
+                &r,
+                "pronto_capacity_rejections_total",
+                "Requests and connections refused with 503 at a global limit",
+                &["limit"],
+            ),
+            open_connections: plain_gauge(
+                &r,
+                "pronto_open_connections",
+                "Client connections open now",
+            ),
+            ttft_prediction_abs_error_seconds: histogram(
+                &r,
+                "pronto_ttft_prediction_abs_error_seconds",
+                "Absolute difference between the routing decision's predicted TTFT and the actual TTFT, per backend",
+                &["backend"],
             ),
             predicted_ttft_seconds: histogram(
                 &r,
@@ -453,8 +579,177 @@ impl Metrics {
                 "Blocks a backend's exact prefix index holds",
                 &["backend"],
             ),
+            backend_ejections_total: counter(
+                &r,
+                "pronto_backend_ejections_total",
+                "Passive ejections of a backend after consecutive failed requests",
+                &["backend"],
+            ),
+            rate_limited_total: counter(
+                &r,
+                "pronto_rate_limited_total",
+                "Requests refused with 429 by a rate limit, by scope (key, route), key or route name, and limit (requests, tokens, concurrency)",
+                &["scope", "name", "limit"],
+            ),
+            route_ttft_slo_seconds: float_gauge(
+                &r,
+                "pronto_route_ttft_slo_seconds",
+                "The route's configured ttft_slo, by route and target pool",
+                &["route", "pool"],
+            ),
+            build_info: gauge(
+                &r,
+                "pronto_build_info",
+                "1, labelled with the version and git revision of this binary",
+                &["version", "revision"],
+            ),
+            pool_backends: gauge(
+                &r,
+                "pronto_pool_backends",
+                "Backends of each pool (static and discovered), as of the scrape",
+                &["pool"],
+            ),
+            pool_healthy_backends: gauge(
+                &r,
+                "pronto_pool_healthy_backends",
+                "Backends of each pool eligible for routing, as of the scrape",
+                &["pool"],
+            ),
             registry: r,
         }
+        .with_start_series()
+    }
+
+    /// Series that exist whatever the config: build info, reload results at zero, and the
+    /// process collector (Linux).
+    fn with_start_series(self) -> Metrics {
+        self.build_info
+            .with_label_values(&[VERSION, REVISION])
+            .set(1);
+        for result in ReloadResult::ALL {
+            self.config_reloads_total
+                .with_label_values(&[result.as_str()]);
+        }
+        #[cfg(target_os = "linux")]
+        self.registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .expect("unique metric");
+        self
+    }
+
+    /// Publish what the config `config` declares, at start and after every applied reload:
+    /// each route's `ttft_slo` (`pronto_route_ttft_slo_seconds`, replacing the previous
+    /// routes' series), and, at zero, the counter series of every label value the config
+    /// names — ejections per static backend, retries and client disconnects per pool and
+    /// reason, admission sheds (and the admission queue's length and wait) per
+    /// admission-controlled route, discovery errors per `discover:` pool, rate-limit
+    /// refusals per configured limit, and each static backend's
+    /// [`Metrics::register_backend`] series — so dashboards and alerts see them before the
+    /// first event. Existing counts are kept (registering a series that exists is a no-op).
+    pub fn publish_config(&self, config: &crate::config::Config) {
+        self.route_ttft_slo_seconds.reset();
+        for route in &config.routes {
+            if let Some(slo) = &route.slo {
+                self.route_ttft_slo_seconds
+                    .with_label_values(&[&*route.name, &*route.pool])
+                    .set(slo.ttft.as_secs_f64());
+                for reason in crate::admission::ShedReason::ALL {
+                    self.admission_sheds_total
+                        .with_label_values(&[&*route.name, reason.as_str()]);
+                }
+                self.admission_queue_length
+                    .with_label_values(&[&*route.name]);
+                self.admission_queue_wait_seconds
+                    .with_label_values(&[&*route.name]);
+            }
+        }
+        for pool in &config.pools {
+            for reason in RetryReason::ALL {
+                self.retries_total
+                    .with_label_values(&[&*pool.model, reason.as_str()]);
+            }
+            self.client_disconnects_total
+                .with_label_values(&[&*pool.model]);
+            for b in &pool.backends {
+                self.register_backend(&b.name);
+            }
+            if pool.discover.is_some() {
+                self.discovery_errors_total
+                    .with_label_values(&[&*pool.model]);
+            }
+        }
+        let limits = &config.rate_limits;
+        let zero = |scope: RateLimitScope, name: &str, l: &crate::config::edge::RateLimit| {
+            for (kind, set) in [
+                (RateLimitKind::Requests, l.requests_per_minute.is_some()),
+                (RateLimitKind::Tokens, l.tokens_per_minute.is_some()),
+                (RateLimitKind::Concurrency, l.max_concurrent.is_some()),
+            ] {
+                if set {
+                    self.rate_limited_total.with_label_values(&[
+                        scope.as_str(),
+                        name,
+                        kind.as_str(),
+                    ]);
+                }
+            }
+        };
+        for key in config.auth.iter().flat_map(|a| &a.keys) {
+            if let Some(l) = limits.for_key(&key.name) {
+                zero(RateLimitScope::Key, &key.name, l);
+            }
+        }
+        for (route, l) in &limits.routes {
+            zero(RateLimitScope::Route, route, l);
+        }
+    }
+
+    /// Register backend `backend`'s counter series at zero: its ejections, engine scrape
+    /// errors and upstream errors of every kind ([`UPSTREAM_ERROR_KINDS`]), so that a rate over them reads 0, not
+    /// "no data", before the first failure. [`Metrics::publish_config`] does it for static
+    /// backends; a backend found by `discover:` needs it when it is created
+    /// (`Backend::new`), else its series appear at its first failure.
+    pub fn register_backend(&self, backend: &str) {
+        self.backend_ejections_total.with_label_values(&[backend]);
+        self.engine_scrape_errors_total
+            .with_label_values(&[backend]);
+        for kind in UPSTREAM_ERROR_KINDS {
+            self.upstream_errors_total
+                .with_label_values(&[backend, kind]);
+        }
+    }
+
+    /// Publish each pool's `(name, backends, healthy backends)`, replacing the previous
+    /// pools' series (the admin listener calls it on every `/metrics` scrape, so the values
+    /// are exact and pools that left the config disappear).
+    pub fn publish_pools<'a>(&self, pools: impl IntoIterator<Item = (&'a str, usize, usize)>) {
+        self.pool_backends.reset();
+        self.pool_healthy_backends.reset();
+        for (pool, total, healthy) in pools {
+            self.pool_backends
+                .with_label_values(&[pool])
+                .set(total as i64);
+            self.pool_healthy_backends
+                .with_label_values(&[pool])
+                .set(healthy as i64);
+        }
+    }
+
+    /// Count a request refused by the `kind` limit of `scope` `name` (a key or route name
+    /// from the config).
+    pub fn count_rate_limited(&self, scope: RateLimitScope, name: &str, kind: RateLimitKind) {
+        self.rate_limited_total
+            .with_label_values(&[scope.as_str(), name, kind.as_str()])
+            .inc();
+    }
+
+    /// Count a passive ejection of `backend`.
+    pub fn count_ejection(&self, backend: &str) {
+        self.backend_ejections_total
+            .with_label_values(&[backend])
+            .inc();
     }
 
     /// Withdraw the per-backend gauges of a backend that left the config, so dashboards do
@@ -498,5 +793,75 @@ mod tests {
         let text = m.render();
         assert!(text.contains("pronto_requests_total{backend=\"b\",code=\"200\",pool=\"p\"} 1"));
         assert!(text.contains("pronto_retries_total{pool=\"p\",reason=\"connect\"} 1"));
+    }
+
+    #[test]
+    fn build_info_reload_results_and_process_series_exist_from_the_start() {
+        let text = Metrics::new().render();
+        let info = format!("pronto_build_info{{revision=\"{REVISION}\",version=\"{VERSION}\"}} 1");
+        assert!(text.contains(&info), "{text}");
+        assert!(!REVISION.is_empty());
+        for result in ["ok", "unchanged", "error"] {
+            let line = format!("pronto_config_reloads_total{{result=\"{result}\"}} 0");
+            assert!(text.contains(&line), "{line}");
+        }
+        #[cfg(target_os = "linux")]
+        for family in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+        ] {
+            assert!(text.contains(&format!("\n{family} ")), "{family}");
+        }
+    }
+
+    #[test]
+    fn the_config_publishes_slos_and_zero_series() {
+        let yaml = "
+routes:
+  - {name: chat, pool: m, ttft_slo: 800ms, match: {model: m}}
+  - {name: bulk, pool: m}
+auth: {keys: [{name: k, key: sk-kkkkkkkk}]}
+rate_limits:
+  per_key: {requests_per_minute: 10}
+  routes: {bulk: {max_concurrent: 4, tokens_per_minute: 100}}
+pools:
+  m: {backends: [{name: a, url: 'http://h:1'}, {name: b, url: 'http://h:2'}]}
+";
+        let config = crate::config::Config::from_yaml_str(yaml, "t").unwrap();
+        let m = Metrics::new();
+        m.count_ejection("a");
+        m.publish_config(&config);
+        let text = m.render();
+        for line in [
+            "pronto_route_ttft_slo_seconds{pool=\"m\",route=\"chat\"} 0.8",
+            "pronto_backend_ejections_total{backend=\"a\"} 1",
+            "pronto_backend_ejections_total{backend=\"b\"} 0",
+            "pronto_upstream_errors_total{backend=\"b\",kind=\"connect\"} 0",
+            "pronto_upstream_errors_total{backend=\"a\",kind=\"mid_stream\"} 0",
+            "pronto_retries_total{pool=\"m\",reason=\"status_5xx\"} 0",
+            "pronto_client_disconnects_total{pool=\"m\"} 0",
+            "pronto_admission_queue_length{route=\"chat\"} 0",
+            "pronto_admission_queue_wait_seconds_count{route=\"chat\"} 0",
+            "pronto_engine_scrape_errors_total{backend=\"a\"} 0",
+            "pronto_admission_sheds_total{reason=\"slo_miss\",route=\"chat\"} 0",
+            "pronto_rate_limited_total{limit=\"requests\",name=\"k\",scope=\"key\"} 0",
+            "pronto_rate_limited_total{limit=\"concurrency\",name=\"bulk\",scope=\"route\"} 0",
+            "pronto_rate_limited_total{limit=\"tokens\",name=\"bulk\",scope=\"route\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line} in:\n{text}");
+        }
+        // Only the limits configured; only the routes with an SLO.
+        assert!(!text.contains("limit=\"tokens\",name=\"k\""));
+        assert!(!text.contains("route=\"bulk\"} "));
+        // A reload that drops the SLO withdraws its gauge.
+        let no_slo = yaml.replace("ttft_slo: 800ms, ", "");
+        m.publish_config(&crate::config::Config::from_yaml_str(&no_slo, "t").unwrap());
+        assert!(!m.render().contains("pronto_route_ttft_slo_seconds{"));
+        m.publish_pools([("m", 2, 1)]);
+        m.publish_pools([("n", 1, 0)]);
+        let text = m.render();
+        assert!(text.contains("pronto_pool_healthy_backends{pool=\"n\"} 0"));
+        assert!(!text.contains("pronto_pool_backends{pool=\"m\"}"));
     }
 }

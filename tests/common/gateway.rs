@@ -1,15 +1,18 @@
-//! Runs the real `pronto` binary as a child process for end-to-end tests.
+//! Runs the gateway for end-to-end tests: in-process on `127.0.0.1:0` ([`Gateway::start`],
+//! the listeners bound once and kept), or as the real `pronto` binary for what only a process
+//! shows — signals and exit codes ([`Gateway::start_process`]).
 #![allow(dead_code)]
 
-use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A running gateway process.
+/// A running gateway.
 pub struct Gateway {
-    pub child: Child,
+    handle: Option<pronto::server::Handle>,
+    child: Option<Child>,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub config_path: PathBuf,
@@ -40,15 +43,6 @@ impl Drop for TempDir {
     }
 }
 
-fn free_port() -> u16 {
-    // The port is released before the gateway binds it; `start` retries on the rare clash.
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Quick defaults suited to tests: short health interval (unless `extra` has its own `health:`
 /// section), short grace period.
 pub fn config_yaml(pools: &str, extra: &str) -> String {
@@ -69,62 +63,137 @@ pub fn pool(model: &str, policy: &str, urls: &[String]) -> String {
     s
 }
 
-impl Gateway {
-    /// Start `pronto serve --config` on a config whose listeners the harness chooses.
-    pub fn start(yaml_without_listeners: &str) -> Gateway {
-        for _ in 0..5 {
-            let dir = TempDir::new("gw");
-            let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-            let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-            let config_path = dir.0.join("pronto.yaml");
-            let mut f = std::fs::File::create(&config_path).unwrap();
-            write!(
-                f,
-                "listen: {listen}\nadmin_listen: {admin}\n{yaml_without_listeners}"
-            )
-            .unwrap();
-            drop(f);
-            let child = Command::new(env!("CARGO_BIN_EXE_pronto"))
-                .arg("serve")
-                .arg("--config")
-                .arg(&config_path)
-                .env(
-                    "RUST_LOG",
-                    std::env::var("PRONTO_TEST_LOG").unwrap_or_else(|_| "warn".into()),
-                )
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("spawn pronto");
-            let mut gw = Gateway {
-                child,
-                listen,
-                admin,
-                config_path,
-                _dir: dir,
-            };
-            if gw.wait_ready(Duration::from_secs(20)) {
-                return gw;
-            }
-            let _ = gw.child.kill();
+/// Logs of in-process gateways, when `PRONTO_TEST_LOG` is set (e.g. `info`).
+fn init_log() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(filter) = std::env::var("PRONTO_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
         }
-        panic!("gateway did not start");
+    });
+}
+
+fn write_file(dir: &TempDir, yaml_without_listeners: &str) -> PathBuf {
+    let config_path = dir.0.join("pronto.yaml");
+    let mut f = std::fs::File::create(&config_path).unwrap();
+    write!(
+        f,
+        "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\n{yaml_without_listeners}"
+    )
+    .unwrap();
+    config_path
+}
+
+/// `text` without ANSI colour sequences.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The value of `key=VALUE` in a log line.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let at = line.find(&format!("{key}="))? + key.len() + 1;
+    line[at..].split_whitespace().next()
+}
+
+impl Gateway {
+    /// Start the gateway in this process on a config file whose listeners are
+    /// `127.0.0.1:0` (the handle reports the ports; reload reads the file as usual).
+    pub fn start(yaml_without_listeners: &str) -> Gateway {
+        init_log();
+        let dir = TempDir::new("gw");
+        let config_path = write_file(&dir, yaml_without_listeners);
+        let config = pronto::config::Loaded::load(&config_path)
+            .unwrap_or_else(|e| panic!("test config is invalid: {e}"));
+        let handle = pronto::server::start(config, false).expect("gateway starts");
+        let gw = Gateway {
+            listen: handle.listen,
+            admin: handle.admin,
+            handle: Some(handle),
+            child: None,
+            config_path,
+            _dir: dir,
+        };
+        gw.rewrite_listeners();
+        gw
     }
 
-    fn wait_ready(&mut self, timeout: Duration) -> bool {
-        let start = Instant::now();
-        while start.elapsed() < timeout {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return false;
-            }
-            let admin = std::net::TcpStream::connect(self.admin).is_ok();
-            let proxy = std::net::TcpStream::connect(self.listen).is_ok();
-            if admin && proxy {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+    /// Start the `pronto` binary (`serve --config`), reading the ports it bound from its log.
+    pub fn start_process(yaml_without_listeners: &str) -> Gateway {
+        let dir = TempDir::new("gw");
+        let config_path = write_file(&dir, yaml_without_listeners);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pronto"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&config_path)
+            .env("RUST_LOG", "info,pingora_core=warn,pingora_proxy=warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn pronto");
+        // Its log (whichever stream it writes to) is forwarded to ours, line by line, and
+        // scanned for where it listens.
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let out: Box<dyn std::io::Read + Send> = Box::new(child.stdout.take().unwrap());
+        let err: Box<dyn std::io::Read + Send> = Box::new(child.stderr.take().unwrap());
+        for pipe in [out, err] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    let line = strip_ansi(&line);
+                    eprintln!("{line}");
+                    let _ = tx.send(line);
+                }
+            });
         }
-        false
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut addrs = None;
+        while addrs.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(line) = rx.recv_timeout(left) else {
+                break;
+            };
+            if line.contains("pronto gateway listening") {
+                let parse = |k| field(&line, k).and_then(|v| v.parse::<SocketAddr>().ok());
+                addrs = parse("listen").zip(parse("admin_listen"));
+            }
+        }
+        let (listen, admin) = addrs.expect("the gateway logs where it listens");
+        let gw = Gateway {
+            handle: None,
+            child: Some(child),
+            listen,
+            admin,
+            config_path,
+            _dir: dir,
+        };
+        gw.rewrite_listeners();
+        gw
+    }
+
+    /// The file with the ports the gateway got, so later rewrites keep them.
+    fn rewrite_listeners(&self) {
+        let text = std::fs::read_to_string(&self.config_path).unwrap();
+        let rest = text
+            .strip_prefix("listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\n")
+            .unwrap()
+            .to_string();
+        self.write_config(&rest);
     }
 
     /// Replace the config file with `listen`/`admin_listen` (kept) + `yaml_without_listeners`,
@@ -149,12 +218,22 @@ impl Gateway {
         std::fs::rename(&tmp, &self.config_path).unwrap();
     }
 
-    /// Send a signal (`HUP`, `TERM`, ...) to the gateway process.
+    /// Send a signal (`HUP`, `TERM`, ...) to the gateway process ([`Gateway::start_process`]
+    /// only: a signal to this test process would reach every in-process gateway).
     pub fn signal(&self, name: &str) {
+        let child = self
+            .child
+            .as_ref()
+            .expect("signals need Gateway::start_process");
         let _ = Command::new("kill")
             .arg(format!("-{name}"))
-            .arg(self.child.id().to_string())
+            .arg(child.id().to_string())
             .status();
+    }
+
+    /// The gateway's process id ([`Gateway::start_process`] only).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("a process").id()
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -165,20 +244,31 @@ impl Gateway {
         format!("http://{}{path}", self.admin)
     }
 
-    /// Send SIGTERM.
+    /// Graceful shutdown: SIGTERM to a process, [`pronto::server::Handle::shutdown`] in-process.
     pub fn terminate(&self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
+        match &self.handle {
+            Some(h) => h.shutdown(),
+            None => self.signal("TERM"),
+        }
     }
 
-    /// Wait for the process to exit, up to `timeout`.
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+    /// Wait for the gateway to stop, up to `timeout`: whether it did and, for a process, how
+    /// it exited (`Some(None)`: an in-process gateway stopped).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<Option<std::process::ExitStatus>> {
         let start = Instant::now();
         while start.elapsed() < timeout {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return Some(s);
+            match (&mut self.child, &self.handle) {
+                (Some(c), _) => {
+                    if let Ok(Some(s)) = c.try_wait() {
+                        return Some(Some(s));
+                    }
+                }
+                (None, Some(h)) => {
+                    if h.is_finished() {
+                        return Some(None);
+                    }
+                }
+                (None, None) => return Some(None),
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -188,8 +278,14 @@ impl Gateway {
 
 impl Drop for Gateway {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(h) = self.handle.take() {
+            h.abort();
+            h.wait();
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Pronto's routing core: everything that decides where a request goes, pure and synchronous.
 //!
 //! No async runtime, no sockets, no files, no metrics registry: every function takes the time
-//! (`now`) as an argument, so the gateway ([`pronto`]) and the offline evaluator
+//! (`now`) as an argument, so the gateway (the `pronto` crate) and the offline evaluator
 //! (`pronto-sim`) drive the *same* code, one on the wall clock and one on a virtual clock.
 //!
 //! Data flows one way: request bytes → [`request::RequestFeatures`] → routing views
@@ -14,11 +14,14 @@
 
 pub mod affinity;
 pub mod engine;
+pub mod ids;
 pub mod kv_index;
+pub mod load;
 pub mod predict;
 pub mod request;
 pub mod routing;
 pub mod seq_cell;
 pub mod sse;
+pub mod state;
 pub mod time;
 pub mod tokens;

@@ -6,11 +6,15 @@
 //! busy for one step's duration, then the step's events are delivered and the next step
 //! starts at once if there is work. Requests arrive at their trace times. At the same instant,
 //! step ends are processed before arrivals (the router sees the freshest state). Each arrival
-//! is routed by **the gateway's own** `Policy::select()` (built by
-//! [`PolicyKind::parse`]`(name).build()`) over a snapshot from [`RouterSideState`], which sees
-//! only what the gateway would (dispatches, first tokens, stream ends). `now` is a fixed
-//! [`Instant`] plus the virtual offset. TTFT = first-token step end − arrival; E2E = finish −
-//! arrival. Nothing is random: a run is a pure function of trace, fleet and policy.
+//! is routed by **the gateway's own decision path**: the policy (built by
+//! [`PolicyKind::parse`]`(name).build()`) run by `pronto_core::routing::decide` on views from
+//! the core's view builder, over the same per-backend routing state the gateway keeps
+//! ([`RouterSideState`]: ledger, TTFT model, scraped engine state, prefix index), booked and
+//! recorded at dispatch and observed at the first token as the gateway does. The engines'
+//! `/metrics` are "scraped" every 250 ms (the gateway's default) from their true queues.
+//! `now` is a fixed [`Instant`] plus the virtual offset. TTFT = first-token step end −
+//! arrival; E2E = finish − arrival. Nothing is random: a run is a pure function of trace,
+//! fleet and policy.
 //!
 //! ## The `oracle` policy (evaluator only)
 //! Reads true engine state: for each backend it clones the engine, adds the request and steps
@@ -49,12 +53,13 @@ use anyhow::Context;
 
 use super::engine::{Engine, EngineConfig, EngineEvent, SimRequest};
 use super::eval_report::{percentile, RequestOutcome, RunReport};
-use super::eval_router::{Dispatch, RouterSideState};
+use super::eval_router::{RouterSideState, ScrapedLoad};
 use super::fleet_config::FleetConfig;
 use super::profile::StepWork;
 use crate::workload::{self as trace, spread_ties, SyntheticWorkload, TraceFormat, TraceRequest};
 use pronto_core::request::RequestFeatures;
-use pronto_core::routing::{EngineLoad, Policy, PolicyKind};
+use pronto_core::routing::views::Dispatched;
+use pronto_core::routing::{Policy, PolicyKind};
 use pronto_core::tokens::{block_hashes, BlockHash, BLOCK_TOKENS};
 
 /// Requests in a `--load` calibration run.
@@ -197,7 +202,6 @@ struct Track {
     backend: usize,
     prompt_tokens: u32,
     first_token_s: Option<f64>,
-    dispatch: Dispatch,
     predicted_ttft_s: Option<f64>,
     reason: Option<pronto_core::routing::Reason>,
     cached_tokens: u32,
@@ -242,11 +246,14 @@ pub fn evaluate(
     };
     let mut exact_views = Vec::new();
     let names: Vec<&str> = fleet.iter().map(|b| b.name.as_str()).collect();
-    let capacities: Vec<Option<f64>> = fleet
+    let capacities: Vec<Option<u64>> = fleet
         .iter()
-        .map(|b| Some((b.config.num_kv_blocks * b.config.block_size) as f64))
+        .map(|b| Some((b.config.num_kv_blocks * b.config.block_size) as u64))
         .collect();
-    let mut router = RouterSideState::new(&names).with_kv_capacities(&capacities);
+    let base = Instant::now();
+    let mut router = RouterSideState::new(&names, &capacities, base);
+    // Each request's booking and prediction inputs, while it is in flight.
+    let mut dispatched: Vec<Option<Dispatched>> = Vec::with_capacity(reqs.len());
     let mut backends: Vec<Backend> = fleet
         .iter()
         .map(|b| Backend {
@@ -262,7 +269,6 @@ pub fn evaluate(
     let (mut shed, mut rejected) = (0u64, 0u64);
     let (mut hit_tokens, mut prompt_tokens) = (0u64, 0u64);
     let mut last_finish = 0.0f64;
-    let base = Instant::now();
     let mut next = 0usize;
     let mut ids = Vec::new();
     let mut next_scrape_s = f64::NEG_INFINITY;
@@ -289,12 +295,16 @@ pub fn evaluate(
                             hit_tokens += u64::from(cached_tokens);
                             prompt_tokens += u64::from(tr.prompt_tokens);
                             let now = base + Duration::from_secs_f64(t);
-                            router.on_first_token(b, &tr.dispatch, t - tr.arrival_s, now);
+                            if let Some(d) = dispatched[id as usize].as_mut() {
+                                router.on_first_token(b, d, t - tr.arrival_s, now);
+                            }
                         }
                         EngineEvent::Token { .. } => {}
                         EngineEvent::Finished { id, output_tokens } => {
                             let tr = tracks[id as usize];
-                            router.on_finish(b, &tr.dispatch, tr.first_token_s.is_some());
+                            if let Some(mut d) = dispatched[id as usize].take() {
+                                router.on_finish(b, &mut d);
+                            }
                             if output_tokens == 0 {
                                 rejected += 1;
                             } else {
@@ -312,11 +322,10 @@ pub fn evaluate(
                     let at = base + Duration::from_secs_f64(t);
                     for (i, b) in backends.iter().enumerate() {
                         let st = b.engine.stats();
-                        let load = EngineLoad {
+                        let load = ScrapedLoad {
                             waiting: st.waiting as f64,
                             running: st.running as f64,
                             kv_usage: st.kv_usage,
-                            age_s: 0.0,
                         };
                         router.on_scrape(i, load, at);
                     }
@@ -332,7 +341,6 @@ pub fn evaluate(
                     backend: usize::MAX,
                     prompt_tokens: r.input_tokens,
                     first_token_s: None,
-                    dispatch: Dispatch::default(),
                     predicted_ttft_s: None,
                     reason: None,
                     cached_tokens: 0,
@@ -345,7 +353,10 @@ pub fn evaluate(
                 };
                 let views = router.views(&features, now, residency);
                 let chosen = match &chooser {
-                    Chooser::Oracle => Some((oracle_pick(&backends, &ids, id, r, t), None, None)),
+                    Chooser::Oracle => {
+                        let b = oracle_pick(&backends, &ids, id, r, t);
+                        Some((b, None, None, views[b]))
+                    }
                     Chooser::Policy(p, exact) => {
                         let views = if *exact {
                             exact_views.clear();
@@ -357,13 +368,13 @@ pub fn evaluate(
                         } else {
                             views
                         };
-                        let snapshot = pronto_core::routing::Snapshot { backends: views };
-                        p.select(&features, &snapshot, now)
+                        pronto_core::routing::decide(&**p, &features, views, now)
                             .ok()
-                            .map(|d| (d.index, d.predicted_ttft_s, Some(d.reason)))
+                            .map(|d| (d.index, d.predicted_ttft_s, Some(d.reason), views[d.index]))
                     }
                 };
-                let Some((b, predicted, reason)) = chosen else {
+                dispatched.push(None);
+                let Some((b, predicted, reason, view)) = chosen else {
                     shed += 1;
                     continue;
                 };
@@ -371,7 +382,8 @@ pub fn evaluate(
                 tracks[id as usize].predicted_ttft_s = predicted;
                 tracks[id as usize].reason = reason;
                 per_backend[b] += 1;
-                tracks[id as usize].dispatch = router.on_dispatch(b, &features, now);
+                dispatched[id as usize] =
+                    Some(router.on_dispatch(b, predicted, &view, &features, now));
                 // Block hashes at the gateway's block size, reused by engines of that size.
                 let hashes = std::mem::take(&mut features.block_hashes);
                 let engine = &mut backends[b].engine;

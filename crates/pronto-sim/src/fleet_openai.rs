@@ -116,7 +116,7 @@ fn canonical_prompt(
         serde_json::to_vec(&v)
     }
     .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    pronto_core::request::parse_request(endpoint, &body, None)
+    pronto_core::request::parse_request_with_prompt(endpoint, &body, None)
         .map(|f| f.prompt)
         .map_err(|e| ApiError::bad_request(e.to_string()))
 }
@@ -140,7 +140,7 @@ pub(crate) fn parse_generation(kind: ApiKind, body: &[u8]) -> Result<GenRequest,
         ApiKind::Chat => pronto_core::request::Endpoint::ChatCompletions,
         ApiKind::Completion => pronto_core::request::Endpoint::Completions,
     };
-    let f = pronto_core::request::parse_request(endpoint, body, None)
+    let f = pronto_core::request::parse_request_with_prompt(endpoint, body, None)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let max_tokens = match f.max_tokens {
         None => DEFAULT_MAX_TOKENS,

@@ -281,7 +281,24 @@ impl ModelTokenizer {
         })
     }
 
-    /// The `tokenizer.json` this was loaded from, or the `tiktoken:<name>` spec.
+    /// What identifies this tokenizer: its encoder, where it was loaded from, its template's
+    /// source and the SHA-256 of every file read. Equal fingerprints, equal token ids.
+    pub fn fingerprint(&self) -> String {
+        let kind = match &self.encoder {
+            Encoder::Tiktoken(t) => t.encoding(),
+            Encoder::HuggingFace(_) => "hf",
+        };
+        let mut s = format!("{kind}:{}", self.path.display());
+        if let Some(t) = &self.template_source {
+            s.push_str(&format!(" template:{t}"));
+        }
+        for b in &self.digest {
+            s.push_str(&format!("{b:02x}"));
+        }
+        s
+    }
+
+    /// The `tokenizer.json` loaded, or the `tiktoken:<name>` spec.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -345,6 +345,18 @@ impl PrefixIndex {
             .sum()
     }
 
+    /// Take back a [`record`](Self::record) whose request never reached the backend: clear
+    /// `backend` from these blocks (the part of the chain it did not hold before; the blocks it
+    /// did hold keep the refreshed recency, which only helps them). `O(hashes)`.
+    pub fn unrecord(&self, backend: usize, hashes: &[BlockHash]) {
+        if backend >= self.max_backends {
+            return;
+        }
+        for h in hashes {
+            self.write_shard(self.shard_of(h.0)).clear(h.0, backend);
+        }
+    }
+
     /// Drop every entry older than the TTL at `now`; returns how many. Call periodically.
     pub fn sweep(&self, now: Instant) -> usize {
         let clock = self.clock(now);
@@ -366,6 +378,11 @@ impl PrefixIndex {
     /// Entries evicted for space since creation.
     pub fn evictions(&self) -> u64 {
         self.shards.iter().map(|s| read_lock(s).evictions()).sum()
+    }
+
+    /// Backend slots the index holds (`0..max_backends`).
+    pub fn max_backends(&self) -> usize {
+        self.max_backends
     }
 
     /// The configured cap on [`len`](Self::len).

@@ -54,6 +54,28 @@ impl Residency {
         sum / weight
     }
 
+    /// The state as three words relative to `epoch` (for lock-free publication): the decayed
+    /// sum's bits and the last and first allocation times in nanoseconds since `epoch`
+    /// (`u64::MAX`: none).
+    pub fn to_words(&self, epoch: Instant) -> [u64; 3] {
+        let ns = |t: Option<Instant>| {
+            t.map_or(u64::MAX, |t| {
+                (t.saturating_duration_since(epoch).as_nanos() as u64).min(u64::MAX - 1)
+            })
+        };
+        [self.decayed_tokens.to_bits(), ns(self.last), ns(self.first)]
+    }
+
+    /// The state [`to_words`](Self::to_words) wrote.
+    pub fn from_words(w: [u64; 3], epoch: Instant) -> Residency {
+        let at = |ns: u64| (ns != u64::MAX).then(|| epoch + std::time::Duration::from_nanos(ns));
+        Residency {
+            decayed_tokens: f64::from_bits(w[0]),
+            last: at(w[1]),
+            first: at(w[2]),
+        }
+    }
+
     fn decay_to(&mut self, now: Instant) {
         if let Some(last) = self.last {
             let dt = now.saturating_duration_since(last).as_secs_f64();

@@ -314,6 +314,26 @@ impl Shard {
         before - self.map.len()
     }
 
+    /// Clear `backend` from `key`'s entry (and its recorder word), removing the entry if no
+    /// backend is left. Does nothing when the entry is absent.
+    pub fn clear(&mut self, key: u64, backend: usize) {
+        let Some(&slot) = self.map.get(&key) else {
+            return;
+        };
+        let (word, bit) = (backend / 64, 1u64 << (backend % 64));
+        let who = backend as u64 + 1;
+        let base = slot as usize * self.stride;
+        let (bits, recent) = self.data[base + 2..base + self.stride].split_at_mut(self.words);
+        bits[word] &= !bit;
+        for r in recent.iter_mut().filter(|r| **r & WHO_MASK == who) {
+            *r = 0;
+        }
+        if bits.iter().all(|&w| w == 0) {
+            self.map.remove(&key);
+            self.free.push(slot);
+        }
+    }
+
     /// Heap bytes held by this shard (allocated capacity, not just what is in use).
     pub fn memory_bytes(&self) -> usize {
         // hashbrown: one (key, slot) pair plus one control byte per bucket.

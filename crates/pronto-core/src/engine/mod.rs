@@ -6,4 +6,7 @@ pub mod metrics;
 pub mod state;
 
 pub use metrics::{EngineFlavor, EngineMetricsError, EngineSample};
-pub use state::{EngineState, Scraped, STALE_AFTER_FAILURES};
+pub use state::{
+    stale_after, EngineState, Scraped, DEFAULT_SCRAPE_INTERVAL, MIN_STALE_AFTER,
+    STALE_AFTER_FAILURES,
+};

@@ -26,6 +26,18 @@ use crate::routing::EngineLoad;
 /// `at_ns` of the routing snapshot when there is no sample.
 const ABSENT: u64 = u64::MAX;
 
+/// How often the gateway scrapes each engine by default (and the evaluator simulates it).
+pub const DEFAULT_SCRAPE_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Shortest time a sample is trusted, whatever the interval.
+pub const MIN_STALE_AFTER: Duration = Duration::from_secs(2);
+
+/// How long a sample taken every `interval` is trusted: `max(4 × interval, 2 s)` — a few
+/// missed rounds are tolerated, a dead scraper is not.
+pub fn stale_after(interval: Duration) -> Duration {
+    (interval * 4).max(MIN_STALE_AFTER)
+}
+
 /// Consecutive failed scrapes after which the last sample is no longer trusted.
 pub const STALE_AFTER_FAILURES: u32 = 3;
 

@@ -25,7 +25,7 @@
 //!   follow. A reconnect after which numbering continues loses nothing and keeps the state.
 //! - **Trusted**: engine token ids only match Pronto's hashes when the gateway tokenizes like
 //!   the engine: the simulator with the built-in mapping, or any engine when the pool has the
-//!   model's `tokenizer:` ([`crate::request::tokenizer`]). The index is trusted
+//!   model's `tokenizer:` (the `pronto-tokenizer` crate). The index is trusted
 //!   once one lookup found a request's leading block in it; until then it answers `None` and
 //!   the approximate index decides, so an engine whose ids never map does no harm.
 //! - **Bound**: more than [`MAX_ENGINE_BLOCKS`] engine blocks (missed removals) forces a resync.

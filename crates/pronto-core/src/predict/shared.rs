@@ -39,13 +39,13 @@ fn words(c: Coefficients, q: Quality, last_ns: u64) -> [u64; 8] {
 
 impl TtftModel {
     /// A model starting at `prior`.
-    pub fn new(prior: Coefficients) -> TtftModel {
+    pub fn new(prior: Coefficients, epoch: Instant) -> TtftModel {
         let estimator = TtftEstimator::new(prior, PRIOR_VARIANCE);
         let published = SeqCell::new(words(estimator.coefficients(), estimator.quality(), NEVER));
         TtftModel {
             estimator: Mutex::new(estimator),
             published,
-            epoch: Instant::now(),
+            epoch,
         }
     }
 
@@ -93,7 +93,7 @@ mod tests {
 
     #[test]
     fn view_publishes_what_was_learned() {
-        let m = TtftModel::new(Coefficients::default());
+        let m = TtftModel::new(Coefficients::default(), Instant::now());
         let t0 = Instant::now();
         let v = m.view(t0);
         assert_eq!(v.coefficients, Coefficients::default());

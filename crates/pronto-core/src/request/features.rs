@@ -47,6 +47,7 @@ pub struct RequestFeatures {
     pub include_usage: bool,
     /// The canonical prompt: chat messages in order as `role: text\n` (text parts of multi-part
     /// content concatenated), or the completions / embeddings input (strings joined by `\n`).
+    /// Empty unless parsed with [`super::parse_request_with_prompt`].
     pub prompt: String,
     /// Estimated prompt tokens (see [`crate::tokens`]).
     pub prompt_tokens: u32,
@@ -59,11 +60,6 @@ pub struct RequestFeatures {
 }
 
 impl RequestFeatures {
-    /// Byte length of the canonical prompt.
-    pub fn prompt_bytes(&self) -> usize {
-        self.prompt.len()
-    }
-
     /// A features value for tests and the offline evaluator: a chat request with the given
     /// prompt, its tokens and blocks computed as the parser would.
     pub fn synthetic(model: &str, prompt: String, max_tokens: Option<u32>) -> RequestFeatures {

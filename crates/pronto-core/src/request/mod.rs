@@ -9,5 +9,5 @@ mod parse;
 pub mod token_ratio;
 
 pub use features::{Endpoint, RequestFeatures};
-pub use parse::{parse_request, RequestError};
+pub use parse::{parse_request, parse_request_with_prompt, RequestError};
 pub use token_ratio::TokenRatio;

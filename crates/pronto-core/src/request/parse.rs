@@ -118,11 +118,30 @@ pub fn parse_request(
     body: &[u8],
     session_header: Option<&str>,
 ) -> Result<RequestFeatures, RequestError> {
+    parse(endpoint, body, session_header, false)
+}
+
+/// [`parse_request`], keeping the canonical prompt in [`RequestFeatures::prompt`] (the
+/// simulator reads it; the gateway does not, and holds no copy of the prompt beside the body).
+pub fn parse_request_with_prompt(
+    endpoint: Endpoint,
+    body: &[u8],
+    session_header: Option<&str>,
+) -> Result<RequestFeatures, RequestError> {
+    parse(endpoint, body, session_header, true)
+}
+
+fn parse(
+    endpoint: Endpoint,
+    body: &[u8],
+    session_header: Option<&str>,
+    keep_prompt: bool,
+) -> Result<RequestFeatures, RequestError> {
     let text = std::str::from_utf8(body).map_err(|e| RequestError::NotUtf8 {
         offset: e.valid_up_to(),
     })?;
     let fields = parse_fields(endpoint, text)?;
-    build(endpoint, fields, session_header)
+    build(endpoint, fields, session_header, keep_prompt)
 }
 
 // === the JSON shapes, borrowed from the body ===
@@ -425,6 +444,7 @@ fn build(
     endpoint: Endpoint,
     f: Fields<'_>,
     session_header: Option<&str>,
+    keep_prompt: bool,
 ) -> Result<RequestFeatures, RequestError> {
     let model = f.model.ok_or(RequestError::MissingField("model"))?;
     let (prompt, ids) = match endpoint {
@@ -454,7 +474,7 @@ fn build(
         model: model.decode().into_owned(),
         stream: f.stream.unwrap_or(false),
         include_usage: f.include_usage.unwrap_or(false),
-        prompt,
+        prompt: if keep_prompt { prompt } else { String::new() },
         prompt_tokens: u32::try_from(n_tokens).unwrap_or(u32::MAX),
         max_tokens: f.max_completion_tokens.or(f.max_tokens),
         session_key,
@@ -724,7 +744,8 @@ mod tests {
         );
         assert!(prompt.len() > 100_000);
 
-        let features = parse_request(Endpoint::ChatCompletions, body.as_bytes(), None).unwrap();
+        let features =
+            parse_request_with_prompt(Endpoint::ChatCompletions, body.as_bytes(), None).unwrap();
         assert_eq!(features.prompt, prompt);
         assert!(features
             .prompt

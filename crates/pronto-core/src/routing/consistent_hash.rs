@@ -7,7 +7,7 @@
 //!
 //! ## The ring
 //! Each backend is placed at `virtual_nodes × weight` points (capped at
-//! [`MAX_POINTS_PER_BACKEND`]), the `i`-th at `mix64(stable_hash(name) + i·γ)`: positions
+//! [`MAX_POINTS_PER_BACKEND`]), the `i`-th at `mix64(key + i·γ)` (`key`: the [`crate::ids::BackendKey`] of its name): positions
 //! depend only on the backend's *name*, never on its place in the pool, and are the same in
 //! every gateway replica and every run. A key hashes to `stable_hash(key)`; its owner is the
 //! first point clockwise (at or after the key's hash, wrapping). Adding or removing one of N
@@ -73,7 +73,7 @@ impl Default for ConsistentHash {
 fn fingerprint(backends: &[BackendView]) -> u64 {
     let mut h = mix64(backends.len() as u64);
     for b in backends {
-        h = mix64(h ^ stable_hash(b.name.as_bytes()));
+        h = mix64(h ^ b.key.0);
         h = mix64(h ^ weight(b));
     }
     h
@@ -84,7 +84,7 @@ impl Ring {
         let mut points = Vec::new();
         for (i, b) in backends.iter().enumerate() {
             let n = (u64::from(virtual_nodes) * weight(b)).min(MAX_POINTS_PER_BACKEND);
-            let base = stable_hash(b.name.as_bytes());
+            let base = b.key.0;
             for k in 0..n {
                 points.push((mix64(base.wrapping_add(k.wrapping_mul(GAMMA))), i as u32));
             }
@@ -185,10 +185,10 @@ mod tests {
         names.iter().map(|n| BackendView::idle(n)).collect()
     }
 
-    /// Owner name of each of `keys` keys.
-    fn owners(p: &ConsistentHash, v: &[BackendView], keys: usize) -> Vec<Arc<str>> {
+    /// Owner (its name's key) of each of `keys` keys.
+    fn owners(p: &ConsistentHash, v: &[BackendView], keys: usize) -> Vec<crate::ids::BackendKey> {
         (0..keys)
-            .map(|k| v[pick(p, &format!("session-{k}"), v).index].name.clone())
+            .map(|k| v[pick(p, &format!("session-{k}"), v).index].key)
             .collect()
     }
 
@@ -215,8 +215,8 @@ mod tests {
         for k in 0..200 {
             let key = format!("k{k}");
             assert_eq!(
-                v[pick(&p, &key, &v).index].name,
-                reversed[pick(&p, &key, &reversed).index].name
+                v[pick(&p, &key, &v).index].key,
+                reversed[pick(&p, &key, &reversed).index].key
             );
         }
     }
@@ -236,11 +236,11 @@ mod tests {
                 // Failover is where the ring would send the key without backend 2.
                 let without: Vec<BackendView> = v
                     .iter()
-                    .filter(|b| b.name.as_ref() != "b2")
+                    .filter(|b| b.key != crate::ids::BackendKey::of("b2"))
                     .cloned()
                     .collect();
                 let q = ConsistentHash::default();
-                assert_eq!(v[d.index].name, without[pick(&q, k, &without).index].name);
+                assert_eq!(v[d.index].key, without[pick(&q, k, &without).index].key);
             } else {
                 assert_eq!((d.index, d.reason), (owner, Reason::SessionAffinity));
             }
@@ -290,7 +290,11 @@ mod tests {
         let mut v = views(2);
         v[1].weight = 3;
         let got = owners(&p, &v, 8_000);
-        let share = got.iter().filter(|n| n.as_ref() == "b1").count() as f64 / 8_000.0;
+        let share = got
+            .iter()
+            .filter(|n| **n == crate::ids::BackendKey::of("b1"))
+            .count() as f64
+            / 8_000.0;
         assert!((share - 0.75).abs() < 0.05, "{share}");
     }
 
@@ -301,7 +305,9 @@ mod tests {
         let three = views(3);
         let on_two = owners(&p, &two, 500);
         let on_three = owners(&p, &three, 500);
-        assert!(on_three.iter().any(|n| n.as_ref() == "b2"));
+        assert!(on_three
+            .iter()
+            .any(|n| *n == crate::ids::BackendKey::of("b2")));
         // Back to two: exactly the original assignment.
         assert_eq!(owners(&p, &two, 500), on_two);
     }
@@ -322,11 +328,11 @@ mod tests {
             let names: Vec<String> = (0..n).map(|i| format!("{salt}-{i}")).collect();
             let all = named(&names);
             let fewer: Vec<BackendView> =
-                all.iter().enumerate().filter(|&(i, _)| i != removed).map(|(_, b)| b.clone()).collect();
+                all.iter().enumerate().filter(|&(i, _)| i != removed).map(|(_, b)| *b).collect();
             let p = ConsistentHash::default();
             let before = owners(&p, &all, KEYS);
             let after = owners(&p, &fewer, KEYS);
-            let gone = all[removed].name.clone();
+            let gone = all[removed].key;
             let mut moved = 0;
             for (b, a) in before.iter().zip(&after) {
                 if *b == gone {

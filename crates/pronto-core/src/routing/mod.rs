@@ -1,16 +1,18 @@
 //! Choosing a backend: `select(&features, &snapshot, now)`.
 //!
 //! Routing is pure and synchronous. The caller (the proxy, or the offline evaluator) builds a
-//! [`Snapshot`] — one [`BackendView`] per backend of the pool, holding what it currently knows
-//! about that backend — and a [`Policy`] picks one. Policies take no locks, do no I/O and never
-//! await; what state they keep (a round-robin counter, a seeded random stream) is atomic.
+//! [`Snapshot`] — one [`BackendView`] per backend of the pool, from the view builder
+//! ([`views::build`], the same for both) — and a [`Policy`] picks one; [`decide`] runs it and
+//! makes sure the [`Decision`] carries the one prediction the request is judged by. Policies
+//! take no locks, do no I/O and never await; what state they keep (a round-robin counter, a
+//! seeded random stream) is atomic.
 //!
 //! Every policy sees only *eligible* backends ([`BackendView::eligible`]): healthy, not already
 //! tried for this request, and below their `max_inflight`.
 //!
-//! One file per policy, each documenting its algorithm and knobs: [`RoundRobin`],
-//! [`LeastInflight`], [`Random`], [`PowerOfTwo`], [`CacheAware`] (SGLang's `cache_aware`),
-//! [`ConsistentHash`]. Config names a policy and its parameters as a [`PolicySpec`]
+//! One file per policy, each documenting its algorithm and knobs: [`PredictedTtft`] (the
+//! default), [`RoundRobin`], [`LeastInflight`], [`Random`], [`PowerOfTwo`], [`CacheAware`]
+//! (SGLang's `cache_aware`), [`ConsistentHash`]. Config names a policy and its parameters as a [`PolicySpec`]
 //! (see `spec.rs` for the table of names, parameters and defaults); [`PolicySpec::build`]
 //! makes the policy. Every [`Decision`] carries a [`Reason`], a bounded metric label.
 
@@ -20,11 +22,11 @@ mod least_inflight;
 mod power_of_two;
 mod predicted_ttft;
 mod random;
-mod rng;
+pub(crate) mod rng;
 mod round_robin;
 mod spec;
+pub mod views;
 
-use std::sync::Arc;
 use std::time::Instant;
 
 pub use cache_aware::CacheAware;
@@ -39,6 +41,7 @@ pub use spec::{
     SeedParams, SpecError, MAX_VIRTUAL_NODES,
 };
 
+use crate::ids::{BackendId, BackendKey};
 use crate::predict::{Coefficients, Quality, TtftInputs};
 use crate::request::RequestFeatures;
 
@@ -56,10 +59,12 @@ pub struct EngineLoad {
 }
 
 /// What the router knows about one backend at decision time.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BackendView {
-    /// Backend name from config (a bounded label value).
-    pub name: Arc<str>,
+    /// The backend instance.
+    pub id: BackendId,
+    /// Stable hash of its name (what a consistent-hash ring is built on).
+    pub key: BackendKey,
     /// Passed its health checks and not ejected.
     pub healthy: bool,
     /// Already tried for this request (a retry must go elsewhere).
@@ -126,10 +131,11 @@ impl BackendView {
 }
 
 impl BackendView {
-    /// A healthy, idle backend with default settings.
+    /// A healthy, idle backend with default settings, its key from `name` (tests and tools).
     pub fn idle(name: &str) -> BackendView {
         BackendView {
-            name: Arc::from(name),
+            id: BackendId(BackendKey::of(name).0),
+            key: BackendKey::of(name),
             healthy: true,
             excluded: false,
             weight: 1,
@@ -198,34 +204,6 @@ impl BackendView {
     pub fn eligible(&self) -> bool {
         self.healthy && !self.excluded && self.max_inflight.is_none_or(|m| self.inflight < m)
     }
-}
-
-/// Shorten index matches (`matched[i]`, blocks) to what each backend's cache still holds after
-/// [`BackendView::cache_residency_s`] (see [`crate::affinity::PrefixIndex::limit_to_recent`]).
-/// Stack buffer for up to 64 backends, so the common case does not allocate.
-pub fn limit_to_resident(
-    index: &crate::affinity::PrefixIndex,
-    views: &[BackendView],
-    features: &RequestFeatures,
-    now: Instant,
-    matched: &mut [u32],
-) {
-    if features.block_hashes.is_empty() || views.iter().all(|v| !v.cache_residency_s().is_finite())
-    {
-        return;
-    }
-    let mut stack = [f64::INFINITY; 64];
-    let mut heap = Vec::new();
-    let ages: &mut [f64] = if views.len() <= stack.len() {
-        &mut stack[..views.len()]
-    } else {
-        heap.resize(views.len(), f64::INFINITY);
-        &mut heap
-    };
-    for (a, v) in ages.iter_mut().zip(views) {
-        *a = v.cache_residency_s();
-    }
-    index.limit_to_recent(&features.block_hashes, now, ages, matched);
 }
 
 /// Output tokens assumed for a request that does not say (`max_tokens` absent).
@@ -344,6 +322,28 @@ pub struct Decision {
     pub predicted_ttft_s: Option<f64>,
     /// Why.
     pub reason: Reason,
+}
+
+/// Run `policy` on `views` and make sure the decision carries a prediction: a policy that
+/// predicts ([`PredictedTtft`]) reports the one it acted on; for any other, the chosen
+/// backend's own model prediction plus its wait for KV room (when finite) is filled in. This
+/// is *the* prediction of the request — the one the explain header shows, admission compares
+/// with the SLO and the accuracy metric scores.
+pub fn decide(
+    policy: &dyn Policy,
+    features: &RequestFeatures,
+    views: &[BackendView],
+    now: Instant,
+) -> Result<Decision, NoBackend> {
+    let mut d = policy.select(features, &Snapshot { backends: views }, now)?;
+    if d.predicted_ttft_s.is_none() {
+        let v = &views[d.index];
+        let wait = v.kv_wait_s(features);
+        d.predicted_ttft_s =
+            v.predicted_ttft(features)
+                .map(|p| if wait.is_finite() { p + wait } else { p });
+    }
+    Ok(d)
 }
 
 /// No backend could be chosen.

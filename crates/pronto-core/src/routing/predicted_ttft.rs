@@ -7,50 +7,42 @@
 //! is not a magic weight: a cache hit is worth exactly the prefill time it saves on that
 //! backend, and a hot cache-affine backend loses to an idle one when its queue costs more.
 //!
-//! Safeguards, in order:
-//! 1. **Distrust, then fallback.** A calibrated model whose recent relative error `e` exceeds
-//!    `poor_error` is *distrusted*: its prediction is scaled by `(1 + e) / (1 + poor_error)`,
-//!    as if it under-predicted by its typical error, so a poorly predicted backend wins only
-//!    when it is clearly better. Only when no candidate has a trusted model (every one is
-//!    calibrated and poor), or some eligible backend has no model, is the prediction abandoned:
-//!    the backend with the least queued prefill work (router-side queued prefill plus this
-//!    prompt's uncached tokens, per unit weight; ties to fewer in flight) gets the request
-//!    (reason `fallback`). Measured on the Mooncake synthetic trace (8×H100, 80 % load): the
-//!    former rule — `least_inflight` whenever the *favoured* backend's model was poor — fired on
-//!    19 % of requests and sent short prompts behind 190k-token prefills; mean/p99 TTFT
-//!    1290/17015 ms → 890/5750 ms.
+//! ```text
+//! cost(b) = model_b(inputs) × distrust_b + kv_wait_b
+//! distrust_b = (1 + e_b) / (1 + poor_error)  when b is calibrated and its error e_b > poor_error, else 1
+//! kv_wait_b  = overflow_b / kv_alloc_rate_b  (0 when the request fits; see BackendView::kv_wait_s)
+//! ```
+//! The decision reports `model_b(inputs) + kv_wait_b` of the chosen backend as its prediction
+//! (the distrust factor only ranks).
+//!
+//! Rules, in order:
+//! 1. **Distrust, then fallback.** A calibrated model whose recent relative error exceeds
+//!    `poor_error` is scaled up as above, so a poorly predicted backend wins only when it is
+//!    clearly better. Only when no candidate has a trusted model (every one is calibrated and
+//!    poor), or some eligible backend has no model, is the prediction abandoned: the backend
+//!    with the least queued prefill work (router-side queued prefill plus this prompt's
+//!    uncached tokens, per unit weight; ties to fewer in flight) gets the request (reason
+//!    `fallback`).
 //! 2. **Bounded exploration.** A backend that is *cold* (fewer than `min_samples`
 //!    observations) or *stale* (none for `explore_after_s`) is probed — given this request —
 //!    when it has no probe outstanding (no prefill in flight) and its prediction is within
-//!    `explore_margin` × the best. So a new or recovered backend gets calibrated with at most one
+//!    `explore_margin` × the best. So a new or recovered backend is calibrated with at most one
 //!    request at a time, and never at a cost beyond the margin (reason `explore`).
 //! 3. Otherwise the argmin (reason `predicted_best`); ties go to fewer in-flight requests.
 //!
-//! **Cold start.** For the exploration test only, an uncalibrated backend (fewer than
-//! `min_samples` observations) is judged on the more optimistic of its own model (the
-//! configured or generic prior) and its best-calibrated trusted peer's, evaluated on its own
-//! inputs. A prior far too pessimistic (an 8B-GPU prior in front of a tiny CPU model) would
-//! otherwise keep the backend outside the exploration margin forever, the pool's load piling
-//! onto the calibrated ones (seen in front of two real vLLM servers: 36/12 requests). As a
-//! probe it gets one request at a time until its own model takes over; it never wins the
-//! argmin on a borrowed model (letting it do so sent bursts to slower cold backends: p99 on
-//! the Mooncake conversation trace, 4×H100 + 4×A100, 9.1 s → 9.9 s).
+//! **Cold start.** For the exploration test only, an uncalibrated backend is judged on the more
+//! optimistic of its own model (the configured or generic prior) and its best-calibrated
+//! trusted peer's, evaluated on its own inputs, so a prior far too pessimistic cannot keep it
+//! out of the margin forever. It never wins the argmin on a borrowed model.
 //!
-//! **Waiting for KV room.** An engine out of KV blocks queues the request (or preempts running
-//! ones) until requests finish, which the linear model cannot see in its inputs. So a backend
-//! the request does not *fit* on — its uncached prompt plus expected output beyond the KV
-//! capacity left by what in-flight requests will hold
-//! ([`BackendView::kv_fits`](super::BackendView::kv_fits)) — has the expected wait for room
-//! added to its prediction: the overflow over the rate at which the backend's cache turns over
-//! ([`BackendView::kv_wait_s`](super::BackendView::kv_wait_s)). A backend whose wait is
-//! unknown (capacity known, no turnover measured) is skipped while another's is known.
-//! Two earlier rules, measured on the Mooncake traces at 80 % load: ignoring KV room entirely
-//! let preemptions reach 342 on the conversation trace (8×H100); skipping every backend the
-//! request does not fit on took them to 5 and p99 down by a fifth, but on the 4×H100 + 4×A100
-//! fleet it sent the longest prompts (≥ 100k tokens) to an A100 whenever the H100s were full —
-//! 30–47 s where the oracle, waiting on an H100 that held most of the prefix, took 10–17 s.
-//! With the wait as a cost, p99 against the oracle's went 1.29 → 1.05 (conversation) and
-//! 1.99 → 1.04 (synthetic) on that fleet, the homogeneous fleet unchanged (1.05, 1.15).
+//! **Waiting for KV room.** A backend the request does not *fit* on (its uncached prompt plus
+//! expected output beyond the KV capacity left by what in-flight requests will hold) has the
+//! expected wait for room added: the overflow over the rate at which its cache turns over. A
+//! backend whose wait is unknown (capacity known, no turnover measured) is skipped while
+//! another's is known.
+//!
+//! Why each rule is what it is — the alternatives tried and what they measured — is in
+//! `docs/design/predicted-ttft.md`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;

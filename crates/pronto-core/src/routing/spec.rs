@@ -10,8 +10,9 @@
 //!
 //! | name | parameters (default) |
 //! | --- | --- |
+//! | `predicted_ttft` (default) | `poor_error` (1.0), `min_samples` (3), `explore_after_s` (30), `explore_margin` (2.0) |
 //! | `round_robin` | — |
-//! | `least_inflight` (default) | — |
+//! | `least_inflight` | — |
 //! | `random` | `seed` (0) |
 //! | `power_of_two` | `seed` (0) |
 //! | `cache_aware` | `cache_threshold` (0.3, 0..=1), `balance_abs_threshold` (64), `balance_rel_threshold` (1.5, >= 1) |

@@ -1,7 +1,7 @@
-//! The admin listener: liveness, readiness, metrics and backend state.
+//! The admin listener: the status page, liveness, readiness, metrics and backend state.
 //!
-//! Binds to loopback unless configured otherwise. Routes:
-//! `GET /healthz` (the process is up), `GET /readyz` (200 when every pool has a healthy
+//! Binds to loopback unless configured otherwise (elsewhere it needs `admin.token`). Routes:
+//! `GET /` (the status page, [`status`]), `GET /healthz` (the process is up), `GET /readyz` (200 when every pool has a healthy
 //! backend, else 503 with the pools that have none), `GET /metrics` (Prometheus text),
 //! `GET /admin/backends` (JSON state of every backend), `GET /admin/config` (the active
 //! config, its version and hash, the last reload error; see [`Reloader::status_json`]) and
@@ -14,7 +14,12 @@
 //! prompt tokens and token ids, to compare with an engine's `/tokenize`).
 //!
 //! With `admin.token` configured, every route except `/healthz` and `/readyz` (probes) needs
-//! `Authorization: Bearer <token>`, else 401.
+//! `Authorization: Bearer <token>`, else 401 (the status page also takes `?token=`).
+//! `POST` routes must carry a `Host` that names this listener and, from a browser, a
+//! same-origin `Origin`, else 403 ([`guard`]).
+
+mod guard;
+pub mod status;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -112,11 +117,18 @@ impl Admin {
                     (StatusCode::SERVICE_UNAVAILABLE, JSON, body.to_string().into_bytes())
                 }
             }
-            "/metrics" => (
-                StatusCode::OK,
-                "text/plain; version=0.0.4",
-                self.metrics.render().into_bytes(),
-            ),
+            "/metrics" => {
+                let state = self.state.load();
+                self.metrics.publish_pools(state.pools.values().map(|p| {
+                    let healthy = p.backends.iter().filter(|b| b.is_healthy(now)).count();
+                    (&*p.model, p.backends.len(), healthy)
+                }));
+                (
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4",
+                    self.metrics.render().into_bytes(),
+                )
+            }
             "/admin/config" => (
                 StatusCode::OK,
                 JSON,
@@ -133,7 +145,7 @@ impl Admin {
                         pool.backends.iter().map(move |b| {
                             let mut v = b.admin_json(now);
                             v["pool"] = serde_json::Value::from(&*p.model);
-                            let ttft = b.ttft.view(now).quality;
+                            let ttft = b.state.ttft.view(now).quality;
                             v["ttft_samples"] = serde_json::Value::from(ttft.samples);
                             v["ttft_rel_error"] = serde_json::Value::from(ttft.rel_error);
                             v
@@ -146,7 +158,7 @@ impl Admin {
             _ => (
                 StatusCode::NOT_FOUND,
                 JSON,
-                br#"{"error":"not found: admin serves GET /healthz, /readyz, /metrics, /admin/backends, /admin/config and POST /admin/reload, /admin/tokenize"}"#
+                br#"{"error":"not found: admin serves GET / (status page), /healthz, /readyz, /metrics, /admin/backends, /admin/config and POST /admin/reload, /admin/tokenize"}"#
                     .to_vec(),
             ),
         }
@@ -247,12 +259,35 @@ impl ServeHttp for Admin {
         let method = session.req_header().method.clone();
         let path = session.req_header().uri.path().to_string();
         let open_path = path == "/healthz" || path == "/readyz";
-        let allowed = open_path
-            || crate::auth::admin_allowed(
-                &self.state.load().config.admin,
-                &session.req_header().headers,
-            );
-        let (status, content_type, body) = if !allowed {
+        let admin = self.state.load().config.admin.clone();
+        let allowed =
+            open_path || crate::auth::admin_allowed(&admin, &session.req_header().headers);
+        if path == "/" && method == http::Method::GET {
+            let query = session.req_header().uri.query();
+            let (status, body) = status::respond(&admin, allowed, query);
+            let mut r = Response::builder()
+                .status(status)
+                .header("content-type", "text/html; charset=utf-8")
+                .header("content-length", body.len());
+            for (k, v) in status::HEADERS {
+                r = r.header(k, v);
+            }
+            return r.body(body).expect("valid response");
+        }
+        let refused = (method == http::Method::POST)
+            .then(|| {
+                let req = session.req_header();
+                let authority = req.uri.authority().map(|a| a.as_str());
+                guard::check_post(&req.headers, authority, &admin.allowed_hosts).err()
+            })
+            .flatten();
+        let (status, content_type, body) = if let Some(why) = refused {
+            (
+                StatusCode::FORBIDDEN,
+                JSON,
+                serde_json::json!({ "error": why }).to_string().into_bytes(),
+            )
+        } else if !allowed {
             (
                 StatusCode::UNAUTHORIZED,
                 JSON,

@@ -1,0 +1,443 @@
+//! The load ledger: what the router has sent each backend and not yet seen answered.
+//!
+//! Scraped engine metrics lag (a scrape every 250 ms, and the engine's own accounting); the
+//! router's own bookkeeping is exact and immediate, so a burst cannot herd onto one backend
+//! between two scrapes. The gateway and the offline evaluator keep it with the *same* code:
+//! one [`Ledger`] per backend, generic over its [`Storage`] — [`Atomic`] in the gateway (shared
+//! by every proxy thread, read lock-free by routing), [`Plain`] in the single-threaded
+//! evaluator (`Cell`s, no atomics).
+//!
+//! ## One request's life
+//! ```text
+//!   book ──► Prefill ──end_prefill──► Decode ──release──► Released
+//!              └──────────────release───────────────────────┘
+//! ```
+//! - [`Ledger::book`] (dispatch): the request is in flight; its expected *uncached* prompt
+//!   tokens are outstanding prefill work (and their square, for attention:
+//!   [`LoadView::outstanding_prefill_sq`]); its uncached prompt plus expected output is
+//!   reserved in the KV cache ([`RequestLoad::kv_tokens`]) and counted into the cache's
+//!   allocation rate ([`crate::affinity::residency`]).
+//! - [`Ledger::end_prefill`]: the prefill is over, the request decodes. **When:** a streamed
+//!   request at its first token; a non-streamed one (whose first byte is the whole answer) at
+//!   its response head *or* once its predicted TTFT has passed, whichever comes first — so a
+//!   long non-streamed generation does not count as queued prefill for its whole life and
+//!   inflate every prediction on that backend. The caller arms the timer
+//!   ([`Booking::prefill_ends_by`]); the transition happens once.
+//! - [`Ledger::release`] (finished, failed, cancelled): nothing of it is left. Releasing from
+//!   `Prefill` returns its prefill charge too.
+//!
+//! Every transition checks the booking's phase, so none is counted twice; a counter never goes
+//! below zero.
+
+use std::cell::Cell;
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::affinity::Residency;
+use crate::seq_cell::SeqCell;
+
+// === storage ===
+
+/// How a [`Ledger`]'s numbers are stored: [`Atomic`] or [`Plain`].
+pub trait Storage: Debug + 'static {
+    /// A non-negative integer counter.
+    type Counter: Counter;
+    /// The KV-cache allocation-rate state.
+    type Alloc: AllocCell;
+}
+
+/// Shared, lock-free storage (the gateway).
+#[derive(Debug)]
+pub struct Atomic;
+
+/// Single-threaded storage (the evaluator).
+#[derive(Debug)]
+pub struct Plain;
+
+impl Storage for Atomic {
+    type Counter = AtomicU64;
+    type Alloc = AtomicAlloc;
+}
+
+impl Storage for Plain {
+    type Counter = Cell<u64>;
+    type Alloc = Cell<Residency>;
+}
+
+/// A counter updated through a shared reference.
+pub trait Counter: Debug + Default {
+    /// The value.
+    fn get(&self) -> u64;
+    /// Add `n`.
+    fn add(&self, n: u64);
+    /// Subtract `n`, never below zero.
+    fn sub(&self, n: u64);
+    /// Replace the value.
+    fn set(&self, n: u64);
+}
+
+impl Counter for AtomicU64 {
+    #[inline]
+    fn get(&self) -> u64 {
+        self.load(Ordering::Relaxed)
+    }
+    #[inline]
+    fn add(&self, n: u64) {
+        self.fetch_add(n, Ordering::Relaxed);
+    }
+    #[inline]
+    fn sub(&self, n: u64) {
+        // Bookings never release more than they added; saturate anyway rather than wrap.
+        let _ = self.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(v.saturating_sub(n))
+        });
+    }
+    #[inline]
+    fn set(&self, n: u64) {
+        self.store(n, Ordering::Relaxed);
+    }
+}
+
+impl Counter for Cell<u64> {
+    #[inline]
+    fn get(&self) -> u64 {
+        Cell::get(self)
+    }
+    #[inline]
+    fn add(&self, n: u64) {
+        Cell::set(self, Cell::get(self) + n);
+    }
+    #[inline]
+    fn sub(&self, n: u64) {
+        Cell::set(self, Cell::get(self).saturating_sub(n));
+    }
+    #[inline]
+    fn set(&self, n: u64) {
+        Cell::set(self, n);
+    }
+}
+
+/// The allocation-rate state behind a shared reference.
+pub trait AllocCell: Debug {
+    /// Empty; times are kept relative to `epoch`.
+    fn new(epoch: Instant) -> Self;
+    /// `tokens` were allocated at `now` ([`Residency::on_alloc`]).
+    fn on_alloc(&self, tokens: f64, now: Instant);
+    /// The state, to read the rate at any time.
+    fn get(&self) -> Residency;
+}
+
+impl AllocCell for Cell<Residency> {
+    fn new(_epoch: Instant) -> Self {
+        Cell::new(Residency::default())
+    }
+    fn on_alloc(&self, tokens: f64, now: Instant) {
+        let mut r = Cell::get(self);
+        r.on_alloc(tokens, now);
+        Cell::set(self, r);
+    }
+    fn get(&self) -> Residency {
+        Cell::get(self)
+    }
+}
+
+/// The gateway's allocation-rate state: updated under a small mutex at dispatch (held for a
+/// few arithmetic operations, never across an await), published through a [`SeqCell`] so a
+/// routing view reads it without a lock.
+#[derive(Debug)]
+pub struct AtomicAlloc {
+    epoch: Instant,
+    state: Mutex<Residency>,
+    published: SeqCell<3>,
+}
+
+impl AllocCell for AtomicAlloc {
+    fn new(epoch: Instant) -> Self {
+        AtomicAlloc {
+            epoch,
+            state: Mutex::new(Residency::default()),
+            published: SeqCell::new(Residency::default().to_words(epoch)),
+        }
+    }
+    fn on_alloc(&self, tokens: f64, now: Instant) {
+        let mut r = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        r.on_alloc(tokens, now);
+        self.published.store(r.to_words(self.epoch));
+    }
+    fn get(&self) -> Residency {
+        Residency::from_words(self.published.load(), self.epoch)
+    }
+}
+
+// === the ledger ===
+
+/// What one request will cost a backend, known at dispatch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestLoad {
+    /// Prompt tokens expected to need prefill (not in the backend's prefix cache).
+    pub prefill_tokens: u32,
+    /// KV-cache tokens it will add: its uncached prompt plus its expected output
+    /// ([`crate::routing::BackendView::kv_need`]).
+    pub kv_tokens: u64,
+}
+
+/// Where a booked request is in its life (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Sent; its prompt is (expected to be) in prefill.
+    Prefill,
+    /// Past its prefill: generating.
+    Decode,
+    /// Finished, failed or cancelled: nothing of it is counted any more.
+    Released,
+}
+
+/// One request's entry in a backend's ledger. Must end in [`Ledger::release`] (the gateway's
+/// RAII guard does it on drop).
+#[derive(Debug, PartialEq)]
+#[must_use = "a booking must be released"]
+pub struct Booking {
+    load: RequestLoad,
+    phase: Phase,
+    booked_at: Instant,
+    prefill_ends_by: Option<Instant>,
+}
+
+impl Booking {
+    /// What was booked.
+    pub fn load(&self) -> RequestLoad {
+        self.load
+    }
+
+    /// The phase now.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// When it was booked (dispatched).
+    pub fn booked_at(&self) -> Instant {
+        self.booked_at
+    }
+
+    /// For a non-streamed request: when its prefill counts as over at the latest (its booking
+    /// time plus its predicted TTFT); `None` for a streamed request or without a prediction.
+    pub fn prefill_ends_by(&self) -> Option<Instant> {
+        self.prefill_ends_by
+    }
+}
+
+/// A backend's load as routing sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LoadView {
+    /// Requests booked and not released.
+    pub inflight: u32,
+    /// Uncached prompt tokens of requests still in prefill.
+    pub outstanding_prefill_tokens: u64,
+    /// Σ over those of (tokens / 1000)²: their attention work.
+    pub outstanding_prefill_sq: f64,
+    /// Requests past their prefill and not released.
+    pub running_decodes: u32,
+    /// KV-cache tokens the in-flight requests will hold at most.
+    pub kv_reserved_tokens: u64,
+    /// KV-cache tokens allocated per second (time-averaged; 0: nothing yet).
+    pub kv_alloc_rate: f64,
+}
+
+/// One backend's ledger (see the module docs).
+#[derive(Debug)]
+pub struct Ledger<S: Storage> {
+    inflight: S::Counter,
+    prefill_tokens: S::Counter,
+    /// Σ tokens² / 1000 over prefills in flight, in integers so it can be summed atomically:
+    /// (tokens / 1000)² = units / 1000.
+    prefill_sq_units: S::Counter,
+    decoding: S::Counter,
+    kv_reserved: S::Counter,
+    alloc: S::Alloc,
+}
+
+/// A prefill's attention work in integer units of tokens² / 1000.
+fn sq_units(tokens: u32) -> u64 {
+    u64::from(tokens) * u64::from(tokens) / 1000
+}
+
+impl<S: Storage> Ledger<S> {
+    /// An empty ledger; times are kept relative to `epoch`.
+    pub fn new(epoch: Instant) -> Ledger<S> {
+        Ledger {
+            inflight: S::Counter::default(),
+            prefill_tokens: S::Counter::default(),
+            prefill_sq_units: S::Counter::default(),
+            decoding: S::Counter::default(),
+            kv_reserved: S::Counter::default(),
+            alloc: S::Alloc::new(epoch),
+        }
+    }
+
+    /// A request with `load` is dispatched at `now`. `streamed: false` with a prediction arms
+    /// [`Booking::prefill_ends_by`] at `now + predicted_ttft`.
+    pub fn book(
+        &self,
+        load: RequestLoad,
+        now: Instant,
+        streamed: bool,
+        predicted_ttft_s: Option<f64>,
+    ) -> Booking {
+        self.inflight.add(1);
+        self.prefill_tokens.add(u64::from(load.prefill_tokens));
+        self.prefill_sq_units.add(sq_units(load.prefill_tokens));
+        self.kv_reserved.add(load.kv_tokens);
+        self.alloc.on_alloc(load.kv_tokens as f64, now);
+        let prefill_ends_by = (!streamed)
+            .then_some(predicted_ttft_s)
+            .flatten()
+            .filter(|p| p.is_finite() && *p >= 0.0)
+            .map(|p| now + Duration::from_secs_f64(p.min(86_400.0)));
+        Booking {
+            load,
+            phase: Phase::Prefill,
+            booked_at: now,
+            prefill_ends_by,
+        }
+    }
+
+    /// The booking's prefill is over (first token; or, non-streamed, response head or
+    /// predicted TTFT passed). Returns whether this call made the transition.
+    pub fn end_prefill(&self, b: &mut Booking) -> bool {
+        if b.phase != Phase::Prefill {
+            return false;
+        }
+        b.phase = Phase::Decode;
+        self.prefill_tokens.sub(u64::from(b.load.prefill_tokens));
+        self.prefill_sq_units.sub(sq_units(b.load.prefill_tokens));
+        self.decoding.add(1);
+        true
+    }
+
+    /// The request finished, failed or was cancelled: release all of it. Idempotent.
+    pub fn release(&self, b: &mut Booking) {
+        match b.phase {
+            Phase::Released => return,
+            Phase::Prefill => {
+                self.prefill_tokens.sub(u64::from(b.load.prefill_tokens));
+                self.prefill_sq_units.sub(sq_units(b.load.prefill_tokens));
+            }
+            Phase::Decode => self.decoding.sub(1),
+        }
+        b.phase = Phase::Released;
+        self.kv_reserved.sub(b.load.kv_tokens);
+        self.inflight.sub(1);
+    }
+
+    /// Requests in flight.
+    pub fn inflight(&self) -> u32 {
+        self.inflight.get() as u32
+    }
+
+    /// The load at `now`.
+    pub fn view(&self, now: Instant) -> LoadView {
+        LoadView {
+            inflight: self.inflight.get() as u32,
+            outstanding_prefill_tokens: self.prefill_tokens.get(),
+            outstanding_prefill_sq: self.prefill_sq_units.get() as f64 / 1000.0,
+            running_decodes: self.decoding.get() as u32,
+            kv_reserved_tokens: self.kv_reserved.get(),
+            kv_alloc_rate: self.alloc.get().rate(now),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lifecycle<S: Storage>() {
+        let t0 = Instant::now();
+        let l = Ledger::<S>::new(t0);
+        let load = RequestLoad {
+            prefill_tokens: 2000,
+            kv_tokens: 2256,
+        };
+        let mut a = l.book(load, t0, true, Some(0.5));
+        assert_eq!(
+            a.prefill_ends_by(),
+            None,
+            "a stream leaves prefill at its first token"
+        );
+        let mut b = l.book(load, t0, false, Some(0.5));
+        assert_eq!(b.prefill_ends_by(), Some(t0 + Duration::from_millis(500)));
+        let v = l.view(t0);
+        assert_eq!(
+            (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
+            (2, 4000, 0)
+        );
+        assert!((v.outstanding_prefill_sq - 8.0).abs() < 1e-9);
+        assert_eq!(v.kv_reserved_tokens, 4512);
+        assert!(l.end_prefill(&mut a));
+        assert!(!l.end_prefill(&mut a), "once");
+        let v = l.view(t0);
+        assert_eq!((v.outstanding_prefill_tokens, v.running_decodes), (2000, 1));
+        // `b` is released straight from prefill (failed before any token).
+        l.release(&mut b);
+        l.release(&mut b);
+        let v = l.view(t0);
+        assert_eq!(
+            (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
+            (1, 0, 1)
+        );
+        assert_eq!(v.kv_reserved_tokens, 2256);
+        assert!(
+            !l.end_prefill(&mut b),
+            "a released booking has no prefill to end"
+        );
+        l.release(&mut a);
+        let v = l.view(t0 + Duration::from_secs(1));
+        assert_eq!(
+            (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
+            (0, 0, 0)
+        );
+        assert_eq!((v.kv_reserved_tokens, v.outstanding_prefill_sq), (0, 0.0));
+        assert!(v.kv_alloc_rate > 0.0, "the allocations stay in the rate");
+    }
+
+    #[test]
+    fn both_storages_follow_the_same_lifecycle() {
+        lifecycle::<Atomic>();
+        lifecycle::<Plain>();
+    }
+
+    #[test]
+    fn both_storages_report_the_same_rate() {
+        let t0 = Instant::now();
+        let a = Ledger::<Atomic>::new(t0);
+        let p = Ledger::<Plain>::new(t0);
+        for i in 0..50u64 {
+            let now = t0 + Duration::from_millis(100 * i);
+            let load = RequestLoad {
+                prefill_tokens: 100,
+                kv_tokens: 1000 + i,
+            };
+            let mut x = a.book(load, now, true, None);
+            let mut y = p.book(load, now, true, None);
+            a.release(&mut x);
+            p.release(&mut y);
+        }
+        for s in [5u64, 10, 60] {
+            let now = t0 + Duration::from_secs(s);
+            assert_eq!(a.view(now), p.view(now));
+        }
+    }
+
+    #[test]
+    fn a_non_streamed_prefill_deadline_needs_a_finite_prediction() {
+        let t0 = Instant::now();
+        let l = Ledger::<Plain>::new(t0);
+        for p in [None, Some(f64::INFINITY), Some(f64::NAN), Some(-1.0)] {
+            let mut b = l.book(RequestLoad::default(), t0, false, p);
+            assert_eq!(b.prefill_ends_by(), None, "{p:?}");
+            l.release(&mut b);
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! The view builder: one pool's backends → the [`BackendView`]s of one routing decision.
+//!
+//! The gateway (every proxy attempt) and the evaluator (every simulated arrival) call the same
+//! [`build`], so a policy sees the same numbers offline and live. For each backend, in pool
+//! order:
+//! 1. its [`BackendState::view`]: ledger load, scraped engine load (only while fresh, the
+//!    staleness rule of [`crate::engine::EngineState`]), its TTFT model, its KV capacity and
+//!    allocation rate; health from the caller; `excluded` when already tried for this request;
+//! 2. the leading prompt blocks the approximate index believes it holds
+//!    ([`PrefixIndex::match_lengths`], by the backend's slot in the pool's index), shortened to
+//!    what its cache still holds after its residency time when the policy asks for that
+//!    ([`crate::routing::Policy::limits_prefix_credit_to_residency`]; see
+//!    [`BackendView::cache_residency_s`]);
+//! 3. replaced by its exact index's answer when the engine publishes KV events and that index
+//!    is live and trusted;
+//! 4. turned into cached tokens: `blocks × BLOCK_TOKENS × token_ratio`, never the whole prompt
+//!    ([`apply_prefix_matches`]).
+//!
+//! Slots: a pool's prefix index numbers backends by *slot*, not by position in the pool's
+//! list, and a backend keeps its slot for as long as it lives (the gateway's state builder
+//! assigns them: a backend a reload keeps keeps its slot and what the index knows of it).
+//!
+//! Buffers live in a reusable [`Scratch`]: after the first decisions, building views
+//! allocates nothing.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{apply_prefix_matches, BackendView};
+use crate::affinity::PrefixIndex;
+use crate::ids::BackendId;
+use crate::load::{Booking, RequestLoad, Storage};
+use crate::predict::TtftInputs;
+use crate::request::RequestFeatures;
+use crate::state::{BackendState, Settings};
+use crate::tokens::BLOCK_TOKENS;
+
+/// One backend as the view builder needs it.
+pub trait RoutingBackend {
+    /// Its ledger's storage.
+    type Storage: Storage;
+    /// Its routing state.
+    fn state(&self) -> &BackendState<Self::Storage>;
+    /// Its static settings.
+    fn settings(&self) -> Settings;
+    /// Whether it may be routed to at `now` (health checks, ejection).
+    fn healthy(&self, now: Instant) -> bool;
+}
+
+impl<T: RoutingBackend> RoutingBackend for Arc<T> {
+    type Storage = T::Storage;
+    fn state(&self) -> &BackendState<T::Storage> {
+        (**self).state()
+    }
+    fn settings(&self) -> Settings {
+        (**self).settings()
+    }
+    fn healthy(&self, now: Instant) -> bool {
+        (**self).healthy(now)
+    }
+}
+
+/// A pool as the view builder needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolRouting<'a, B> {
+    /// Backends in pool order; views come out in this order.
+    pub backends: &'a [B],
+    /// Each backend's slot in `index` (same order as `backends`).
+    pub slots: &'a [usize],
+    /// The pool's approximate prefix index.
+    pub index: &'a PrefixIndex,
+    /// Engine tokens per Pronto token for this model (learned from `usage`; 1 when the pool's
+    /// tokenizer is the engine's).
+    pub token_ratio: f64,
+}
+
+/// Reusable buffers for [`build`].
+#[derive(Debug, Default, Clone)]
+pub struct Scratch {
+    views: Vec<BackendView>,
+    by_slot: Vec<u32>,
+    ages: Vec<f64>,
+    matched: Vec<u32>,
+    held: Vec<u32>,
+}
+
+impl Scratch {
+    /// The views of the last [`build`].
+    pub fn views(&self) -> &[BackendView] {
+        &self.views
+    }
+
+    /// Leading prompt blocks the approximate index held for backend `i` (pool order) in the
+    /// last [`build`], before any residency limit: what a [`dispatch`] did not add.
+    pub fn held_blocks(&self, i: usize) -> u32 {
+        self.held.get(i).copied().unwrap_or(0)
+    }
+}
+
+/// What [`dispatch`] booked and recorded for one attempt.
+#[derive(Debug)]
+pub struct Dispatched {
+    /// The ledger entry (release it when the request ends).
+    pub booking: Booking,
+    /// The prediction inputs the request was routed on (what the model learns from).
+    pub inputs: TtftInputs,
+    /// Leading blocks the backend already held in the index: [`undo_record`] clears the rest.
+    pub held_blocks: u32,
+}
+
+/// Send `features` to `pool.backends[i]` at `now`, as decided on view `chosen`: book its load
+/// in the backend's ledger (its uncached prompt as prefill, that plus its expected output as KV
+/// reservation; `streamed` and `predicted_ttft_s` arm the non-streamed prefill deadline) and
+/// record its prefix in the pool's index under the backend's slot — at dispatch, so a second
+/// request with the same prefix a moment later already sees it. If the attempt fails before
+/// the backend accepted the request, [`undo_record`] takes the record back.
+#[allow(clippy::too_many_arguments)]
+pub fn dispatch<B: RoutingBackend>(
+    pool: &PoolRouting<'_, B>,
+    i: usize,
+    chosen: &BackendView,
+    held_blocks: u32,
+    features: &RequestFeatures,
+    predicted_ttft_s: Option<f64>,
+    streamed: bool,
+    now: Instant,
+) -> Dispatched {
+    let inputs = chosen.ttft_inputs(features);
+    let load = RequestLoad {
+        prefill_tokens: inputs.uncached_tokens as u32,
+        kv_tokens: chosen.kv_need(features),
+    };
+    let booking = pool.backends[i]
+        .state()
+        .ledger
+        .book(load, now, streamed, predicted_ttft_s);
+    pool.index
+        .record(pool.slots[i], &features.block_hashes, now);
+    Dispatched {
+        booking,
+        inputs,
+        held_blocks,
+    }
+}
+
+/// Take back what [`dispatch`] recorded in the index for `pool.backends[i]`: the blocks past
+/// what it held before (the booking is released by the caller).
+pub fn undo_record<B: RoutingBackend>(
+    pool: &PoolRouting<'_, B>,
+    i: usize,
+    features: &RequestFeatures,
+    held_blocks: u32,
+) {
+    let from = (held_blocks as usize).min(features.block_hashes.len());
+    pool.index
+        .unrecord(pool.slots[i], &features.block_hashes[from..]);
+}
+
+/// Build the views of `pool` for `features` at `now` into `scratch` (see the module docs).
+/// `tried`: backends already tried for this request (excluded). `limit_to_residency`: the
+/// policy's [`crate::routing::Policy::limits_prefix_credit_to_residency`].
+pub fn build<'s, B: RoutingBackend>(
+    pool: &PoolRouting<'_, B>,
+    features: &RequestFeatures,
+    now: Instant,
+    limit_to_residency: bool,
+    tried: &[BackendId],
+    scratch: &'s mut Scratch,
+) -> &'s [BackendView] {
+    debug_assert_eq!(pool.backends.len(), pool.slots.len());
+    let Scratch {
+        views,
+        by_slot,
+        ages,
+        matched,
+        held,
+    } = scratch;
+    views.clear();
+    held.clear();
+    views.extend(pool.backends.iter().map(|b| {
+        let mut v = b.state().view(b.settings(), b.healthy(now), now);
+        v.excluded = tried.contains(&v.id);
+        v
+    }));
+    if features.block_hashes.is_empty() {
+        return views;
+    }
+    let hashes = &features.block_hashes;
+    let slots = pool.index.max_backends();
+    by_slot.clear();
+    by_slot.resize(slots, 0);
+    pool.index.match_lengths(hashes, now, by_slot);
+    held.extend(
+        pool.slots
+            .iter()
+            .map(|&s| by_slot.get(s).copied().unwrap_or(0)),
+    );
+    if limit_to_residency && views.iter().any(|v| v.cache_residency_s().is_finite()) {
+        ages.clear();
+        ages.resize(slots, f64::INFINITY);
+        for (v, &s) in views.iter().zip(pool.slots) {
+            if let Some(a) = ages.get_mut(s) {
+                *a = v.cache_residency_s();
+            }
+        }
+        pool.index.limit_to_recent(hashes, now, ages, by_slot);
+    }
+    matched.clear();
+    matched.extend(
+        pool.slots
+            .iter()
+            .map(|&s| by_slot.get(s).copied().unwrap_or(0)),
+    );
+    for (m, b) in matched.iter_mut().zip(pool.backends) {
+        if let Some(n) = b
+            .state()
+            .exact
+            .as_ref()
+            .and_then(|x| x.match_blocks(hashes))
+        {
+            *m = n;
+        }
+    }
+    apply_prefix_matches(
+        views,
+        matched,
+        BLOCK_TOKENS as f64 * pool.token_ratio,
+        features.prompt_tokens,
+    );
+    views
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::affinity::IndexConfig;
+    use crate::load::Plain;
+    use crate::predict::Coefficients;
+    use crate::tokens::BlockHash;
+    use std::time::Duration;
+
+    struct B(BackendState<Plain>, bool);
+
+    impl RoutingBackend for B {
+        type Storage = Plain;
+        fn state(&self) -> &BackendState<Plain> {
+            &self.0
+        }
+        fn settings(&self) -> Settings {
+            Settings {
+                weight: 1,
+                max_inflight: None,
+            }
+        }
+        fn healthy(&self, _now: Instant) -> bool {
+            self.1
+        }
+    }
+
+    fn backend(i: u64, t0: Instant) -> B {
+        B(
+            BackendState::new(
+                BackendId(i),
+                &format!("b{i}"),
+                Coefficients::default(),
+                t0,
+                None,
+            ),
+            true,
+        )
+    }
+
+    #[test]
+    fn views_carry_load_health_and_the_prefix_hit_by_slot() {
+        let t0 = Instant::now();
+        let mut backends = vec![backend(10, t0), backend(11, t0), backend(12, t0)];
+        backends[2].1 = false;
+        let index = PrefixIndex::new(IndexConfig {
+            max_backends: 64,
+            ..IndexConfig::default()
+        });
+        // Slots are not positions: backend 11 lives in slot 5.
+        let slots = [0, 5, 1];
+        let hashes: Vec<BlockHash> = (1..=4).map(BlockHash).collect();
+        index.record(5, &hashes[..3], t0);
+        let mut f = RequestFeatures::synthetic("m", String::new(), Some(16));
+        f.prompt_tokens = 4 * BLOCK_TOKENS as u32;
+        f.block_hashes = hashes;
+        let mut booking = backends[0].0.ledger.book(
+            RequestLoad {
+                prefill_tokens: 300,
+                kv_tokens: 400,
+            },
+            t0,
+            true,
+            None,
+        );
+        let pool = PoolRouting {
+            backends: &backends,
+            slots: &slots,
+            index: &index,
+            token_ratio: 1.0,
+        };
+        let mut scratch = Scratch::default();
+        let now = t0 + Duration::from_millis(10);
+        let v = build(&pool, &f, now, true, &[BackendId(10)], &mut scratch);
+        assert_eq!(v.len(), 3);
+        assert_eq!(
+            (v[0].id, v[0].excluded, v[0].inflight),
+            (BackendId(10), true, 1)
+        );
+        assert_eq!(v[0].outstanding_prefill_tokens, 300);
+        assert_eq!(v[1].cached_tokens, 3 * BLOCK_TOKENS as u32);
+        assert_eq!((v[0].cached_tokens, v[2].cached_tokens), (0, 0));
+        assert!(!v[2].healthy && v[1].healthy);
+        // A learnt token ratio scales the hit (capped below the prompt).
+        let pool = PoolRouting {
+            token_ratio: 2.0,
+            ..pool
+        };
+        let v = build(&pool, &f, now, true, &[], &mut scratch);
+        assert_eq!(v[1].cached_tokens, f.prompt_tokens - 1);
+        backends[0].0.ledger.release(&mut booking);
+    }
+
+    #[test]
+    fn a_dispatch_books_and_records_and_an_undo_takes_back_only_what_it_added() {
+        let t0 = Instant::now();
+        let backends = vec![backend(1, t0), backend(2, t0)];
+        let index = PrefixIndex::new(IndexConfig {
+            max_backends: 2,
+            ..IndexConfig::default()
+        });
+        let slots = [0, 1];
+        let hashes: Vec<BlockHash> = (1..=6).map(BlockHash).collect();
+        // Backend 2 already holds the first two blocks (a shared system prompt).
+        index.record(1, &hashes[..2], t0);
+        let mut f = RequestFeatures::synthetic("m", String::new(), Some(16));
+        f.prompt_tokens = 6 * BLOCK_TOKENS as u32;
+        f.block_hashes = hashes;
+        let pool = PoolRouting {
+            backends: &backends,
+            slots: &slots,
+            index: &index,
+            token_ratio: 1.0,
+        };
+        let mut scratch = Scratch::default();
+        let chosen = build(&pool, &f, t0, false, &[], &mut scratch)[1];
+        let held = scratch.held_blocks(1);
+        assert_eq!(held, 2);
+        let mut d = dispatch(&pool, 1, &chosen, held, &f, Some(0.2), true, t0);
+        assert_eq!(d.inputs.uncached_tokens, f64::from(4 * BLOCK_TOKENS as u32));
+        let v = build(&pool, &f, t0, false, &[], &mut scratch)[1];
+        assert_eq!(v.cached_tokens, f.prompt_tokens - 1, "recorded at dispatch");
+        assert_eq!(v.outstanding_prefill_tokens, 4 * BLOCK_TOKENS as u64);
+        // The attempt failed before the backend took it: back to what it held.
+        undo_record(&pool, 1, &f, d.held_blocks);
+        backends[1].0.ledger.release(&mut d.booking);
+        let v = build(&pool, &f, t0, false, &[], &mut scratch)[1];
+        assert_eq!(v.cached_tokens, 2 * BLOCK_TOKENS as u32);
+        assert_eq!((v.inflight, v.outstanding_prefill_tokens), (0, 0));
+    }
+}

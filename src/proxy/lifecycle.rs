@@ -1,0 +1,502 @@
+//! One inference request, as named steps:
+//!
+//! ```text
+//! authenticate → read → parse → match route → tokenize → authorize → admit
+//!   → [route → dispatch → attempt]* → relay (observe at the first token) → finish
+//! ```
+//!
+//! Each step is a method that returns what the next needs, or the [`GatewayError`] the client
+//! gets. The attempt loop retries per [`super::retry`]: nothing has reached the client until
+//! an attempt commits.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use pingora_core::protocols::http::ServerSession;
+
+use super::gate::Pass;
+use super::observe::{self, FirstTokenObserver};
+use super::relay::{client_response_head, Relay, RelayEnd, RelayOutcome};
+use super::retry::{Next, Retries};
+use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
+use super::{tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
+use crate::config::Route;
+use crate::error::GatewayError;
+use crate::gateway::{GatewayState, Pool, Routed};
+use crate::request::{parse_request, Endpoint, RequestFeatures};
+
+/// A failed request: the pool it reached (for the metric label) and the client's error.
+pub(super) type Failure = (Option<Arc<str>>, GatewayError);
+
+/// A parsed request matched to its pool.
+pub(super) struct Parsed<'s> {
+    pub features: RequestFeatures,
+    pub pool: &'s Pool,
+    pub route: Option<&'s Route>,
+    /// Prompt tokens as Pronto counted them, before the pool's learnt engine ratio.
+    pub own_tokens: u32,
+}
+
+impl Proxy {
+    /// Read, parse, route, forward and relay one inference request.
+    pub(super) async fn proxy(
+        &self,
+        session: &mut ServerSession,
+        state: &GatewayState,
+        endpoint: Endpoint,
+        arrived: Instant,
+    ) -> Result<(), Failure> {
+        let mut pass = self.gate_key(session, state).map_err(|e| (None, e))?;
+        // The body's share of the buffer budget lives as long as the request.
+        let mut budget = self
+            .budget
+            .reservation(state.config.limits.max_buffered_bytes);
+        let body = self.read(session, state, &mut budget).await?;
+        let mut parsed = self.parse(session, state, endpoint, &body).await?;
+        self.authorize(&mut pass, state, &parsed)?;
+        let keyed_route = pass.keyed_route(parsed.route);
+        let route = keyed_route.as_ref().or(parsed.route);
+        let first_pool = parsed.pool;
+        let (pool, _departure, admitted) = self
+            .admit(
+                session,
+                state,
+                parsed.pool,
+                route,
+                &parsed.features,
+                arrived,
+            )
+            .await?;
+        if !tokenize::same_tokenizer(first_pool, pool) {
+            // A fallback pool that tokenizes differently: its tokens, its block hashes.
+            parsed = self.parse_for(session, endpoint, &body, pool).await?;
+        }
+        parsed.features.prompt_tokens = pool.token_ratio.scale(parsed.own_tokens);
+        let parsed = Parsed {
+            pool,
+            route,
+            ..parsed
+        };
+        self.attempts(session, state, &mut pass, &parsed, &body, admitted, arrived)
+            .await
+    }
+
+    /// Read the whole body (limits and deadlines from the config), charged to `budget`.
+    async fn read(
+        &self,
+        session: &mut ServerSession,
+        state: &GatewayState,
+        budget: &mut super::budget::Reservation<'_>,
+    ) -> Result<Bytes, Failure> {
+        let limits = &state.config.limits;
+        let body_limits = super::body::BodyLimits {
+            max_bytes: limits.max_body_bytes,
+            idle: limits.idle_timeout,
+            total: limits.body_timeout,
+        };
+        let r = super::body::read_body(session, body_limits, budget).await;
+        self.metrics
+            .buffered_request_bytes
+            .set(self.budget.used() as i64);
+        if matches!(r, Err(GatewayError::Busy(_))) {
+            self.metrics
+                .capacity_rejections_total
+                .with_label_values(&["buffered_bytes"])
+                .inc();
+        }
+        r.map_err(|e| (None, e))
+    }
+
+    /// Parse the body, match its route and pool, and count its tokens with the pool's
+    /// tokenizer (in the engine's terms: the pool's learnt ratio applied).
+    async fn parse<'s>(
+        &self,
+        session: &ServerSession,
+        state: &'s GatewayState,
+        endpoint: Endpoint,
+        body: &Bytes,
+    ) -> Result<Parsed<'s>, Failure> {
+        let mut features = parse_request(endpoint, body, session_key(session))
+            .map_err(|e| (None, GatewayError::BadRequest(e.to_string())))?;
+        let header = session.req_header();
+        let Some((pool, route)) = state.route(&features.model, header.uri.path(), &header.headers)
+        else {
+            return Err((
+                None,
+                GatewayError::ModelNotFound {
+                    model: features.model.clone(),
+                },
+            ));
+        };
+        tokenize::apply(pool, endpoint, body, &mut features, &self.metrics).await;
+        let own_tokens = features.prompt_tokens;
+        // Costs are in the engine's tokens: correct our count by what `usage` taught the pool.
+        features.prompt_tokens = pool.token_ratio.scale(own_tokens);
+        Ok(Parsed {
+            features,
+            pool,
+            route,
+            own_tokens,
+        })
+    }
+
+    /// The features of `body` for `pool` (its tokenizer, if any).
+    async fn parse_for<'s>(
+        &self,
+        session: &ServerSession,
+        endpoint: Endpoint,
+        body: &Bytes,
+        pool: &'s Pool,
+    ) -> Result<Parsed<'s>, Failure> {
+        let mut features = parse_request(endpoint, body, session_key(session))
+            .map_err(|e| (None, GatewayError::BadRequest(e.to_string())))?;
+        tokenize::apply(pool, endpoint, body, &mut features, &self.metrics).await;
+        let own_tokens = features.prompt_tokens;
+        Ok(Parsed {
+            features,
+            pool,
+            route: None,
+            own_tokens,
+        })
+    }
+
+    /// The key may use this model and route (403); the route's and the key's rate limits
+    /// (429).
+    fn authorize(
+        &self,
+        pass: &mut Pass<'_>,
+        state: &GatewayState,
+        parsed: &Parsed<'_>,
+    ) -> Result<(), Failure> {
+        self.gate_route(
+            pass,
+            state,
+            parsed.route,
+            &parsed.features.model,
+            parsed.features.prompt_tokens,
+        )
+        .map_err(|e| (Some(parsed.pool.model.clone()), e))
+    }
+
+    /// Route, dispatch and attempt until one attempt commits (then relay it) or the retry
+    /// budget is spent. `admitted`: the decision admission already made on this pool, used for
+    /// the first attempt.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempts(
+        &self,
+        session: &mut ServerSession,
+        state: &GatewayState,
+        pass: &mut Pass<'_>,
+        parsed: &Parsed<'_>,
+        body: &Bytes,
+        mut admitted: Option<Routed>,
+        arrived: Instant,
+    ) -> Result<(), Failure> {
+        let Parsed {
+            features,
+            pool,
+            route,
+            own_tokens,
+        } = parsed;
+        let pool_err = |e| (Some(pool.model.clone()), e);
+        let limits = &state.config.limits;
+        let policy = state.policy_for(pool, *route);
+        let deadlines = Deadlines {
+            first_token: route
+                .and_then(|r| r.first_token_timeout)
+                .unwrap_or(limits.first_token_timeout),
+            total: limits.request_timeout,
+            idle: route
+                .and_then(|r| r.idle_timeout)
+                .unwrap_or(limits.idle_timeout),
+        };
+        let max_retries = route
+            .and_then(|r| r.max_retries)
+            .unwrap_or(state.config.retry.max_retries);
+        let mut retries = Retries::default();
+        loop {
+            let now = Instant::now();
+            let routed = match admitted.take() {
+                Some(r) => r,
+                None => pool
+                    .route(&**policy, features, now, &retries.tried)
+                    .map_err(|_| {
+                        pool_err(GatewayError::NoBackend {
+                            model: pool.model.to_string(),
+                        })
+                    })?,
+            };
+            let i = routed.decision.index;
+            let backend = &pool.backends[i];
+            self.record_decision(pool, policy.name(), &routed, features.prompt_tokens);
+            let head = upstream_request_head(session.req_header(), backend, body.len())
+                .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
+            let mut attempted = pool.dispatch(&routed, features, features.stream, now);
+            let may_retry = retries.may_retry(max_retries, routed.others_left);
+            let outcome = attempt(
+                &self.connectors,
+                backend,
+                head,
+                body,
+                features.stream,
+                deadlines,
+                may_retry,
+                &mut attempted.guard,
+            )
+            .await;
+            match outcome {
+                Attempt::Failed {
+                    reason,
+                    detail,
+                    backend_fault,
+                } => {
+                    pool.undo_record(i, features, attempted.held_blocks);
+                    drop(attempted);
+                    tracing::info!(backend = %backend.name(), %detail, "attempt failed");
+                    self.metrics
+                        .upstream_errors_total
+                        .with_label_values(&[backend.name(), reason.as_str()])
+                        .inc();
+                    if backend_fault {
+                        self.record_failure(pool, i, &state.config.health);
+                    }
+                    if retries.failed(backend.id(), max_retries, routed.others_left) == Next::GiveUp
+                    {
+                        return Err(pool_err(GatewayError::NoBackend {
+                            model: pool.model.to_string(),
+                        }));
+                    }
+                    self.metrics
+                        .retries_total
+                        .with_label_values(&[&pool.model, reason.as_str()])
+                        .inc();
+                }
+                Attempt::FirstTokenTimeout => {
+                    pool.undo_record(i, features, attempted.held_blocks);
+                    drop(attempted);
+                    let timeout = deadlines.first_answer(features.stream);
+                    if timeout_is_backend_fault(features.stream, &routed, timeout) {
+                        self.record_failure(pool, i, &state.config.health);
+                    }
+                    self.metrics
+                        .upstream_errors_total
+                        .with_label_values(&[backend.name(), "first_token_timeout"])
+                        .inc();
+                    return Err(pool_err(GatewayError::FirstTokenTimeout {
+                        timeout_ms: timeout.as_millis() as u64,
+                    }));
+                }
+                Attempt::Committed {
+                    mut upstream,
+                    head,
+                    first_chunk,
+                    body_done,
+                    sent_at,
+                } => {
+                    let status = head.status.as_u16();
+                    if status < 500 {
+                        backend.record_success();
+                    }
+                    if !(200..300).contains(&status) {
+                        // The backend did not take the prompt: it holds no new prefix.
+                        pool.undo_record(i, features, attempted.held_blocks);
+                    }
+                    let mut extra = pass.headers();
+                    if state.config.explain_headers {
+                        self.explain(&mut extra, pool, &routed, retries.attempts());
+                    }
+                    let client_head = client_response_head(&head, &extra)
+                        .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
+                    let is_sse = features.stream
+                        && head
+                            .headers
+                            .get(http::header::CONTENT_TYPE)
+                            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+                    let outcome = Relay {
+                        head: client_head,
+                        first_chunk,
+                        body_done,
+                        sse: is_sse,
+                        idle: deadlines.idle,
+                        observer: FirstTokenObserver {
+                            metrics: &self.metrics,
+                            pool: &pool.model,
+                            guard: &mut attempted.guard,
+                            inputs: attempted.inputs,
+                            predicted_s: routed.decision.predicted_ttft_s,
+                            sent_at,
+                            arrived,
+                        },
+                    }
+                    .run(session, &mut upstream)
+                    .await;
+                    self.finish(state, pass, pool, i, &outcome, sent_at, *own_tokens);
+                    drop(attempted);
+                    if outcome.reusable {
+                        self.connectors
+                            .pooled
+                            .release_http_session(
+                                *upstream,
+                                &backend.peer,
+                                Some(UPSTREAM_IDLE_KEEPALIVE),
+                            )
+                            .await;
+                    } else {
+                        upstream.shutdown().await;
+                    }
+                    self.count(&pool.model, backend.name(), status, arrived);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// After the relay: latency windows, usage (rate-limit settlement and the token ratio),
+    /// and how it ended.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        state: &GatewayState,
+        pass: &mut Pass<'_>,
+        pool: &Pool,
+        i: usize,
+        outcome: &RelayOutcome,
+        sent_at: Instant,
+        own_tokens: u32,
+    ) {
+        let backend = &pool.backends[i];
+        if let Some(u) = outcome.usage {
+            self.settle(pass, &u);
+            pool.token_ratio.observe(u.prompt_tokens, own_tokens);
+            self.metrics
+                .prompt_token_ratio
+                .with_label_values(&[&pool.model])
+                .set(pool.token_ratio.ratio());
+        }
+        match outcome.end {
+            RelayEnd::Complete => observe::completed(&self.metrics, backend, outcome, sent_at),
+            RelayEnd::ClientGone => {
+                self.metrics
+                    .client_disconnects_total
+                    .with_label_values(&[&pool.model])
+                    .inc();
+            }
+            RelayEnd::UpstreamFailed => {
+                self.record_failure(pool, i, &state.config.health);
+                self.metrics
+                    .upstream_errors_total
+                    .with_label_values(&[backend.name(), "mid_stream"])
+                    .inc();
+            }
+        }
+    }
+
+    /// The explain headers: the backend, the decision's prediction and reason, and the
+    /// attempt count.
+    fn explain(
+        &self,
+        extra: &mut Vec<(&'static str, String)>,
+        pool: &Pool,
+        routed: &Routed,
+        attempts: u32,
+    ) {
+        let d = &routed.decision;
+        extra.push((
+            "x-pronto-backend",
+            pool.backends[d.index].name().to_string(),
+        ));
+        if let Some(p) = d.predicted_ttft_s {
+            extra.push(("x-pronto-predicted-ttft-ms", format!("{:.1}", p * 1e3)));
+        }
+        extra.push(("x-pronto-reason", d.reason.as_str().to_string()));
+        extra.push(("x-pronto-attempts", attempts.to_string()));
+    }
+}
+
+/// Whether a first-answer timeout says the backend is unwell (and counts toward ejecting it),
+/// rather than being explained by the request itself: a non-streamed request's answer is its
+/// whole generation (a long one is not a fault); a stream that waited behind queued work — the
+/// decision saw other prefills outstanding or a waiting engine queue, or predicted at least
+/// half the deadline — timed out on the overload that queue is, not on a broken backend. Only
+/// a backend that was idle, predicted fast, and still produced nothing is at fault.
+fn timeout_is_backend_fault(stream: bool, routed: &Routed, deadline: std::time::Duration) -> bool {
+    let v = &routed.chosen;
+    let queued = v.outstanding_prefill_tokens > 0
+        || v.engine.is_some_and(|e| e.waiting > 0.0)
+        || v.running_decodes > 0
+            && v.kv_capacity_tokens
+                .is_some_and(|c| v.kv_reserved_tokens >= c);
+    let predicted_slow = routed
+        .decision
+        .predicted_ttft_s
+        .is_some_and(|p| p >= deadline.as_secs_f64() / 2.0);
+    stream && !queued && !predicted_slow
+}
+
+fn session_key(session: &ServerSession) -> Option<&str> {
+    session
+        .get_header("x-session-id")
+        .and_then(|v| v.to_str().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routing::{BackendView, Decision, EngineLoad, Reason};
+    use std::time::Duration;
+
+    fn routed(view: BackendView, predicted: f64) -> Routed {
+        Routed {
+            decision: Decision {
+                index: 0,
+                predicted_ttft_s: Some(predicted),
+                reason: Reason::PredictedBest,
+            },
+            chosen: view,
+            held_blocks: 0,
+            others_left: false,
+        }
+    }
+
+    #[test]
+    fn only_an_idle_fast_backend_that_says_nothing_is_at_fault() {
+        let deadline = Duration::from_secs(10);
+        let idle = BackendView::idle("b");
+        assert!(timeout_is_backend_fault(true, &routed(idle, 0.2), deadline));
+        // A non-streamed answer is a whole generation.
+        assert!(!timeout_is_backend_fault(
+            false,
+            &routed(idle, 0.2),
+            deadline
+        ));
+        // Queued work ahead: the overload explains the wait.
+        let busy = BackendView {
+            outstanding_prefill_tokens: 50_000,
+            ..idle
+        };
+        assert!(!timeout_is_backend_fault(
+            true,
+            &routed(busy, 0.2),
+            deadline
+        ));
+        let queued = BackendView {
+            engine: Some(EngineLoad {
+                waiting: 12.0,
+                ..EngineLoad::default()
+            }),
+            ..idle
+        };
+        assert!(!timeout_is_backend_fault(
+            true,
+            &routed(queued, 0.2),
+            deadline
+        ));
+        // Predicted to take most of the deadline anyway.
+        assert!(!timeout_is_backend_fault(
+            true,
+            &routed(idle, 6.0),
+            deadline
+        ));
+    }
+}

@@ -1,0 +1,378 @@
+//! The deployment files under `deploy/`: the Prometheus alerting rules load and pass their
+//! unit tests (`promtool`), the Grafana dashboard is well formed and covers what operators
+//! need, and the Kubernetes manifests validate.
+
+#[path = "support/tool.rs"]
+mod tool;
+
+use std::path::Path;
+use std::process::Command;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+#[test]
+fn alert_rules_load_and_pass_their_unit_tests() {
+    let Some(promtool) = tool::find(&["promtool"], "Debian package prometheus") else {
+        return;
+    };
+    let dir = Path::new(ROOT).join("deploy/prometheus");
+    let out = tool::run_ok(
+        Command::new(&promtool)
+            .args(["check", "rules", "pronto-rules.yaml"])
+            .current_dir(&dir),
+    );
+    assert!(out.contains("SUCCESS: 5 rules found"), "{out}");
+    let out = tool::run_ok(
+        Command::new(&promtool)
+            .args(["test", "rules", "pronto-rules.test.yaml"])
+            .current_dir(&dir),
+    );
+    assert!(out.contains("SUCCESS"), "{out}");
+    // Every alert has a unit test and a section in the operating guide.
+    let rules = std::fs::read_to_string(dir.join("pronto-rules.yaml")).unwrap();
+    let tests = std::fs::read_to_string(dir.join("pronto-rules.test.yaml")).unwrap();
+    let guide = std::fs::read_to_string(Path::new(ROOT).join("docs/operating.md")).unwrap();
+    let alerts: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    assert_eq!(alerts.len(), 5, "{alerts:?}");
+    for alert in alerts {
+        assert!(
+            tests.contains(&format!("alertname: {alert}\n")),
+            "{alert} has no unit test"
+        );
+        assert!(
+            guide.contains(&format!("### {alert}\n")),
+            "{alert} is not in docs/operating.md"
+        );
+        assert!(
+            rules.contains(&format!(
+                "docs/operating.md#{}.",
+                alert.to_ascii_lowercase()
+            )),
+            "{alert} links its section"
+        );
+    }
+}
+
+// === Kubernetes ===
+
+type Yaml = serde_yaml_ng::Value;
+
+fn k8s_dir() -> std::path::PathBuf {
+    Path::new(ROOT).join("deploy/k8s")
+}
+
+/// Every manifest under deploy/k8s: `(file name, document)`.
+fn manifests() -> Vec<(String, Yaml)> {
+    let mut out = Vec::new();
+    let mut names: Vec<_> = std::fs::read_dir(k8s_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".yaml"))
+        .collect();
+    names.sort();
+    for name in names {
+        let text = std::fs::read_to_string(k8s_dir().join(&name)).unwrap();
+        let doc: Yaml = serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        out.push((name, doc));
+    }
+    out
+}
+
+fn by_kind<'a>(docs: &'a [(String, Yaml)], kind: &str) -> Vec<&'a Yaml> {
+    docs.iter()
+        .filter(|(_, d)| d["kind"].as_str() == Some(kind))
+        .map(|(_, d)| d)
+        .collect()
+}
+
+fn one<'a>(docs: &'a [(String, Yaml)], kind: &str) -> &'a Yaml {
+    let found = by_kind(docs, kind);
+    assert_eq!(found.len(), 1, "one {kind}");
+    found[0]
+}
+
+fn s(v: &Yaml) -> &str {
+    v.as_str().unwrap_or_else(|| panic!("not a string: {v:?}"))
+}
+
+/// Kinds of custom resources (no schema in kubernetes-validate), checked field by field.
+const CUSTOM: [&str; 2] = ["PodMonitor", "Kustomization"];
+
+#[test]
+fn kubernetes_manifests_validate_against_the_api_schemas() {
+    let Some(validate) = tool::find(&["kubernetes-validate"], "PyPI package kubernetes-validate")
+    else {
+        return;
+    };
+    let docs = manifests();
+    let files: Vec<&str> = docs
+        .iter()
+        .filter(|(_, d)| !CUSTOM.contains(&s(&d["kind"])))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(files.len(), 5, "{files:?}");
+    let out = tool::run_ok(
+        Command::new(validate)
+            .arg("--strict")
+            .args(&files)
+            .current_dir(k8s_dir()),
+    );
+    for f in &files {
+        assert!(out.contains(&format!("INFO {f} passed")), "{f}: {out}");
+    }
+}
+
+#[test]
+fn kubernetes_manifests_agree_with_each_other_and_the_config() {
+    let docs = manifests();
+    let deploy = one(&docs, "Deployment");
+    let pod = &deploy["spec"]["template"];
+    let pod_labels = &pod["metadata"]["labels"];
+    assert_eq!(&deploy["spec"]["selector"]["matchLabels"], pod_labels);
+    let c = &pod["spec"]["containers"][0];
+    let port = |name: &str| -> u64 {
+        c["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("no container port {name}"))["containerPort"]
+            .as_u64()
+            .unwrap()
+    };
+
+    // The ConfigMap's config: the ports, the grace period and the token variable.
+    let cm = one(&docs, "ConfigMap");
+    let config_text = s(&cm["data"]["pronto.yaml"]);
+    let config: Yaml = serde_yaml_ng::from_str(config_text).unwrap();
+    let config_port =
+        |key: &str| -> u64 { s(&config[key]).rsplit(':').next().unwrap().parse().unwrap() };
+    assert_eq!(port("http"), config_port("listen"));
+    assert_eq!(port("admin"), config_port("admin_listen"));
+    let token_var = s(&config["admin"]["token"]["env"]);
+    let env = c["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"].as_str() == Some(token_var))
+        .unwrap_or_else(|| panic!("the container does not set {token_var}"));
+    let secret = &env["valueFrom"]["secretKeyRef"];
+    let args: Vec<&str> = c["args"].as_sequence().unwrap().iter().map(s).collect();
+    let config_path = args[args.iter().position(|a| *a == "--config").unwrap() + 1];
+    let mount = c["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| config_path.starts_with(s(&m["mountPath"])))
+        .expect("the config file is on a mounted volume");
+    assert!(
+        mount.get("subPath").is_none(),
+        "a subPath mount never sees updates"
+    );
+    assert!(config_path.ends_with("/pronto.yaml"));
+    let volume = pod["spec"]["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap();
+    assert_eq!(volume["configMap"]["name"], cm["metadata"]["name"]);
+
+    // Probes on the admin port; the drain fits in the termination grace period.
+    assert_eq!(s(&c["readinessProbe"]["httpGet"]["path"]), "/readyz");
+    assert_eq!(s(&c["livenessProbe"]["httpGet"]["path"]), "/healthz");
+    for probe in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(s(&c[probe]["httpGet"]["port"]), "admin", "{probe}");
+    }
+    let pre_stop: Vec<&str> = c["lifecycle"]["preStop"]["exec"]["command"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(s)
+        .collect();
+    assert_eq!(pre_stop[0], "/bin/sleep");
+    let pre_stop_s: u64 = pre_stop[1].parse().unwrap();
+    let grace = s(&config["grace_period"]);
+    let grace_s: u64 = grace.strip_suffix('s').unwrap().parse().unwrap();
+    assert_eq!(
+        pod["spec"]["terminationGracePeriodSeconds"].as_u64(),
+        Some(pre_stop_s + grace_s + 5),
+        "terminationGracePeriodSeconds = preStop + grace_period ({grace}) + 5 s"
+    );
+    assert_eq!(
+        pod["spec"]["securityContext"]["runAsNonRoot"],
+        Yaml::Bool(true)
+    );
+
+    // The Service, PodDisruptionBudget and PodMonitor select the gateway's pods.
+    let gateway_service = by_kind(&docs, "Service")
+        .into_iter()
+        .find(|svc| svc["metadata"]["name"] == deploy["metadata"]["name"])
+        .expect("a Service for the gateway");
+    assert_eq!(&gateway_service["spec"]["selector"], pod_labels);
+    assert_eq!(
+        s(&gateway_service["spec"]["ports"][0]["targetPort"]),
+        "http"
+    );
+    let pdb = one(&docs, "PodDisruptionBudget");
+    assert_eq!(&pdb["spec"]["selector"]["matchLabels"], pod_labels);
+
+    // PodMonitor (a CRD: no schema here; the fields the operator requires, checked here).
+    let pm = one(&docs, "PodMonitor");
+    assert_eq!(s(&pm["apiVersion"]), "monitoring.coreos.com/v1");
+    assert!(pm["metadata"]["name"].is_string());
+    assert_eq!(&pm["spec"]["selector"]["matchLabels"], pod_labels);
+    let ep = &pm["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(s(&ep["port"]), "admin");
+    assert_eq!(s(&ep["path"]), "/metrics");
+    assert_eq!(s(&ep["authorization"]["type"]), "Bearer");
+    assert_eq!(
+        ep["authorization"]["credentials"], *secret,
+        "the pods' token Secret"
+    );
+
+    // The DNS-discovered pool is the headless vLLM Service, by name and port.
+    let pools = config["pools"].as_mapping().unwrap();
+    assert_eq!(pools.len(), 1);
+    let dns = s(&pools.values().next().unwrap()["discover"]["dns"]);
+    let (host, dns_port) = dns.rsplit_once(':').unwrap();
+    let vllm = by_kind(&docs, "Service")
+        .into_iter()
+        .find(|svc| svc["metadata"]["name"].as_str() == Some(host))
+        .unwrap_or_else(|| panic!("no Service {host} in deploy/k8s"));
+    assert_eq!(
+        s(&vllm["spec"]["clusterIP"]),
+        "None",
+        "headless: one address per pod"
+    );
+    assert_eq!(
+        vllm["spec"]["ports"][0]["port"]
+            .as_u64()
+            .unwrap()
+            .to_string(),
+        dns_port
+    );
+
+    // The Kustomization lists every other manifest.
+    let k = one(&docs, "Kustomization");
+    let mut listed: Vec<&str> = k["resources"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(s)
+        .collect();
+    listed.sort();
+    let mut files: Vec<&str> = docs
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| *n != "kustomization.yaml")
+        .collect();
+    files.sort();
+    assert_eq!(listed, files);
+}
+
+#[test]
+fn the_configmap_config_passes_check_config() {
+    let docs = manifests();
+    let cm = one(&docs, "ConfigMap");
+    let dir = std::env::temp_dir().join(format!("pronto-k8s-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("pronto.yaml");
+    std::fs::write(&file, s(&cm["data"]["pronto.yaml"])).unwrap();
+    let check = |token: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pronto"));
+        cmd.arg("check-config")
+            .arg(&file)
+            .env_remove("PRONTO_ADMIN_TOKEN");
+        if let Some(t) = token {
+            cmd.env("PRONTO_ADMIN_TOKEN", t);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, text) = check(Some("a-token-from-the-secret-0123456789"));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(ok, "{text}");
+    assert!(text.starts_with("OK: 1 pool"), "{text}");
+    assert!(!text.contains("warning"), "{text}");
+    // Without the Secret's variable the pod would not start.
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(&file, s(&cm["data"]["pronto.yaml"])).unwrap();
+    let (ok, text) = check(None);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!ok && text.contains("PRONTO_ADMIN_TOKEN"), "{text}");
+}
+
+// === Grafana ===
+
+#[test]
+fn the_dashboard_is_well_formed_and_covers_the_operating_signals() {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("deploy/grafana/pronto.json")).unwrap();
+    let dash: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(dash["uid"], "pronto-gateway");
+    let vars: Vec<&str> = dash["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(vars, ["datasource", "pool", "backend"]);
+    let panels = dash["panels"].as_array().unwrap();
+    let mut ids = std::collections::HashSet::new();
+    let mut exprs = Vec::new();
+    for p in panels {
+        assert!(
+            ids.insert(p["id"].as_u64().unwrap()),
+            "duplicate id {}",
+            p["id"]
+        );
+        let pos = &p["gridPos"];
+        let (x, w) = (pos["x"].as_u64().unwrap(), pos["w"].as_u64().unwrap());
+        assert!(x + w <= 24, "{}: off the grid", p["title"]);
+        if p["type"] == "row" {
+            continue;
+        }
+        assert!(
+            p["description"].as_str().is_some_and(|d| !d.is_empty()),
+            "{}",
+            p["title"]
+        );
+        assert_eq!(p["datasource"]["uid"], "${datasource}", "{}", p["title"]);
+        let targets = p["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{}", p["title"]);
+        for t in targets {
+            exprs.push(t["expr"].as_str().unwrap().to_string());
+        }
+    }
+    let all = exprs.join("\n");
+    for family in [
+        "pronto_client_ttft_seconds",
+        "pronto_ttft_seconds",
+        "pronto_predicted_ttft_seconds",
+        "pronto_ttft_prediction_error_seconds",
+        "pronto_ttft_prediction_abs_error_seconds",
+        "pronto_route_ttft_slo_seconds",
+        "pronto_route_decisions_total",
+        "pronto_backend_queue_depth",
+        "pronto_backend_kv_usage_ratio",
+        "pronto_retries_total",
+        "pronto_backend_ejections_total",
+        "pronto_rate_limited_total",
+        "pronto_admission_sheds_total",
+        "pronto_requests_total",
+        "pronto_upstream_errors_total",
+        "pronto_pool_healthy_backends",
+        "pronto_build_info",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+    ] {
+        assert!(all.contains(family), "no panel shows {family}");
+    }
+}

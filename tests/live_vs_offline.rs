@@ -1,0 +1,136 @@
+//! The short version of `scripts/live-vs-offline.sh`: the first requests of the Mooncake
+//! conversation trace at 0.8 × capacity, (a) through `pronto evaluate`'s code and (b) live —
+//! the gateway in-process in front of a fresh in-process sim fleet per policy (same profiles),
+//! replayed by `pronto replay`'s code. Per policy the live mean TTFT is within a bound of the
+//! offline one, and both rank the policies the same. (The full slice, with its table, is the
+//! script's job: `docs/benchmarks/live-vs-offline/`.)
+
+mod common;
+
+use clap::Parser;
+use common::{config_yaml, pool, Gateway};
+use pronto_bench::{run_replay, ReplayArgs};
+use pronto_sim::evaluate::{evaluate, load_fleet, prepare_trace, EvaluateArgs};
+use pronto_sim::fleet::SimFleet;
+use pronto_sim::fleet_config::FleetConfig;
+use pronto_sim::workload::TraceFormat;
+
+const MODEL: &str = "llama-3-8b";
+const LIMIT: usize = 120;
+const LOAD: f64 = 0.8;
+/// Live mean TTFT ÷ offline mean TTFT stays within 1 ± this (the script's bound over 480
+/// requests is 15 %; a short slice is noisier).
+const MEAN_BOUND: f64 = 0.25;
+const POLICIES: [&str; 3] = ["predicted_ttft", "cache_aware", "round_robin"];
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: ReplayArgs,
+}
+
+/// Eight H100 backends with the default fleet's KV capacity, on free ports.
+fn fleet_yaml() -> String {
+    let mut y = format!("model: {MODEL}\nbackends:\n");
+    for i in 0..8 {
+        y.push_str(&format!(
+            "  - {{ name: h100-{i}, profile: h100-llama3-8b, num_kv_blocks: 24000, port: 0 }}\n"
+        ));
+    }
+    y
+}
+
+async fn live(policy: &str, trace: &str, fleet_file: &str, out: &std::path::Path) -> f64 {
+    let cfg = FleetConfig::parse(&fleet_yaml(), "test").unwrap();
+    let fleet = SimFleet::start(&cfg, 1.0).await.unwrap();
+    let gw = Gateway::start(&config_yaml(&pool(MODEL, policy, &fleet.urls()), ""));
+    let limit = LIMIT.to_string();
+    let load = LOAD.to_string();
+    let dir = out.join(policy);
+    let target = gw.url("");
+    let args = Cli::try_parse_from([
+        "replay",
+        "--target",
+        &target,
+        "--model",
+        MODEL,
+        "--trace",
+        trace,
+        "--spread",
+        "--limit",
+        &limit,
+        "--load",
+        &load,
+        "--fleet",
+        fleet_file,
+        "--timeout",
+        "2m",
+        "--out",
+        dir.to_str().unwrap(),
+    ])
+    .unwrap()
+    .args;
+    tokio::task::spawn_blocking(move || run_replay(args))
+        .await
+        .unwrap()
+        .unwrap();
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["errors"], 0, "{policy}: {summary}");
+    fleet.shutdown().await;
+    summary["ttft_mean_ms"].as_f64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_and_offline_agree_on_a_short_trace_slice() {
+    let Some(trace) = pronto_sim::testing::shared("traces/mooncake/conversation_trace.jsonl")
+    else {
+        return;
+    };
+    let dir = common::gateway::TempDir::new("lvo");
+    let fleet_file = dir.0.join("fleet.yaml");
+    std::fs::write(&fleet_file, fleet_yaml()).unwrap();
+    let args = EvaluateArgs {
+        trace: Some(trace.clone()),
+        format: TraceFormat::Mooncake,
+        fleet: fleet_file.clone(),
+        policies: Vec::new(),
+        load: Some(LOAD),
+        limit: Some(LIMIT),
+        seed: 1,
+        json: true,
+        requests_csv: None,
+    };
+    let fleet = load_fleet(&fleet_file).unwrap();
+    let (reqs, _) = prepare_trace(&args, &fleet).unwrap();
+    let mut rows = Vec::new();
+    for p in POLICIES {
+        let offline = evaluate(&fleet, MODEL, &reqs, p).unwrap().ttft_mean_ms;
+        let live = live(
+            p,
+            trace.to_str().unwrap(),
+            fleet_file.to_str().unwrap(),
+            &dir.0,
+        )
+        .await;
+        eprintln!("{p}: offline {offline:.0} ms, live {live:.0} ms");
+        rows.push((p, offline, live));
+    }
+    for &(p, offline, live) in &rows {
+        let r = live / offline;
+        assert!(
+            (r - 1.0).abs() <= MEAN_BOUND,
+            "{p}: live {live:.0} ms vs offline {offline:.0} ms (ratio {r:.2})"
+        );
+    }
+    let order = |k: fn(&(&str, f64, f64)) -> f64| {
+        let mut v = rows.clone();
+        v.sort_by(|a, b| k(a).total_cmp(&k(b)));
+        v.iter().map(|r| r.0).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        order(|r| r.1),
+        order(|r| r.2),
+        "the same ordering: {rows:?}"
+    );
+}
