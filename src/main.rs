@@ -60,6 +60,9 @@ enum Command {
     /// Replay a trace through the engine model on a virtual clock, once per policy.
     #[cfg(feature = "tools")]
     Evaluate(pronto_sim::evaluate::EvaluateArgs),
+    /// Measure a live engine and fit a simulator profile to it (writes a profile YAML).
+    #[cfg(feature = "tools")]
+    Calibrate(pronto_sim::calibrate::CalibrateArgs),
     /// Replay a trace open-loop against a live gateway or backend; write results and plots.
     #[cfg(feature = "tools")]
     Replay(pronto_bench::ReplayArgs),
@@ -195,6 +198,11 @@ fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS),
         #[cfg(feature = "tools")]
         Command::Evaluate(a) => pronto_sim::evaluate::run_evaluate(a).map(|()| ExitCode::SUCCESS),
+        #[cfg(feature = "tools")]
+        Command::Calibrate(a) => tokio::runtime::Runtime::new()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(pronto_sim::calibrate::run_calibrate(a)))
+            .map(|()| ExitCode::SUCCESS),
         #[cfg(feature = "tools")]
         Command::Replay(a) => pronto_bench::run_replay(a).map(|()| ExitCode::SUCCESS),
         #[cfg(feature = "tools")]

@@ -265,6 +265,7 @@ fn annotated_example_sets_every_field() {
     } = kv_events.expect("kv_events");
     assert!(endpoint.is_some() && block_size.is_some());
     let file::ProfileFile {
+        file: _,
         base_ms,
         prefill_tokens_per_s,
         decode_ms_per_running,
@@ -283,6 +284,14 @@ fn annotated_example_sets_every_field() {
     assert!(dns.is_some() && interval.is_some() && scheme.is_some() && family.is_some());
     assert!(weight.is_some() && max_inflight.is_some());
     assert!(pools.iter().any(|(_, p)| p.profile.is_some()));
+    let profile_files = pools
+        .iter()
+        .flat_map(|(_, p)| p.backends.iter().flatten())
+        .filter_map(|b| b.profile.as_ref());
+    assert!(
+        profile_files.filter(|p| p.file.is_some()).count() > 0,
+        "some backend's profile names a file"
+    );
 }
 
 /// The defaults the annotated example states are the defaults the code applies.

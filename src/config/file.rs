@@ -239,6 +239,9 @@ pub struct DiscoverFile {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileFile {
+    /// A simulator profile written by `pronto calibrate` (relative to the config file): its
+    /// `prior:` block gives the fields not set beside it (see `config/profile.rs`).
+    pub file: Option<String>,
     /// Fixed overhead of a request, milliseconds.
     pub base_ms: Option<f64>,
     /// Prefill throughput, prompt tokens per second.

@@ -26,6 +26,7 @@ mod effective;
 pub mod file;
 pub mod locate;
 pub mod model;
+mod profile;
 mod resources;
 pub mod route;
 mod schema;
@@ -201,6 +202,7 @@ impl Loaded {
         if let Some(path) = path {
             edge::resolve_keys_file(&mut file, path);
             tls::resolve_paths(&mut file, path);
+            profile::resolve_paths(&mut file, path);
         }
         let located = |path: String, message: String| Diagnostic {
             location: locate::locate(text, &path),

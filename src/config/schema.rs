@@ -322,6 +322,12 @@ fn schema_value() -> Value {
                 "type": "object",
                 "additionalProperties": false,
                 "properties": {
+                    "file": {
+                        "description": "A simulator profile written by `pronto calibrate` \
+                                        (relative to this file); its `prior:` block gives \
+                                        the fields not set beside it",
+                        "type": "string",
+                    },
                     "base_ms": {
                         "description": "Fixed overhead of a request, ms",
                         "type": "number", "exclusiveMinimum": 0,

@@ -130,6 +130,7 @@ impl Proxy {
             }
             Ok(()) => self.serve(session, &state, &mut access, arrived).await,
         };
+        let mut unread = false;
         let counted = match result {
             Ok(()) => access
                 .end
@@ -145,12 +146,11 @@ impl Proxy {
                 } else {
                     tracing::debug!(request_id = %access.id, pool = pool_label, error = %err, "request rejected");
                 }
-                if matches!(
+                unread = matches!(
                     err,
-                    GatewayError::BodyTooLarge { .. }
-                        | GatewayError::RequestTimeout
-                        | GatewayError::Busy(_)
-                ) {
+                    GatewayError::BodyTooLarge { .. } | GatewayError::Busy(_)
+                );
+                if unread || matches!(err, GatewayError::RequestTimeout) {
                     // The rest of the body was not read: the connection cannot be reused.
                     session.set_keepalive(None);
                 }
@@ -168,6 +168,11 @@ impl Proxy {
         }
         if let Some(d) = access.into_decision(SystemTime::now()) {
             self.decisions.push(d);
+        }
+        if unread {
+            // Answered, logged and counted; now drain what the client still sends, so the
+            // close does not reset the connection before it reads the answer.
+            body::linger(session).await;
         }
     }
 
