@@ -3,7 +3,10 @@
 # that parses it? For each binary given (default: the release build), starts a simulated fleet
 # and the gateway (2 proxy threads), sends LARGE_CLIENTS loops of 10 MiB chat prompts, and
 # meanwhile SMALL sequential small requests; prints p50 / p99 / max of the small requests'
-# latency with and without the large ones, one row per binary, side by side in one run.
+# latency with and without the large ones, one row per binary, side by side in one run. The
+# large prompts name a model no pool serves: the gateway reads, parses and hashes each (then
+# answers 404), and no backend spends anything on them, so what the small requests feel is
+# the gateway's own work on a 10 MiB body, not the simulated engine's.
 #   scripts/large-prompts.sh [BINARY...]   env: SMALL (400), LARGE_CLIENTS (2), LARGE_MIB (10)
 # Compare a build from before a change with the current one:
 #   scripts/large-prompts.sh /tmp/pronto-before target/release/pronto
@@ -26,7 +29,7 @@ while size < n - 200:
     w = random.choice(words)
     text.append(w)
     size += len(w) + 1
-body = {"model": "sim-model", "max_tokens": 1, "messages": [{"role": "user", "content": " ".join(text)}]}
+body = {"model": "large-prompt-probe", "max_tokens": 1, "messages": [{"role": "user", "content": " ".join(text)}]}
 open(sys.argv[1], "w").write(json.dumps(body))
 PY
 cat > "$out/small.py" <<'PY'

@@ -484,6 +484,12 @@ fn timeout_is_backend_fault(stream: bool, routed: &Routed, deadline: std::time::
     stream && !queued && !predicted_slow
 }
 
+/// At most this many of a prompt's blocks are matched against the prefix index and recorded
+/// in it (2^15 blocks of 16 tokens: 512k tokens, beyond any engine's context). Routing work
+/// and index growth stay bounded whatever a client sends; a longer prompt is matched on its
+/// first blocks, and the engine decides whether it fits.
+pub const MAX_ROUTED_BLOCKS: usize = 1 << 15;
+
 /// Bodies larger than this are parsed and hashed on tokio's blocking pool: a 10 MiB prompt
 /// takes tens of milliseconds to parse, which on a proxy thread would stall every other
 /// request that thread serves. Smaller ones parse inline (cheaper than the hand-off).
@@ -505,7 +511,9 @@ async fn parse_off_thread(
         .await
         .unwrap_or_else(|e| Err(format!("parser task failed: {e}")))
     };
-    parsed.map_err(|e| (None, GatewayError::BadRequest(e)))
+    let mut features = parsed.map_err(|e| (None, GatewayError::BadRequest(e)))?;
+    features.block_hashes.truncate(MAX_ROUTED_BLOCKS);
+    Ok(features)
 }
 
 fn session_key(session: &ServerSession) -> Option<&str> {
