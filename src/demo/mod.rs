@@ -8,9 +8,9 @@
 //! ephemeral loopback ports, with that policy — and replays the same seeded workload through
 //! it open loop ([`pronto_bench::run::replay`]: every request is sent at its scheduled time,
 //! whatever the earlier ones are doing, so queueing shows up as TTFT). The workload is the
-//! synthetic multi-turn chat (shared system prompts, growing histories) at `--load` × the
-//! fleet's capacity for that request mix (`pronto evaluate --load`'s calibration), cut to
-//! `--duration` of arrivals. At the default load the fleet as a whole has spare capacity, but
+//! synthetic multi-turn chat (shared system prompts, growing histories): as many requests as
+//! `--load` × the fleet's capacity for that request mix (`pronto evaluate --load`'s
+//! calibration) takes in `--duration`, paced over it. At the default load the fleet as a whole has spare capacity, but
 //! the A100s' even share is more than they can prefill: `round_robin` builds queues there.
 //!
 //! The fleet runs at the modelled GPUs' speed by default, so the TTFTs the client measures are
@@ -229,15 +229,15 @@ async fn compare(args: &DemoArgs, fleet_cfg: &FleetConfig) -> anyhow::Result<()>
         "Pronto demo: the same seeded workload through the gateway once per policy.\n\
          Live: each run starts the real gateway on loopback in front of a fresh simulated fleet.\n\
          fleet:    {} ({}), {}\n\
-         workload: synthetic multi-turn chat (seed {}), {} requests over {}: {offered:.1} req/s \
-         offered, {:.2} × the fleet's capacity of {capacity:.1} req/s for this request mix\n",
+         workload: synthetic multi-turn chat (seed {}), {} requests over {}: {offered:.1} req/s, \
+         {:.2} × the fleet's capacity of {capacity:.1} req/s for this request mix\n",
         fleet_words(fleet_cfg),
         fleet_cfg.model,
         speed_words(args.time_scale),
         args.seed,
         requests.len(),
         humantime::format_duration(window),
-        args.load,
+        offered / capacity,
     );
     let mut runs = Vec::new();
     let mut specs = Vec::new();

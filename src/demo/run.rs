@@ -13,7 +13,7 @@ use pronto_bench::client::{http_client, Sender};
 use pronto_bench::report::write_report;
 use pronto_bench::run::{replay, Progress};
 use pronto_bench::RequestRecord;
-use pronto_sim::evaluate::{apply_load, SimBackend};
+use pronto_sim::evaluate::{fleet_capacity_rps, SimBackend};
 use pronto_sim::fleet::SimFleet;
 use pronto_sim::fleet_config::FleetConfig;
 use pronto_sim::workload::{scale_arrivals, SyntheticWorkload, TraceRequest};
@@ -21,16 +21,18 @@ use pronto_sim::workload::{scale_arrivals, SyntheticWorkload, TraceRequest};
 /// Longest a single demo request may take before it counts as failed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Conversations generated before the workload is cut to its window (more than any window
-/// the demo offers needs, so the cut, not the generator, decides the length).
+/// Conversations generated before the workload is cut (about 9000 requests: more than the
+/// demo's windows take, so the cut, not the generator, decides the length).
 const CONVERSATIONS: usize = 3000;
 
 /// The demo's workload: the seeded synthetic multi-turn chat (four shared system prompts of
-/// three 512-token blocks, up to five turns each), short answers (the demo is about the first
-/// token; long answers would only cost CPU), its arrivals scaled to `load` × the fleet's
-/// capacity for this request mix, then by `time_scale` (a faster fleet gets a faster
-/// workload), and cut to the first `window`. Returns the requests with their trace indices
-/// and the fleet's capacity in requests per wall-clock second.
+/// three 512-token blocks, up to five turns each) with short answers (the demo is about the
+/// first token; long answers would only cost CPU). Its first `load × capacity × window`
+/// requests, where capacity is the fleet's for this request mix (`pronto evaluate --load`'s
+/// calibration, [`fleet_capacity_rps`]) divided by `time_scale` (a faster fleet takes more),
+/// with their arrivals scaled to span `window`: the offered rate over the window is `load ×`
+/// capacity. Returns the requests with their trace indices and that capacity (requests per
+/// wall-clock second).
 pub fn workload(
     seed: u64,
     fleet: &[SimBackend],
@@ -45,14 +47,13 @@ pub fn workload(
         ..SyntheticWorkload::default()
     }
     .generate();
-    let capacity = apply_load(fleet, &mut reqs, load);
-    scale_arrivals(&mut reqs, time_scale);
-    let end = window.as_secs_f64();
-    let requests = (0u64..)
-        .zip(reqs)
-        .take_while(|(_, r)| r.arrival_s <= end)
-        .collect();
-    (requests, capacity / time_scale)
+    let capacity = fleet_capacity_rps(fleet, &reqs) / time_scale;
+    let n = (load * capacity * window.as_secs_f64()).round().max(1.0) as usize;
+    reqs.truncate(n);
+    if let Some(last) = reqs.last().map(|r| r.arrival_s).filter(|&t| t > 0.0) {
+        scale_arrivals(&mut reqs, window.as_secs_f64() / last);
+    }
+    ((0u64..).zip(reqs).collect(), capacity)
 }
 
 /// The gateway config for `policy` over the fleet's backends. It passes validation without
@@ -210,8 +211,12 @@ mod tests {
         let (a, cap) = workload(1, &fleet, 0.7, 0.25, window);
         let (b, _) = workload(1, &fleet, 0.7, 0.25, window);
         assert_eq!(a, b);
-        assert!(!a.is_empty());
-        assert!(a.iter().all(|(_, r)| r.arrival_s <= 10.0));
+        // The offered rate over the window is the load's share of the capacity.
+        let offered = a.len() as f64 / 10.0;
+        assert!((offered - 0.7 * cap).abs() <= 0.1, "{offered} vs {cap}");
+        assert!(a.iter().all(|(_, r)| r.arrival_s <= 10.0 + 1e-9));
+        assert!((a.last().unwrap().1.arrival_s - 10.0).abs() < 1e-9);
+        assert!(a.windows(2).all(|w| w[0].1.arrival_s <= w[1].1.arrival_s));
         // The cut keeps the leading indices: every request keeps its prompt.
         assert!(a.iter().enumerate().all(|(i, (idx, _))| *idx == i as u64));
         // A faster fleet has more capacity and gets more requests in the same window.
