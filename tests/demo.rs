@@ -256,6 +256,16 @@ async fn the_demo_gateway_stays_up_for_the_users_requests() {
     assert_eq!(resp.status(), 200);
     let text = resp.text().await.unwrap();
     assert!(text.contains("data: [DONE]"), "{text}");
+    // The admin links it prints answer too.
+    let admin = up
+        .split("(admin: http://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .unwrap_or_else(|| panic!("no admin address in {up}"));
+    for path in ["/metrics", "/"] {
+        let r = reqwest::get(format!("http://{admin}{path}")).await.unwrap();
+        assert_eq!(r.status(), 200, "GET {path} on the admin listener");
+    }
 
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
