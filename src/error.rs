@@ -58,6 +58,9 @@ pub enum GatewayError {
     /// The client was too slow sending its request body.
     #[error("Timed out reading the request body")]
     RequestTimeout,
+    /// The client did not finish its request head within `limits.header_timeout`.
+    #[error("Timed out reading the request head")]
+    HeadTimeout,
     /// SLO admission refused the request (its route's `on_slo_miss: shed`, a full queue, or
     /// a queue deadline that passed with no backend free).
     #[error("Route `{route}` cannot serve this request within its time-to-first-token objective now ({reason}); retry later")]
@@ -120,7 +123,7 @@ impl GatewayError {
             GatewayError::BodyTooLarge { .. } => 413,
             GatewayError::NoBackend { .. } | GatewayError::Busy(_) => 503,
             GatewayError::FirstTokenTimeout { .. } => 504,
-            GatewayError::RequestTimeout => 408,
+            GatewayError::RequestTimeout | GatewayError::HeadTimeout => 408,
             GatewayError::Overloaded { .. } | GatewayError::RateLimited { .. } => 429,
             GatewayError::Unauthorized(_) => 401,
             GatewayError::HeadersTooLarge(_) => 431,
@@ -140,6 +143,7 @@ impl GatewayError {
             | GatewayError::ModelNotFound { .. }
             | GatewayError::BodyTooLarge { .. }
             | GatewayError::RequestTimeout
+            | GatewayError::HeadTimeout
             | GatewayError::HeadersTooLarge(_)
             | GatewayError::ClientClosed => "invalid_request_error",
             GatewayError::Overloaded { .. } | GatewayError::RateLimited { .. } => {
@@ -165,7 +169,7 @@ impl GatewayError {
             GatewayError::NoBackend { .. } => "no_backend_available",
             GatewayError::Busy(_) => "gateway_busy",
             GatewayError::FirstTokenTimeout { .. } => "first_token_timeout",
-            GatewayError::RequestTimeout => "request_timeout",
+            GatewayError::RequestTimeout | GatewayError::HeadTimeout => "request_timeout",
             GatewayError::Overloaded { .. } => "slo_overloaded",
             GatewayError::Unauthorized(_) => "invalid_api_key",
             GatewayError::HeadersTooLarge(_) => "request_header_fields_too_large",
@@ -219,6 +223,30 @@ impl GatewayError {
             }
         });
         Bytes::from(body.to_string())
+    }
+
+    /// The whole HTTP/1.1 response, ending the connection (`Connection: close`): for answers
+    /// written at the socket, outside pingora (a refused connection, a head that timed out or
+    /// could not be parsed).
+    pub fn to_http1_close(&self) -> Vec<u8> {
+        let body = self.to_json();
+        let status = self.status();
+        let reason = http::StatusCode::from_u16(status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("Error");
+        let mut out = format!(
+            "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n",
+            body.len()
+        );
+        for (name, value) in self.headers() {
+            out.push_str(&format!("{name}: {value}\r\n"));
+        }
+        out.push_str("\r\n");
+        let mut out = out.into_bytes();
+        out.extend_from_slice(&body);
+        out
     }
 
     /// The same error as one SSE event, for a stream that has already started.

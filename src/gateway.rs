@@ -246,10 +246,21 @@ impl Pool {
     }
 
     /// Forget what the index believes `backend` (a position) holds (it was ejected or
-    /// restarted).
+    /// restarted). The scan visits every shard under its write lock, so inside a tokio
+    /// runtime it runs on the blocking pool, never on the proxy thread that saw the failure;
+    /// the backend is not routed to meanwhile, so nothing new is recorded for it.
     pub fn forget(&self, backend: usize) {
-        let n = self.index.forget_backend(self.slots[backend]);
-        tracing::info!(backend = %self.backends[backend].name(), entries = n, "prefix index forgot backend");
+        let index = Arc::clone(&self.index);
+        let slot = self.slots[backend];
+        let name = self.backends[backend].config.name.clone();
+        let forget = move || {
+            let n = index.forget_backend(slot);
+            tracing::info!(backend = %name, entries = n, "prefix index forgot backend");
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(forget)),
+            Err(_) => forget(),
+        }
     }
 }
 
@@ -367,7 +378,7 @@ impl GatewayState {
             let found: Vec<crate::config::Backend> = match (&p.discover, discovered.get(&p.model)) {
                 (Some(d), Some(addrs)) => addrs
                     .iter()
-                    .map(|&a| d.backend(&p.model, a, p.profile))
+                    .map(|&a| d.backend(&p.model, a, p.profile, p.api_key.clone()))
                     .collect(),
                 _ => Vec::new(),
             };

@@ -9,6 +9,13 @@
 //! the proxy's; the next head on a keep-alive connection starts once the gateway has written
 //! its answer to the previous one. An HTTP/2 connection (the client preface `PRI * HTTP/2.0`,
 //! or ALPN `h2`) is not watched: h2 frames its own headers.
+//!
+//! The wrapper also keeps the edge's answers in one vocabulary. A head that misses its deadline
+//! gets a 408 and one longer than [`MAX_HEAD_WIRE_BYTES`] a 431 (OpenAI-style JSON, written
+//! here before the read fails). Pingora answers a head it cannot parse with a canned, empty
+//! response carrying `Server: Pingora`; such a response is replaced on its way out by the same
+//! JSON error ([`GatewayError::to_http1_close`]) — a 431 when the head had more header lines
+//! than pingora accepts, a 400 otherwise.
 
 use std::future::Future;
 use std::io;
@@ -17,6 +24,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::error::GatewayError;
 use async_trait::async_trait;
 use pingora_core::protocols::raw_connect::ProxyDigest;
 use pingora_core::protocols::tls::TlsRef;
@@ -29,12 +37,28 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 const END: &[u8] = b"\r\n\r\n";
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
 
+/// Longest request head read (request line, header lines and framing): beyond it the
+/// connection gets a 431 and is closed, so no connection buffers more than this for its head
+/// (pingora would buffer up to 1 MiB). Above `gate::MAX_HEADER_BYTES` so that the gate's
+/// finer check, which names the limit, answers the heads it can.
+pub const MAX_HEAD_WIRE_BYTES: usize = 128 * 1024;
+/// Pingora's limit on header lines in one head (`MAX_HEADERS` in its HTTP/1 code); a head with
+/// more gets its canned 400, which is answered here as a 431.
+const PINGORA_MAX_HEADERS: usize = 256;
+/// How long a keep-alive connection may wait, its last answer sent, for its next request.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Waiting for the first byte of a head (no deadline: idle keep-alive is pingora's).
     Idle,
-    /// A head has begun: `matched` bytes of `\r\n\r\n` seen at its end so far.
-    InHead { matched: usize },
+    /// A head has begun: `matched` bytes of `\r\n\r\n` seen at its end so far, `bytes` and
+    /// `lines` (line feeds) read of it.
+    InHead {
+        matched: usize,
+        bytes: usize,
+        lines: usize,
+    },
     /// Past a head: body or answer; the next head starts after the gateway writes.
     AfterHead { wrote: bool },
     /// Not watched (HTTP/2).
@@ -47,6 +71,12 @@ pub struct HeadDeadline<T> {
     timeout: Duration,
     state: State,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Header lines of the last head that did not complete (for the canned-400 rewrite).
+    unfinished_lines: usize,
+    /// A replacement for a canned pingora response being written, and how much is out.
+    reply: Option<(Vec<u8>, usize)>,
+    /// Bytes already read (and scanned) by [`Peek::try_peek`], served to the next reads.
+    replay: Vec<u8>,
 }
 
 impl<T: std::fmt::Debug> std::fmt::Debug for HeadDeadline<T> {
@@ -66,7 +96,11 @@ impl<T: IO> HeadDeadline<T> {
             inner,
             timeout,
             state: if h2 { State::Off } else { State::Idle },
-            timer: None,
+            // A fresh connection must begin its first head within the same deadline.
+            timer: (!h2).then(|| Box::pin(tokio::time::sleep(timeout))),
+            unfinished_lines: 0,
+            reply: None,
+            replay: Vec::new(),
         }
     }
 }
@@ -84,10 +118,19 @@ impl<T> HeadDeadline<T> {
                         self.timer = None;
                         return;
                     }
-                    self.state = State::InHead { matched: 0 };
+                    self.state = State::InHead {
+                        matched: 0,
+                        bytes: 0,
+                        lines: 0,
+                    };
+                    // From the head's first byte (replacing the idle deadline).
                     self.timer = Some(Box::pin(tokio::time::sleep(self.timeout)));
                 }
-                State::InHead { matched } => {
+                State::InHead {
+                    matched,
+                    bytes,
+                    lines,
+                } => {
                     let b = data[i];
                     let matched = if b == END[matched] {
                         matched + 1
@@ -101,13 +144,83 @@ impl<T> HeadDeadline<T> {
                         self.state = State::AfterHead { wrote: false };
                         self.timer = None;
                     } else {
-                        self.state = State::InHead { matched };
+                        let lines = lines + usize::from(b == b'\n');
+                        self.unfinished_lines = lines;
+                        self.state = State::InHead {
+                            matched,
+                            bytes: bytes + 1,
+                            lines,
+                        };
                     }
                 }
                 State::AfterHead { wrote: false } => return,
             }
         }
     }
+}
+
+impl<T: IO> HeadDeadline<T> {
+    /// Write `e` as the connection's last answer, best effort (a small response into an idle
+    /// socket's buffer; a client that does not read just misses it), and stop watching.
+    fn answer_and_fail(&mut self, cx: &mut Context<'_>, e: &GatewayError) {
+        let bytes = e.to_http1_close();
+        let mut inner = Pin::new(&mut self.inner);
+        if let Poll::Ready(Ok(_)) = inner.as_mut().poll_write(cx, &bytes) {
+            let _ = inner.poll_flush(cx);
+        }
+        self.state = State::Off;
+    }
+
+    /// Write `data`, or, when it is pingora's canned error response, the JSON error in its
+    /// place (reporting `data` as written once the replacement is out).
+    fn write(&mut self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        if self.reply.is_none() {
+            if let Some(status) = pingora_canned_status(data) {
+                let e = match status {
+                    400 if self.unfinished_lines > PINGORA_MAX_HEADERS => {
+                        GatewayError::HeadersTooLarge(format!(
+                            "more than {PINGORA_MAX_HEADERS} header lines"
+                        ))
+                    }
+                    405 => GatewayError::MethodNotAllowed {
+                        method: "CONNECT".into(),
+                        path: "*".into(),
+                    },
+                    _ => GatewayError::BadRequest("Malformed HTTP request".into()),
+                };
+                self.reply = Some((e.to_http1_close(), 0));
+            }
+        }
+        let Some((bytes, sent)) = self.reply.as_mut() else {
+            return Pin::new(&mut self.inner).poll_write(cx, data);
+        };
+        while *sent < bytes.len() {
+            match Pin::new(&mut self.inner).poll_write(cx, &bytes[*sent..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => *sent += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        self.reply = None;
+        Poll::Ready(Ok(data.len()))
+    }
+}
+
+/// The status of `data` when it is one of pingora's canned error responses (an empty
+/// `HTTP/1.1 4xx` with `Server: Pingora`), which only pingora writes: the gateway's own
+/// responses carry no `Server` header.
+fn pingora_canned_status(data: &[u8]) -> Option<u16> {
+    let rest = data.strip_prefix(b"HTTP/1.1 ")?;
+    let status: u16 = std::str::from_utf8(rest.get(..3)?).ok()?.parse().ok()?;
+    if !(400..500).contains(&status) {
+        return None;
+    }
+    let head_end = data.windows(4).position(|w| w == END)?;
+    let head = &data[..head_end];
+    head.split(|&b| b == b'\n')
+        .any(|line| line.trim_ascii().eq_ignore_ascii_case(b"server: pingora"))
+        .then_some(status)
 }
 
 impl<T: IO> AsyncRead for HeadDeadline<T> {
@@ -117,8 +230,26 @@ impl<T: IO> AsyncRead for HeadDeadline<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if !this.replay.is_empty() {
+            let n = this.replay.len().min(buf.remaining());
+            buf.put_slice(&this.replay[..n]);
+            this.replay.drain(..n);
+            return Poll::Ready(Ok(()));
+        }
+        if this.timer.is_none() && this.state == (State::AfterHead { wrote: true }) {
+            // The answer is out and the next head is awaited: an idle keep-alive connection
+            // is closed after KEEPALIVE_IDLE.
+            this.timer = Some(Box::pin(tokio::time::sleep(KEEPALIVE_IDLE)));
+        }
         if let Some(t) = this.timer.as_mut() {
             if t.as_mut().poll(cx).is_ready() {
+                this.timer = None;
+                if matches!(this.state, State::InHead { .. }) {
+                    this.answer_and_fail(cx, &GatewayError::HeadTimeout);
+                } else {
+                    // Nothing of a request arrived: close without an answer.
+                    this.state = State::Off;
+                }
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "request head not complete within limits.header_timeout",
@@ -128,8 +259,18 @@ impl<T: IO> AsyncRead for HeadDeadline<T> {
         let before = buf.filled().len();
         let r = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = r {
-            let filled = buf.filled()[before..].to_vec();
-            this.scan(&filled);
+            this.scan(&buf.filled()[before..]);
+            if matches!(this.state, State::InHead { bytes, .. } if bytes > MAX_HEAD_WIRE_BYTES) {
+                this.timer = None;
+                let e = GatewayError::HeadersTooLarge(format!(
+                    "the request head is longer than {MAX_HEAD_WIRE_BYTES} bytes"
+                ));
+                this.answer_and_fail(cx, &e);
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "request head longer than MAX_HEAD_WIRE_BYTES",
+                )));
+            }
         }
         r
     }
@@ -141,7 +282,7 @@ impl<T: IO> AsyncWrite for HeadDeadline<T> {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        let r = self.write(cx, data);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
             if let State::AfterHead { wrote: false } = self.state {
                 self.state = State::AfterHead { wrote: true };
@@ -163,7 +304,13 @@ impl<T: IO> AsyncWrite for HeadDeadline<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        let first = bufs.iter().find(|b| !b.is_empty());
+        let r = match first {
+            Some(b) if self.reply.is_some() || pingora_canned_status(b).is_some() => {
+                self.write(cx, b)
+            }
+            _ => Pin::new(&mut self.inner).poll_write_vectored(cx, bufs),
+        };
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
             if let State::AfterHead { wrote: false } = self.state {
                 self.state = State::AfterHead { wrote: true };
@@ -235,7 +382,15 @@ impl<T: IO> GetSocketDigest for HeadDeadline<T> {
 #[async_trait]
 impl<T: IO> Peek for HeadDeadline<T> {
     async fn try_peek(&mut self, buf: &mut [u8]) -> io::Result<bool> {
-        self.inner.try_peek(buf).await
+        // Through this stream's own reads, so the deadlines apply to the peek too (pingora
+        // peeks for the h2c preface, 24 bytes, before reading a head: a client sending fewer
+        // and stalling would otherwise wait forever), then served again to the next reads.
+        use tokio::io::AsyncReadExt;
+        self.read_exact(buf).await?;
+        let mut replay = buf.to_vec();
+        replay.append(&mut self.replay);
+        self.replay = replay;
+        Ok(true)
     }
 }
 
@@ -255,6 +410,9 @@ mod tests {
                 timeout: Duration::from_secs(1),
                 state: State::Idle,
                 timer: None,
+                unfinished_lines: 0,
+                reply: None,
+                replay: Vec::new(),
             };
             for c in chunks {
                 h.scan(c);
@@ -279,5 +437,53 @@ mod tests {
         ));
         assert!(matches!(scanned(&[b"\r\r\n\r\r\n"]), State::InHead { .. }));
         assert_eq!(scanned(&[b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"]), State::Off);
+    }
+
+    #[test]
+    fn only_pingoras_canned_responses_are_recognised() {
+        let canned = b"HTTP/1.1 400 Bad Request\r\nServer: Pingora\r\nDate: x\r\n\
+                       Content-Length: 0\r\nCache-Control: private, no-store\r\n\r\n";
+        assert_eq!(pingora_canned_status(canned), Some(400));
+        let ours = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n\r\n{}";
+        assert_eq!(pingora_canned_status(ours), None);
+        let body = b"HTTP/1.1 200 OK\r\nserver: pingora\r\n\r\n";
+        assert_eq!(pingora_canned_status(body), None);
+        assert_eq!(
+            pingora_canned_status(b"data: server: pingora\r\n\r\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_canned_response_is_replaced_by_the_json_error() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (a, mut b) = tokio::io::duplex(64 * 1024);
+            let mut h = HeadDeadline {
+                inner: a,
+                timeout: Duration::from_secs(1),
+                state: State::Idle,
+                timer: None,
+                unfinished_lines: 300,
+                reply: None,
+                replay: Vec::new(),
+            };
+            let canned = b"HTTP/1.1 400 Bad Request\r\nServer: Pingora\r\n\r\n";
+            h.write_all(canned).await.unwrap();
+            AsyncWriteExt::shutdown(&mut h).await.unwrap();
+            drop(h);
+            let mut got = String::new();
+            b.read_to_string(&mut got).await.unwrap();
+            assert!(got.starts_with("HTTP/1.1 431 "), "{got}");
+            assert!(
+                got.contains("\"code\":\"request_header_fields_too_large\""),
+                "{got}"
+            );
+            assert!(!got.to_ascii_lowercase().contains("pingora"), "{got}");
+        });
     }
 }

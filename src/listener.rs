@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use async_trait::async_trait;
 use pingora_core::apps::ServerApp;
@@ -107,16 +107,13 @@ impl Drop for Open {
 /// on a TLS listener the connection is just closed).
 async fn refuse(mut tcp: tokio::net::TcpStream, tls: bool) {
     if !tls {
-        let e = GatewayError::Busy("connections");
-        let body = e.to_json();
-        let head = format!(
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-             content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
-            body.len()
-        );
-        let _ = tokio::time::timeout(Duration::from_secs(1), async {
-            tcp.write_all(head.as_bytes()).await?;
-            tcp.write_all(&body).await?;
+        let bytes = GatewayError::Busy("connections").to_http1_close();
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            // Answer the request, once it has begun, rather than before it: a client that
+            // gets a response before it has written its request may discard it as unsolicited.
+            let mut first = [0u8; 1024];
+            let _ = tokio::time::timeout(Duration::from_secs(1), tcp.read(&mut first)).await;
+            tcp.write_all(&bytes).await?;
             tcp.shutdown().await
         })
         .await;

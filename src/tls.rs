@@ -120,8 +120,17 @@ fn system_roots() -> &'static [reqwest::Certificate] {
     })
 }
 
+/// `Bearer <key>` as a header value marked sensitive (kept out of HPACK tables and debug
+/// output); `None` for a key that is not a valid header value (validation rules it out).
+pub fn bearer(key: &crate::config::model::UpstreamKey) -> Option<http::HeaderValue> {
+    let mut v = http::HeaderValue::from_str(&format!("Bearer {}", key.expose())).ok()?;
+    v.set_sensitive(true);
+    Some(v)
+}
+
 /// The HTTP client for a backend's health checks and metrics scrapes: one idle connection,
-/// and for `https` the same trust as the proxy's peer (the `ca_file`, else the system roots).
+/// for `https` the same trust as the proxy's peer (the `ca_file`, else the system roots), and
+/// the backend's `api_key` on every request when it has one.
 pub fn backend_http_client(config: &BackendConfig) -> reqwest::Client {
     let mut builder = reqwest::Client::builder().pool_max_idle_per_host(1);
     if config.tls {
@@ -141,6 +150,11 @@ pub fn backend_http_client(config: &BackendConfig) -> reqwest::Client {
                 }
             }
         }
+    }
+    if let Some(key) = config.api_key.as_ref().and_then(bearer) {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::AUTHORIZATION, key);
+        builder = builder.default_headers(headers);
     }
     builder.build().unwrap_or_else(|e| {
         tracing::error!(backend = %config.name, error = %e, "backend HTTP client: using defaults");

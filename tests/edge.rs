@@ -90,6 +90,19 @@ async fn api_keys_401_403_and_admin_token() {
         (403, "model_not_allowed")
     );
     assert_eq!(send(&gw, "other", Some(KEY_B)).await.status, 200);
+    // A model that does not exist: the restricted key learns nothing more than for a model
+    // that exists outside its globs (403); an unrestricted key gets the 404.
+    let unknown = send(&gw, "no-such-model", Some(KEY_A)).await;
+    assert_eq!(
+        (unknown.status, unknown.code().as_str()),
+        (403, "model_not_allowed"),
+        "{unknown:?}"
+    );
+    let unknown = send(&gw, "no-such-model", Some(KEY_B)).await;
+    assert_eq!(
+        (unknown.status, unknown.code().as_str()),
+        (404, "model_not_found")
+    );
     // Rejected requests never reached the backend.
     assert_eq!(b.requests(), 2);
 

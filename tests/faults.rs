@@ -1,8 +1,9 @@
 //! The fault suite: the `pronto` binary in front of the in-process simulated fleet, driven
 //! through the simulator's fault knobs ([`pronto_sim::fleet_faults`]). Each test asserts what
 //! the client sees (a clear status or error event, never a hang: every wait is bounded), that
-//! healthy backends are not ejected, and the order of recovery; the measured recovery time is
-//! printed (`--nocapture`) for the report, never asserted.
+//! healthy backends are not ejected, and the order of recovery. Recovery times are printed
+//! (`--nocapture`) for the report and checked against a bound derived from the health
+//! settings (`recovery_bound`): what the design promises, with slack for a loaded machine.
 
 mod common;
 
@@ -18,6 +19,16 @@ const MODEL: &str = "sim-model";
 const SCALE: f64 = 0.05;
 /// Upper bound on any wait (a hang fails instead of blocking).
 const BOUND: Duration = Duration::from_secs(20);
+/// The test defaults' health settings (`common::config_yaml`).
+const HEALTH_INTERVAL: Duration = Duration::from_millis(200);
+const READMIT_AFTER: Duration = Duration::from_secs(1);
+
+/// How soon a backend must serve again once its fault is gone (`down`: how long the fault
+/// itself keeps it unavailable): its restart, the passive re-admission delay, two health
+/// rounds to notice it is up, and 3 s of slack for a shared machine.
+fn recovery_bound(down: Duration) -> Duration {
+    down + READMIT_AFTER + 2 * HEALTH_INTERVAL + Duration::from_secs(3)
+}
 
 async fn fleet(n: usize, faults: &str) -> SimFleet {
     let mut yaml = format!("model: {MODEL}\nbackends:\n");
@@ -237,10 +248,12 @@ async fn burst_of_5xx_is_retried_and_the_backend_ejected_then_readmitted() {
     let cleared = Instant::now();
     fleet.faults(0).set_error_rate(0.0);
     let back = until_served_by(&gw, "b0").await;
+    let took = cleared.elapsed().max(back);
     println!(
         "FAULT 5xx-burst: 9/9 clients got 200 (retried), b0 ejected, served again {:.2}s after the burst ended",
-        cleared.elapsed().max(back).as_secs_f64()
+        took.as_secs_f64()
     );
+    assert!(took <= recovery_bound(Duration::ZERO), "{took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,9 +286,14 @@ async fn flapping_backend() {
     }
     let stopped = Instant::now();
     let back = until_served_by(&gw, "b2").await;
+    let took = stopped.elapsed().max(back);
     println!(
         "FAULT flapping (crash every 5 requests, 300ms down): {ok}/30 got 200, others {other:?}; b2 served again {:.2}s after flapping stopped",
-        stopped.elapsed().max(back).as_secs_f64()
+        took.as_secs_f64()
+    );
+    assert!(
+        took <= recovery_bound(Duration::from_millis(300)),
+        "{took:?}"
     );
 }
 
@@ -307,6 +325,10 @@ async fn all_backends_down_then_back() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let recovered = first_ok.expect("the gateway serves again once the fleet is back");
+    assert!(
+        recovered <= recovery_bound(Duration::from_secs(1)),
+        "{recovered:?}"
+    );
     for i in 0..6 {
         assert_eq!(send(&gw, &format!("after{i}")).await.status, 200);
     }

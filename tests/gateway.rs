@@ -245,6 +245,44 @@ async fn last_attempt_passes_the_backend_answer_through_and_no_backend_is_503() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_is_a_charged_retry_on_another_backend_and_not_a_fault() {
+    let busy = |name| {
+        TestBackend::start(
+            name,
+            Behavior {
+                fail_next: 1000,
+                fail_status: 429,
+                ..Behavior::default()
+            },
+        )
+    };
+    let (a, b) = (busy("a").await, busy("b").await);
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[a.url(), b.url()]),
+        "retry:\n  max_retries: 2\nhealth:\n  interval: 60s\n  eject_after_failures: 2\n",
+    ));
+    // Both busy: each is tried once (a 429 marks it tried), the last 429 reaches the client.
+    let (s, _) = post(&gw, "/v1/chat/completions", chat_body(100, false)).await;
+    assert_eq!(s, 429);
+    assert_eq!(a.requests() + b.requests(), 2, "one attempt per backend");
+    // One busy, one free: the request lands on the free one after one charged retry.
+    b.set(|x| x.fail_next = 0);
+    for _ in 0..4 {
+        let (s, _) = post(&gw, "/v1/chat/completions", chat_body(100, false)).await;
+        assert_eq!(s, 200);
+    }
+    let m = metrics_when(&gw, |_| true).await;
+    let retries = metric_value(&m, "pronto_retries_total{pool=\"m\",reason=\"status_429\"}");
+    assert!(retries.is_some_and(|r| r >= 2.0), "{retries:?}");
+    // Many 429s, yet no ejection: busy is not broken.
+    let backends = common::admin_backends(&gw).await;
+    assert!(
+        backends.iter().all(|b| b["ejected"] == false),
+        "{backends:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_token_timeout_is_504() {
     let slow = TestBackend::start(
         "slow",
@@ -418,7 +456,7 @@ async fn unhealthy_backends_are_ejected_never_picked_and_readmitted() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    // Passive ejection: connection failures eject without waiting for the active check.
+    // Every backend failing its checks: not ready, and requests get 503.
     a.set(|x| x.healthy = false);
     b.set(|x| x.healthy = false);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -433,6 +471,64 @@ async fn unhealthy_backends_are_ejected_never_picked_and_readmitted() {
     }
     let (s, _) = post(&gw, "/v1/chat/completions", chat_body(100, false)).await;
     assert_eq!(s, 503);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passive_ejection_needs_no_health_check() {
+    let a = TestBackend::start(
+        "a",
+        Behavior {
+            fail_status: 500,
+            fail_next: 1_000,
+            ..Behavior::default()
+        },
+    )
+    .await;
+    let b = TestBackend::start("b", Behavior::default()).await;
+    // Active checks once an hour: only failed requests can eject a.
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[a.url(), b.url()]),
+        "health:\n  interval: 1h\n  timeout: 500ms\n  eject_after_failures: 2\n  readmit_after: 1s\n",
+    ));
+    // The one start-up round of checks, then none for an hour.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.state.seen.health_checks.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "no start-up health check");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let checks = a.state.seen.health_checks.load(Ordering::SeqCst);
+    let mut ejected = false;
+    for _ in 0..10 {
+        let (s, _) = post(&gw, "/v1/chat/completions", chat_body(100, false)).await;
+        assert_eq!(s, 200, "retried on b");
+        let backends = common::admin_backends(&gw).await;
+        if backends[0]["ejected"] == true {
+            assert_eq!(backends[0]["healthy"], false, "{backends:?}");
+            ejected = true;
+            break;
+        }
+    }
+    assert!(ejected, "a was never ejected");
+    let tried = a.requests();
+    assert!((2..=3).contains(&tried), "{tried} requests reached a");
+    for _ in 0..4 {
+        let (s, _) = post(&gw, "/v1/chat/completions", chat_body(100, false)).await;
+        assert_eq!(s, 200);
+    }
+    assert_eq!(a.requests(), tried, "an ejected backend is not picked");
+    assert_eq!(
+        a.state.seen.health_checks.load(Ordering::SeqCst),
+        checks,
+        "no health check was involved"
+    );
+    // Re-admitted after readmit_after, still without a check.
+    a.set(|x| x.fail_next = 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.requests() == tried {
+        assert!(Instant::now() < deadline, "a never re-admitted");
+        let _ = post(&gw, "/v1/chat/completions", chat_body(100, false)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -602,9 +698,9 @@ async fn an_in_process_gateway_shuts_down_through_its_handle() {
     );
 }
 
-/// A backend that answers one request per connection and then closes it *without* saying
-/// `Connection: close`, like a server whose keep-alive timeout just fired: the gateway's pooled
-/// connection is dead when it next tries to reuse it.
+/// A backend that answers one request per connection and closes the connection when the next
+/// one arrives, *without* having said `Connection: close` — a server whose keep-alive timeout
+/// fires just as the gateway reuses the pooled connection.
 async fn closing_backend() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -616,51 +712,60 @@ async fn closing_backend() -> (String, std::sync::Arc<std::sync::atomic::AtomicU
             let (mut s, _) = l.accept().await.unwrap();
             let count = count.clone();
             tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                // Read the head and the Content-Length body.
-                loop {
-                    let n = s.read(&mut chunk).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    let text = String::from_utf8_lossy(&buf);
-                    if let Some(end) = text.find("\r\n\r\n") {
-                        let len = text[..end]
-                            .lines()
-                            .find_map(|l| {
-                                let (k, v) = l.split_once(':')?;
-                                k.eq_ignore_ascii_case("content-length")
-                                    .then(|| v.trim().parse::<usize>().ok())?
-                            })
-                            .unwrap_or(0);
-                        if buf.len() >= end + 4 + len {
-                            break;
+                // The first request of each connection is answered and the connection kept
+                // open (no `Connection: close`); a second one is read and the connection
+                // closed without an answer: the idle-close race a pooled connection meets.
+                for nth in 0..2 {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    // Read the head and the Content-Length body.
+                    loop {
+                        let n = s.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&buf);
+                        if let Some(end) = text.find("\r\n\r\n") {
+                            let len = text[..end]
+                                .lines()
+                                .find_map(|l| {
+                                    let (k, v) = l.split_once(':')?;
+                                    k.eq_ignore_ascii_case("content-length")
+                                        .then(|| v.trim().parse::<usize>().ok())?
+                                })
+                                .unwrap_or(0);
+                            if buf.len() >= end + 4 + len {
+                                break;
+                            }
                         }
                     }
+                    if buf.starts_with(b"GET /health") {
+                        let _ = s
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                            .await;
+                        return;
+                    }
+                    if !buf.starts_with(b"POST ") {
+                        // e.g. the engine-metrics scraper: not an engine.
+                        let _ = s
+                            .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                            .await;
+                        return;
+                    }
+                    if nth == 1 {
+                        return;
+                    }
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let body = r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]}"#;
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if s.write_all(resp.as_bytes()).await.is_err() {
+                        return;
+                    }
                 }
-                if buf.starts_with(b"GET /health") {
-                    let _ = s
-                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                        .await;
-                    return;
-                }
-                if !buf.starts_with(b"POST ") {
-                    // e.g. the engine-metrics scraper: not an engine.
-                    let _ = s
-                        .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
-                        .await;
-                    return;
-                }
-                count.fetch_add(1, Ordering::SeqCst);
-                let body = r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]}"#;
-                let resp = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = s.write_all(resp.as_bytes()).await;
-                // Close right away: no `Connection: close` was announced.
             });
         }
     });
@@ -677,17 +782,20 @@ async fn backends_closing_pooled_connections_cost_no_request() {
     for i in 0..30 {
         let (s, t) = post(&gw, "/v1/chat/completions", chat_body(100, false)).await;
         assert_eq!(s, 200, "request {i}: {t}");
-        // Every other request: give the close time to land while the connection sits in the
-        // gateway's pool; otherwise race it.
-        if i % 2 == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
     }
     assert_eq!(
         served.load(Ordering::SeqCst),
         30,
         "each request served exactly once"
     );
+    // The path under test was taken: pooled connections were found closed and resent.
+    let m = metrics_when(&gw, |_| true).await;
+    let stale = metric_value(
+        &m,
+        "pronto_upstream_errors_total{backend=\"m-b0\",kind=\"stale_connection\"}",
+    )
+    .unwrap_or(0.0);
+    assert!(stale >= 1.0, "no stale pooled connection was met");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,6 +48,8 @@ pub struct Backend {
     pub peer: HttpPeer,
     /// `host:port` for the upstream `Host` header.
     pub authority: String,
+    /// `Authorization: Bearer <api_key>` for the upstream requests, when the backend has a key.
+    pub authorization: Option<http::HeaderValue>,
     /// Client for health checks and metrics scrapes, trusting what the peer trusts.
     pub http: reqwest::Client,
     created: Instant,
@@ -92,8 +94,10 @@ impl Backend {
             .profile
             .map_or_else(Coefficients::default, |p| p.coefficients());
         let state = BackendState::new(id, &config.name, prior, created, kv_events);
+        let authorization = config.api_key.as_ref().and_then(crate::tls::bearer);
         let b = Backend {
             authority: addr,
+            authorization,
             peer,
             http,
             config,
@@ -107,6 +111,16 @@ impl Backend {
         };
         b.publish_health(Instant::now());
         b
+    }
+
+    /// Count one failure of `kind` (an [`crate::telemetry::UPSTREAM_ERROR_KINDS`] value) in
+    /// `pronto_upstream_errors_total` — for failures handled inside an attempt, such as a
+    /// stale pooled connection resent on a fresh one.
+    pub fn count_upstream_error(&self, kind: &str) {
+        self.metrics
+            .upstream_errors_total
+            .with_label_values(&[self.name(), kind])
+            .inc();
     }
 
     /// Backend name (a bounded metric label).
@@ -374,6 +388,7 @@ mod tests {
             labels: BTreeMap::new(),
             kv_events: None,
             ca: None,
+            api_key: None,
             profile: None,
         };
         Arc::new(Backend::new(

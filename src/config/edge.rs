@@ -278,8 +278,8 @@ impl RateLimits {
     }
 }
 
-/// Resolve a relative `auth.keys_file` and `admin.token: {file: ...}` against the directory
-/// of the config file at `path`.
+/// Resolve a relative `auth.keys_file`, `admin.token: {file: ...}` and pool or backend
+/// `api_key: {file: ...}` against the directory of the config file at `path`.
 pub(super) fn resolve_keys_file(file: &mut super::file::ConfigFile, path: &Path) {
     let Some(dir) = path.parent() else { return };
     let token_file = file.admin.as_mut().and_then(|a| match a.token.as_mut() {
@@ -287,7 +287,23 @@ pub(super) fn resolve_keys_file(file: &mut super::file::ConfigFile, path: &Path)
         _ => None,
     });
     let keys_file = file.auth.as_mut().and_then(|a| a.keys_file.as_mut());
-    for kf in keys_file.into_iter().chain(token_file) {
+    let mut key_files: Vec<&mut String> = Vec::new();
+    for pool in file
+        .pools
+        .iter_mut()
+        .flat_map(|p| p.0.iter_mut())
+        .map(|(_, p)| p)
+    {
+        if let Some(SecretFile::File(f)) = pool.api_key.as_mut() {
+            key_files.push(f);
+        }
+        for b in pool.backends.iter_mut().flatten() {
+            if let Some(SecretFile::File(f)) = b.api_key.as_mut() {
+                key_files.push(f);
+            }
+        }
+    }
+    for kf in keys_file.into_iter().chain(token_file).chain(key_files) {
         if Path::new(kf).is_relative() {
             *kf = dir.join(&*kf).display().to_string();
         }
@@ -462,47 +478,62 @@ impl Checker {
         })
     }
 
-    /// `admin:`, reading the token from the environment (`env`) or a file when so written.
-    pub(super) fn admin(&mut self, f: Option<&AdminFile>, env: EnvLookup) -> AdminSettings {
-        let Some(f) = f else {
-            return AdminSettings::default();
-        };
-        let token = match &f.token {
-            None => None,
-            Some(SecretFile::Inline(t)) => Some(("admin.token", t.clone())),
-            Some(SecretFile::Env(name)) => {
+    /// The value of the secret at `path` as written: inline, from the environment (`env`) or
+    /// from a file; with the path of the field it came from (`admin.token.env`, ...), or
+    /// `None` (error recorded) when the variable is unset or the file unreadable.
+    pub(super) fn secret(
+        &mut self,
+        path: &str,
+        f: &SecretFile,
+        env: EnvLookup,
+    ) -> Option<(String, String)> {
+        match f {
+            SecretFile::Inline(t) => Some((path.to_string(), t.clone())),
+            SecretFile::Env(name) => {
+                let at = format!("{path}.env");
                 let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
                     && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-                match if valid { env(name) } else { None } {
-                    _ if !valid => {
-                        self.error(
-                            "admin.token.env",
-                            format!("`{name}` is not an environment variable name"),
-                        );
-                        None
-                    }
-                    Some(v) if !v.trim().is_empty() => Some(("admin.token.env", v)),
+                if !valid {
+                    self.error(at, format!("`{name}` is not an environment variable name"));
+                    return None;
+                }
+                match env(name) {
+                    Some(v) if !v.trim().is_empty() => Some((at, v)),
                     _ => {
                         self.error(
-                            "admin.token.env",
+                            at,
                             format!("the environment variable `{name}` is not set (or empty)"),
                         );
                         None
                     }
                 }
             }
-            Some(SecretFile::File(path)) => match std::fs::read_to_string(path) {
-                Ok(text) => Some(("admin.token.file", text)),
-                Err(e) => {
-                    self.error("admin.token.file", format!("cannot read `{path}`: {e}"));
-                    None
+            SecretFile::File(file) => {
+                let at = format!("{path}.file");
+                match std::fs::read_to_string(file) {
+                    Ok(text) => Some((at, text)),
+                    Err(e) => {
+                        self.error(at, format!("cannot read `{file}`: {e}"));
+                        None
+                    }
                 }
-            },
+            }
+        }
+    }
+
+    /// `admin:`, reading the token from the environment (`env`) or a file when so written.
+    pub(super) fn admin(&mut self, f: Option<&AdminFile>, env: EnvLookup) -> AdminSettings {
+        let Some(f) = f else {
+            return AdminSettings::default();
         };
+        let token = f
+            .token
+            .as_ref()
+            .and_then(|t| self.secret("admin.token", t, env));
         let token_digest = token.and_then(|(path, t)| {
             if t.trim().len() >= 8 {
                 let d = sha256(t.trim().as_bytes());
-                self.not_an_example_secret(path, &d);
+                self.not_an_example_secret(&path, &d);
                 Some(d)
             } else {
                 self.error(path, "too short: use at least 8 characters");

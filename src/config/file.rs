@@ -190,6 +190,9 @@ pub struct PoolFile {
     pub tokenizer: Option<String>,
     /// A chat template file overriding the one found beside the tokenizer.
     pub chat_template: Option<String>,
+    /// The key the gateway presents to the pool's backends (`Authorization: Bearer`), on
+    /// requests, health checks and scrapes: inline, `{env: NAME}` or `{file: PATH}`.
+    pub api_key: Option<super::edge::SecretFile>,
 }
 
 /// A pool's `discover:` section: backends from a DNS name, re-resolved periodically.
@@ -242,6 +245,8 @@ pub struct BackendFile {
     pub kv_events: Option<KvEventsFile>,
     /// PEM CA certificates trusted for this `https` backend instead of the system roots.
     pub ca_file: Option<String>,
+    /// This backend's key, replacing the pool's `api_key`.
+    pub api_key: Option<super::edge::SecretFile>,
 }
 
 /// `kv_events:` of a backend.

@@ -216,6 +216,9 @@ pub struct Pool {
     /// the loaded tokenizer is in [`super::Resources`]: exact prompt tokens
     /// and engine-matching block hashes. Equal across reloads when its files are unchanged.
     pub tokenizer: Option<TokenizerRef>,
+    /// The pool's `api_key` (already in each static backend's [`Backend::api_key`] unless
+    /// it has its own; discovered backends get it).
+    pub api_key: Option<UpstreamKey>,
 }
 
 /// A pool's `discover:` section: every address a DNS name resolves to is a backend.
@@ -275,8 +278,14 @@ impl Discover {
 
     /// The backend config of one resolved address of pool `model`: named
     /// `<model>-<ip>:<port>` (`:` never occurs in a configured name, so it cannot collide
-    /// with a static backend), with this section's weight and cap and the pool's `profile`.
-    pub fn backend(&self, model: &str, addr: SocketAddr, profile: Option<ProfileHint>) -> Backend {
+    /// with a static backend), with this section's weight and cap and the pool's `profile` and `api_key`.
+    pub fn backend(
+        &self,
+        model: &str,
+        addr: SocketAddr,
+        profile: Option<ProfileHint>,
+        api_key: Option<UpstreamKey>,
+    ) -> Backend {
         let host = match addr {
             SocketAddr::V4(a) => a.ip().to_string(),
             SocketAddr::V6(a) => format!("[{}]", a.ip()),
@@ -292,6 +301,7 @@ impl Discover {
             profile,
             kv_events: None,
             ca: None,
+            api_key,
         }
     }
 }
@@ -361,6 +371,31 @@ pub struct Backend {
     pub kv_events: Option<KvEvents>,
     /// CAs trusted for this `https` backend instead of the system roots.
     pub ca: Option<super::tls::BackendCa>,
+    /// The key sent to this backend (its own or its pool's `api_key`).
+    pub api_key: Option<UpstreamKey>,
+}
+
+/// A key the gateway presents to a backend. Held as written (it must be sent), never
+/// printed: `Debug` shows only that one is set.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UpstreamKey(Arc<str>);
+
+impl UpstreamKey {
+    /// Wrap a validated key (visible ASCII, no spaces).
+    pub fn new(key: &str) -> UpstreamKey {
+        UpstreamKey(Arc::from(key))
+    }
+
+    /// The key itself, for the `Authorization` header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for UpstreamKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UpstreamKey(..)")
+    }
 }
 
 /// Where a backend's engine publishes its KV-cache events (see [`crate::kv_events`]).
@@ -480,6 +515,7 @@ mod tests {
             labels: BTreeMap::new(),
             kv_events: None,
             ca: None,
+            api_key: None,
             profile: None,
         };
         assert_eq!(b.authority(), "[::1]:8001");

@@ -17,8 +17,9 @@
 //! **Matching.** Routes are tried in file order and the first whose every given condition
 //! holds wins: `model` and `path` are globs (`*` any run of characters, `?` one character,
 //! `[a-z]` / `[!0-9]` a class, `\` escapes), `headers` are exact values (all must match),
-//! `api_keys` any one of the listed bearer tokens (`Authorization: Bearer …`), compared in
-//! constant time so response timing does not reveal how much of a key was right. A route with
+//! `api_keys` any one of the listed bearer tokens (`Authorization: Bearer …`): only their
+//! SHA-256 digests are kept, and the presented token's digest is compared with each in
+//! constant time, so neither memory nor response timing reveals a key. A route with
 //! no `match:` matches everything. Without `routes:` a request goes to the pool named by its
 //! model, as before routes existed; with `routes:`, a request no route matches is a 404.
 //!
@@ -119,8 +120,9 @@ pub struct RouteMatch {
     pub path: Option<Glob>,
     /// Lowercase header name → exact value.
     pub headers: Vec<(String, String)>,
-    /// Accepted bearer tokens; empty: no key required.
-    pub api_keys: Vec<String>,
+    /// SHA-256 digests of the accepted bearer tokens (only digests are held, as for
+    /// `auth:` keys); empty: no key required.
+    pub api_keys: Vec<super::edge::Digest>,
 }
 
 impl RouteMatch {
@@ -142,9 +144,10 @@ impl RouteMatch {
         let Some(token) = bearer_token(headers) else {
             return false;
         };
-        self.api_keys.iter().fold(false, |found, key| {
-            found | constant_time_eq(key.as_bytes(), token)
-        })
+        let digest = super::edge::sha256(token);
+        self.api_keys
+            .iter()
+            .fold(false, |found, key| found | constant_time_eq(key, &digest))
     }
 
     /// Whether this matcher accepts every request.
@@ -614,7 +617,7 @@ impl Checker {
             } else {
                 let digest = super::edge::sha256(k.as_bytes());
                 self.not_an_example_secret(format!("{path}.api_keys[{i}]"), &digest);
-                api_keys.push(k.clone());
+                api_keys.push(digest);
             }
         }
         if m.api_keys.as_ref().is_some_and(Vec::is_empty) {

@@ -57,7 +57,10 @@ fn matchers_need_every_condition() {
         model: Some(glob("llama-*")),
         path: Some(glob("/v1/chat/*")),
         headers: vec![("x-tier".into(), "gold".into())],
-        api_keys: vec!["sk-1".into(), "sk-2".into()],
+        api_keys: vec![
+            crate::config::edge::sha256(b"sk-1"),
+            crate::config::edge::sha256(b"sk-2"),
+        ],
     };
     let ok = headers(&[("x-tier", "gold"), ("authorization", "Bearer sk-2")]);
     assert!(m.matches("llama-3", "/v1/chat/completions", &ok));

@@ -283,6 +283,12 @@ fn schema_value() -> Value {
                                         replaces OpenAI's chat format)",
                         "type": "string",
                     },
+                    "api_key": {
+                        "description": "Key presented to the pool's backends as Authorization: \
+                                        Bearer (requests, health checks, scrapes): the key, \
+                                        {env: NAME} or {file: PATH}",
+                        "$ref": "#/$defs/secret",
+                    },
                 },
             },
             "profile": {
@@ -359,7 +365,24 @@ fn schema_value() -> Value {
                                         instead of the system roots; relative to this file",
                         "type": "string",
                     },
+                    "api_key": {
+                        "description": "This backend's key, replacing the pool's api_key",
+                        "$ref": "#/$defs/secret",
+                    },
                 },
+            },
+            "secret": {
+                "oneOf": [
+                    { "type": "string", "minLength": 1, "pattern": "^[!-~]+$" },
+                    {
+                        "type": "object", "additionalProperties": false, "required": ["env"],
+                        "properties": { "env": { "description": "Environment variable holding it", "type": "string" } },
+                    },
+                    {
+                        "type": "object", "additionalProperties": false, "required": ["file"],
+                        "properties": { "file": { "description": "File holding it (trimmed); relative to this file", "type": "string" } },
+                    },
+                ],
             },
             "policy": policy_schema(),
             "route": route_schema(),

@@ -587,6 +587,10 @@ impl Checker {
             .as_ref()
             .map(|p| self.profile(&format!("{path}.profile"), p));
         let tokenizer = self.tokenizer(path, model, pool);
+        let api_key = pool
+            .api_key
+            .as_ref()
+            .and_then(|k| self.upstream_key(&format!("{path}.api_key"), k));
         if pool.discover.is_none() {
             self.backend_count_checks(path, pool, retry);
         }
@@ -594,7 +598,7 @@ impl Checker {
         let mut backends = Vec::with_capacity(entries.len());
         for (i, b) in entries.iter().enumerate() {
             let bpath = format!("{backends_path}[{i}]");
-            if let Some(backend) = self.backend(&bpath, b, profile, backend_names) {
+            if let Some(backend) = self.backend(&bpath, b, profile, &api_key, backend_names) {
                 if let Some(first) = urls.insert(backend.base_url(), i) {
                     self.warn(
                         format!("{bpath}.url"),
@@ -613,7 +617,24 @@ impl Checker {
             discover,
             profile,
             tokenizer,
+            api_key,
         }
+    }
+
+    /// A backend key as written; `None` when unreadable or not a valid header token (errors
+    /// recorded).
+    fn upstream_key(&mut self, path: &str, f: &super::edge::SecretFile) -> Option<UpstreamKey> {
+        let env = self.env.unwrap_or(super::edge::process_env);
+        let (at, text) = self.secret(path, f, env)?;
+        let key = text.trim();
+        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()) {
+            self.error(
+                at,
+                "must be a non-empty key of visible ASCII characters (no spaces)",
+            );
+            return None;
+        }
+        Some(UpstreamKey::new(key))
     }
 
     /// Checks on the number of static backends, for a pool without `discover` (a discovered
@@ -665,6 +686,7 @@ impl Checker {
         path: &str,
         b: &BackendFile,
         pool_profile: Option<ProfileHint>,
+        pool_key: &Option<UpstreamKey>,
         names: &mut HashMap<String, String>,
     ) -> Option<Backend> {
         let name = match self.label_name(path, "backend", b.name.as_deref()) {
@@ -729,6 +751,10 @@ impl Checker {
             (Some(own), Some(pool)) => Some(own.or(pool)),
             (own, pool) => own.or(pool),
         };
+        let api_key = match &b.api_key {
+            Some(k) => self.upstream_key(&format!("{path}.api_key"), k),
+            None => pool_key.clone(),
+        };
         let (host, port, tls) = endpoint?;
         let ca = self.ca_file(&format!("{path}.ca_file"), b.ca_file.as_deref(), tls);
         if b.ca_file.is_some() && ca.is_none() {
@@ -745,6 +771,7 @@ impl Checker {
             kv_events,
             profile,
             ca,
+            api_key,
         })
     }
 

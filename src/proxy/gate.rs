@@ -23,7 +23,7 @@ use crate::sse::Usage;
 #[derive(Default)]
 pub(super) struct Pass<'c> {
     /// The authenticated key (`None` when `auth:` is not configured).
-    key: Option<&'c ApiKey>,
+    pub(super) key: Option<&'c ApiKey>,
     /// Concurrency permits and request-bucket headers, key first.
     grants: Vec<Grant>,
     /// Token charges to correct from `usage`.

@@ -53,7 +53,9 @@ impl Proxy {
             .budget
             .reservation(state.config.limits.max_buffered_bytes);
         let body = self.read(session, state, &mut budget).await?;
-        let mut parsed = self.parse(session, state, endpoint, &body).await?;
+        let mut parsed = self
+            .parse(session, state, endpoint, &body, pass.key)
+            .await?;
         self.authorize(&mut pass, state, &parsed)?;
         let keyed_route = pass.keyed_route(parsed.route);
         let route = keyed_route.as_ref().or(parsed.route);
@@ -109,19 +111,24 @@ impl Proxy {
     }
 
     /// Parse the body, match its route and pool, and count its tokens with the pool's
-    /// tokenizer (in the engine's terms: the pool's learnt ratio applied).
+    /// tokenizer (in the engine's terms: the pool's learnt ratio applied). A model no pool
+    /// serves is a 404 only for a key that could use it: a restricted key learns nothing of
+    /// what exists outside its models and routes (403).
     async fn parse<'s>(
         &self,
         session: &ServerSession,
         state: &'s GatewayState,
         endpoint: Endpoint,
         body: &Bytes,
+        key: Option<&crate::config::edge::ApiKey>,
     ) -> Result<Parsed<'s>, Failure> {
-        let mut features = parse_request(endpoint, body, session_key(session))
-            .map_err(|e| (None, GatewayError::BadRequest(e.to_string())))?;
+        let mut features = parse_off_thread(endpoint, body, session_key(session)).await?;
         let header = session.req_header();
         let Some((pool, route)) = state.route(&features.model, header.uri.path(), &header.headers)
         else {
+            if let Some(key) = key {
+                crate::auth::authorize(key, &features.model, None).map_err(|e| (None, e))?;
+            }
             return Err((
                 None,
                 GatewayError::ModelNotFound {
@@ -149,8 +156,7 @@ impl Proxy {
         body: &Bytes,
         pool: &'s Pool,
     ) -> Result<Parsed<'s>, Failure> {
-        let mut features = parse_request(endpoint, body, session_key(session))
-            .map_err(|e| (None, GatewayError::BadRequest(e.to_string())))?;
+        let mut features = parse_off_thread(endpoint, body, session_key(session)).await?;
         tokenize::apply(pool, endpoint, body, &mut features, &self.metrics).await;
         let own_tokens = features.prompt_tokens;
         Ok(Parsed {
@@ -230,8 +236,14 @@ impl Proxy {
             let i = routed.decision.index;
             let backend = &pool.backends[i];
             self.record_decision(pool, policy.name(), &routed, features.prompt_tokens);
-            let head = upstream_request_head(session.req_header(), backend, body.len())
-                .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
+            let client_auth_is_ours = state.config.auth.is_some();
+            let head = upstream_request_head(
+                session.req_header(),
+                backend,
+                body.len(),
+                client_auth_is_ours,
+            )
+            .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
             let mut attempted = pool.dispatch(&routed, features, features.stream, now);
             let may_retry = retries.may_retry(max_retries, routed.others_left);
             let outcome = attempt(
@@ -432,6 +444,30 @@ fn timeout_is_backend_fault(stream: bool, routed: &Routed, deadline: std::time::
         .predicted_ttft_s
         .is_some_and(|p| p >= deadline.as_secs_f64() / 2.0);
     stream && !queued && !predicted_slow
+}
+
+/// Bodies larger than this are parsed and hashed on tokio's blocking pool: a 10 MiB prompt
+/// takes tens of milliseconds to parse, which on a proxy thread would stall every other
+/// request that thread serves. Smaller ones parse inline (cheaper than the hand-off).
+pub const INLINE_PARSE_MAX_BYTES: usize = 256 * 1024;
+
+/// [`parse_request`], off the proxy thread for a large body.
+async fn parse_off_thread(
+    endpoint: Endpoint,
+    body: &Bytes,
+    session: Option<&str>,
+) -> Result<crate::request::RequestFeatures, Failure> {
+    let parsed = if body.len() <= INLINE_PARSE_MAX_BYTES {
+        parse_request(endpoint, body, session).map_err(|e| e.to_string())
+    } else {
+        let (body, session) = (body.clone(), session.map(str::to_string));
+        tokio::task::spawn_blocking(move || {
+            parse_request(endpoint, &body, session.as_deref()).map_err(|e| e.to_string())
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("parser task failed: {e}")))
+    };
+    parsed.map_err(|e| (None, GatewayError::BadRequest(e)))
 }
 
 fn session_key(session: &ServerSession) -> Option<&str> {

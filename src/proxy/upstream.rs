@@ -89,22 +89,28 @@ impl Deadlines {
 }
 
 /// The request head sent upstream: the client's end-to-end headers, our `Host` and framing.
+/// The client's `Authorization` is its credential for the gateway: it is dropped when the
+/// gateway checks keys (`client_auth_is_ours`) or the backend has a key of its own, which
+/// is sent instead.
 pub fn upstream_request_head(
     client: &RequestHeader,
     backend: &Backend,
     body_len: usize,
+    client_auth_is_ours: bool,
 ) -> pingora_core::Result<RequestHeader> {
     let path = client
         .uri
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
-    let mut req = RequestHeader::build("POST", path.as_bytes(), Some(client.headers.len() + 2))?;
+    let drop_auth = client_auth_is_ours || backend.authorization.is_some();
+    let mut req = RequestHeader::build("POST", path.as_bytes(), Some(client.headers.len() + 3))?;
     for (name, value) in client.headers.iter() {
         if is_hop_by_hop(name)
             || name == header::HOST
             || name == header::CONTENT_LENGTH
             || name == header::EXPECT
+            || (drop_auth && name == header::AUTHORIZATION)
         {
             continue;
         }
@@ -112,6 +118,9 @@ pub fn upstream_request_head(
     }
     req.insert_header(header::HOST, backend.authority.as_str())?;
     req.insert_header(header::CONTENT_LENGTH, body_len.to_string())?;
+    if let Some(auth) = &backend.authorization {
+        req.insert_header(header::AUTHORIZATION, auth.clone())?;
+    }
     Ok(req)
 }
 
@@ -199,6 +208,7 @@ pub async fn attempt(
             Ok(resp) => break (up, sent_at, resp),
             Err(SendError(_)) if reused => {
                 tracing::debug!(backend = %backend.name(), "stale pooled connection; resending on a fresh one");
+                backend.count_upstream_error(RetryReason::StaleConnection.as_str());
                 fresh = true;
             }
             Err(SendError(e)) => return failed(RetryReason::Io, backend, "exchange with", &e),

@@ -35,6 +35,8 @@ pub struct Behavior {
     /// `usage.prompt_tokens` reported = this × Pronto's own count of the prompt (an engine
     /// whose tokenizer charges more or less than Pronto's).
     pub prompt_token_factor: f64,
+    /// Pad each streamed token's content to at least this many bytes (a fast producer).
+    pub token_bytes: usize,
 }
 
 impl Default for Behavior {
@@ -49,6 +51,7 @@ impl Default for Behavior {
             die_after: None,
             healthy: true,
             prompt_token_factor: 1.0,
+            token_bytes: 0,
         }
     }
 }
@@ -70,6 +73,8 @@ pub struct Seen {
     pub tokens_sent: AtomicUsize,
     /// Health checks received.
     pub health_checks: AtomicUsize,
+    /// The headers of the latest health check.
+    pub last_health_headers: Mutex<Option<HeaderMap>>,
 }
 
 /// Shared state of one test backend.
@@ -151,8 +156,9 @@ pub fn fnv64(bytes: &[u8]) -> u64 {
     h
 }
 
-async fn health(State(s): State<Arc<BackendState>>) -> StatusCode {
+async fn health(State(s): State<Arc<BackendState>>, headers: HeaderMap) -> StatusCode {
     s.seen.health_checks.fetch_add(1, Ordering::SeqCst);
+    *s.seen.last_health_headers.lock().unwrap() = Some(headers);
     if s.behavior.lock().unwrap().healthy {
         StatusCode::OK
     } else {
@@ -271,8 +277,11 @@ fn async_stream(
             if i > 0 {
                 tokio::time::sleep(b.token_delay).await;
             }
-            let c =
-                serde_json::json!({"choices":[{"index":0,"delta":{"content":format!("t{i} ")}}]});
+            let mut text = format!("t{i} ");
+            if text.len() < b.token_bytes {
+                text.push_str(&"x".repeat(b.token_bytes - text.len()));
+            }
+            let c = serde_json::json!({"choices":[{"index":0,"delta":{"content":text}}]});
             if tx.send(Ok(chunk(c))).await.is_err() {
                 return;
             }
