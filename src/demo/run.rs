@@ -245,9 +245,9 @@ mod tests {
         // And a config that does warn is refused.
         let one = &backends[..1];
         let yaml = gateway_config(any, any, "m", "round_robin", one);
-        let err = load_config(&yaml)
-            .err()
-            .expect("one backend with a policy warns");
+        let Err(err) = load_config(&yaml) else {
+            panic!("one backend with a policy warns, and the demo refuses that");
+        };
         assert!(err.to_string().contains("warns"), "{err}");
     }
 }
