@@ -11,7 +11,7 @@ use bytes::Bytes;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum GatewayError {
     /// No such route.
-    #[error("Unknown path {path}: Pronto serves /v1/chat/completions, /v1/completions, /v1/embeddings and /v1/models")]
+    #[error("Unknown path {path}: Pronto serves POST /v1/chat/completions, /v1/completions and /v1/embeddings, and GET /v1/models, /v1/models/{{id}} and /health")]
     NotFound {
         /// The path requested.
         path: String,
@@ -201,11 +201,13 @@ impl GatewayError {
             GatewayError::RateLimited { headers, .. } => out.extend(headers.iter().cloned()),
             GatewayError::Unauthorized(_) => out.push(("www-authenticate", "Bearer".into())),
             GatewayError::MethodNotAllowed { path, .. } => {
-                let allow = if path == "/v1/models" || path.starts_with("/v1/models/") {
-                    "GET"
-                } else {
-                    "POST"
-                };
+                let allow =
+                    if path == "/v1/models" || path.starts_with("/v1/models/") || path == "/health"
+                    {
+                        "GET"
+                    } else {
+                        "POST"
+                    };
                 out.push(("allow", allow.into()));
             }
             _ => {}

@@ -42,9 +42,10 @@ use pronto_core::routing::views::{self, PoolRouting, Scratch};
 use crate::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
 use crate::backend::{Backend, InflightGuard};
 use crate::config::{Config, Resources, Route};
+use crate::models::served::{Listed, ServedModels};
 use crate::predict::TtftInputs;
 use crate::request::{RequestFeatures, TokenRatio};
-use crate::routing::{decide, BackendView, Decision, NoBackend, Policy};
+use crate::routing::{decide, runner_up, BackendView, Decision, NoBackend, Policy, RunnerUp};
 use crate::telemetry::Metrics;
 use crate::tokenizer::ModelTokenizer;
 
@@ -70,6 +71,20 @@ pub struct Routed {
     pub held_blocks: u32,
     /// Whether another backend was eligible (a retry has somewhere to go).
     pub others_left: bool,
+    /// The other eligible backend predicted soonest, and its prediction (the explain
+    /// headers; [`crate::routing::runner_up`]).
+    pub runner_up: Option<RunnerUp>,
+}
+
+/// Where [`GatewayState::route`] sends a request.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'s> {
+    /// The pool.
+    pub pool: &'s Pool,
+    /// The route that matched (with `routes:`).
+    pub route: Option<&'s Route>,
+    /// Backends of the pool that must not serve it (they do not list its model).
+    pub excluded: &'s [BackendId],
 }
 
 /// A dispatched attempt: its load booked, its prefix recorded.
@@ -155,6 +170,8 @@ pub struct Pool {
     /// The model's tokenizer (`tokenizer:`): exact prompt tokens and engine-matching block
     /// hashes instead of the estimate.
     pub tokenizer: Option<Arc<ModelTokenizer>>,
+    /// For a pool that serves its backends' models, which backend serves which.
+    pub served: Option<ServedModels>,
 }
 
 impl Pool {
@@ -201,11 +218,13 @@ impl Pool {
                 .enumerate()
                 .any(|(i, v)| i != decision.index && v.eligible());
             let chosen = views[decision.index];
+            let runner_up = runner_up(features, views, decision.index);
             Ok(Routed {
                 decision,
                 chosen,
                 held_blocks: scratch.held_blocks(decision.index),
                 others_left,
+                runner_up,
             })
         })
     }
@@ -279,6 +298,8 @@ pub struct GatewayState {
     /// The addresses each `discover:` pool's name last resolved to, sorted; a pool absent
     /// here has not resolved yet (it has only its static backends).
     discovered: HashMap<Arc<str>, Vec<SocketAddr>>,
+    /// What the backends of each pool that serves its backends' models last listed.
+    listed: HashMap<Arc<str>, Arc<Listed>>,
     /// The policy object of each route with its own `policy:`, in `config.routes` order.
     route_policies: Vec<Option<Arc<dyn Policy>>>,
 }
@@ -302,7 +323,15 @@ pub struct Carried {
 impl GatewayState {
     /// Build the state for `config` and its loaded `resources`.
     pub fn new(config: Arc<Config>, resources: Arc<Resources>, metrics: &Metrics) -> GatewayState {
-        GatewayState::build(config, resources, metrics, None, HashMap::new()).0
+        GatewayState::build(
+            config,
+            resources,
+            metrics,
+            None,
+            HashMap::new(),
+            HashMap::new(),
+        )
+        .0
     }
 
     /// Build the state for `config`, carrying over from `self` every backend, prefix index
@@ -327,7 +356,8 @@ impl GatewayState {
             })
             .map(|(m, a)| (m.clone(), a.clone()))
             .collect();
-        GatewayState::build(config, resources, metrics, Some(self), discovered)
+        let listed = self.listed.clone();
+        GatewayState::build(config, resources, metrics, Some(self), discovered, listed)
     }
 
     /// The same config with pool `model`'s discovered addresses replaced by `addrs` (see
@@ -348,7 +378,33 @@ impl GatewayState {
             metrics,
             Some(self),
             discovered,
+            self.listed.clone(),
         )
+    }
+
+    /// The same config with what pool `model`'s backends list at `GET /v1/models` replaced by
+    /// `listed` (see [`crate::models::discover`]); everything else carried over.
+    pub fn with_listed_models(
+        &self,
+        model: &str,
+        listed: Listed,
+        metrics: &Metrics,
+    ) -> (GatewayState, Carried) {
+        let mut all = self.listed.clone();
+        all.insert(Arc::from(model), Arc::new(listed));
+        GatewayState::build(
+            Arc::clone(&self.config),
+            Arc::clone(&self.resources),
+            metrics,
+            Some(self),
+            self.discovered.clone(),
+            all,
+        )
+    }
+
+    /// What pool `model`'s backends last listed; `None` before any answered.
+    pub fn listed_models(&self, model: &str) -> Option<&Listed> {
+        self.listed.get(model).map(|l| &**l)
     }
 
     /// The addresses pool `model`'s `discover:` name last resolved to (sorted); `None` before
@@ -363,8 +419,10 @@ impl GatewayState {
         metrics: &Metrics,
         previous: Option<&GatewayState>,
         mut discovered: HashMap<Arc<str>, Vec<SocketAddr>>,
+        mut listed: HashMap<Arc<str>, Arc<Listed>>,
     ) -> (GatewayState, Carried) {
         discovered.retain(|model, _| config.pool(model).is_some_and(|p| p.discover.is_some()));
+        listed.retain(|model, _| config.pool(model).is_some_and(|p| p.serve_listed_models));
         let mut carried = Carried::default();
         let mut pools = HashMap::new();
         let mut all: Vec<Arc<Backend>> = Vec::new();
@@ -465,6 +523,10 @@ impl GatewayState {
                         _ => Arc::default(),
                     },
                     tokenizer: resources.tokenizer(&p.model).cloned(),
+                    served: p.serve_listed_models.then(|| {
+                        let none = Listed::new();
+                        ServedModels::new(&backends, listed.get(&p.model).map_or(&none, |l| l))
+                    }),
                     backends,
                 },
             );
@@ -503,6 +565,7 @@ impl GatewayState {
             pools,
             backends: all,
             discovered,
+            listed,
             route_policies,
         };
         (state, carried)
@@ -514,23 +577,34 @@ impl GatewayState {
     }
 
     /// Where a request goes: the first route matching `model`, `path` and `headers`, and its
-    /// pool; without `routes:` in the config, the pool named by `model` and no route. `None`:
-    /// nothing serves it (404).
-    pub fn route(
-        &self,
-        model: &str,
-        path: &str,
-        headers: &http::HeaderMap,
-    ) -> Option<(&Pool, Option<&Route>)> {
+    /// pool; without `routes:` in the config, the pool named by `model`, else a pool one of
+    /// whose backends lists `model` (on those backends only). `None`: nothing serves it (404).
+    pub fn route(&self, model: &str, path: &str, headers: &http::HeaderMap) -> Option<Target<'_>> {
+        let target = |pool, route| Target {
+            pool,
+            route,
+            excluded: &[],
+        };
         if self.config.routes.is_empty() {
-            return self.pool(model).map(|p| (p, None));
+            if let Some(p) = self.pool(model) {
+                return Some(target(p, None));
+            }
+            // Few pools serve listed models (one, from `serve --backend`): a scan.
+            return self.pools.values().find_map(|p| {
+                let excluded = p.served.as_ref()?.excluded(model)?;
+                Some(Target {
+                    pool: p,
+                    route: None,
+                    excluded,
+                })
+            });
         }
         let route = self
             .config
             .routes
             .iter()
             .find(|r| r.matcher.matches(model, path, headers))?;
-        Some((self.pools.get(&route.pool)?, Some(route)))
+        Some(target(self.pools.get(&route.pool)?, Some(route)))
     }
 
     /// The policy that routes a request of `route` (if any) within `pool`: the route's own
@@ -544,33 +618,6 @@ impl GatewayState {
                 self.route_policies.get(i)?.as_ref()
             })
             .unwrap_or(&pool.policy)
-    }
-
-    /// `GET /v1/models` body: one entry per pool, sorted by name.
-    ///
-    /// With `routes:`, the models are the routes' exact (wildcard-free) model names, since
-    /// pool names are then not model names.
-    pub fn models_json(&self) -> serde_json::Value {
-        let mut names: Vec<String> = if self.config.routes.is_empty() {
-            self.pools.keys().map(|k| k.to_string()).collect()
-        } else {
-            self.config
-                .routes
-                .iter()
-                .filter_map(|r| r.matcher.model.as_ref()?.literal())
-                .collect()
-        };
-        names.sort_unstable();
-        names.dedup();
-        let data: Vec<serde_json::Value> = names
-            .into_iter()
-            .map(|m| {
-                serde_json::json!({
-                    "id": m, "object": "model", "created": 0, "owned_by": "pronto"
-                })
-            })
-            .collect();
-        serde_json::json!({ "object": "list", "data": data })
     }
 }
 

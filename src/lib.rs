@@ -25,10 +25,13 @@ pub mod config;
 pub mod demo;
 pub mod discovery;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gateway;
 pub mod head_deadline;
 pub mod kv_events;
 pub mod listener;
+pub mod models;
 pub mod proxy;
 pub mod ratelimit;
 pub mod reload;

@@ -61,6 +61,9 @@ enum Command {
     /// Replay a trace through the engine model on a virtual clock, once per policy.
     #[cfg(feature = "tools")]
     Evaluate(pronto_sim::evaluate::EvaluateArgs),
+    /// Measure a live engine and fit a simulator profile to it (writes a profile YAML).
+    #[cfg(feature = "tools")]
+    Calibrate(pronto_sim::calibrate::CalibrateArgs),
     /// Replay a trace open-loop against a live gateway or backend; write results and plots.
     #[cfg(feature = "tools")]
     Replay(pronto_bench::ReplayArgs),
@@ -86,9 +89,11 @@ struct ServeArgs {
     /// Backend base URL (repeatable); runs without a config file.
     #[arg(long = "backend", value_name = "URL")]
     backends: Vec<String>,
-    /// Model name served by the --backend pool.
-    #[arg(long, default_value = "default")]
-    model: String,
+    /// Model name served by the --backend pool. Without it the gateway serves the models the
+    /// backends list at `GET /v1/models` (asked at start and again while they change), and
+    /// `default` for any backend.
+    #[arg(long)]
+    model: Option<String>,
     /// Client listener (overrides the file).
     #[arg(long)]
     listen: Option<SocketAddr>,
@@ -98,11 +103,17 @@ struct ServeArgs {
     /// Routing policy for the --backend pool.
     #[arg(long, default_value = "predicted_ttft")]
     policy: String,
+    /// Add the x-pronto-* explanation headers to responses: the backend, the decision's
+    /// reason and predicted TTFT, the runner-up and its prediction, the attempts (with a
+    /// config file, set `explain_headers: true` in it).
+    #[arg(long, conflicts_with = "config")]
+    explain_headers: bool,
 }
 
 /// Logs go to stderr, filtered by `RUST_LOG` (default `info`, pingora at `warn`). Text lines
 /// are coloured only when stderr is a terminal and `NO_COLOR` is unset or empty
-/// (<https://no-color.org>); JSON lines never are.
+/// (<https://no-color.org>); JSON lines never are, and carry their `target` (the access log's
+/// is `pronto::access`).
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new("info,pingora_core=warn,pingora_proxy=warn")
@@ -113,8 +124,10 @@ fn init_tracing(format: LogFormat) {
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.with_ansi(use_colour()).init(),
+        // The target tells collectors the access log (`pronto::access`) from the rest.
         LogFormat::Json => builder
             .json()
+            .with_target(true)
             .with_ansi(false)
             .flatten_event(true)
             .with_current_span(false)
@@ -138,9 +151,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                     PolicyKind::ALL.join(", ")
                 )
             })?;
+            let config = match &args.model {
+                Some(model) => Config::from_backend_urls(&args.backends, model, policy),
+                None => Config::from_backend_urls_serving_listed(&args.backends, policy),
+            };
             Loaded {
-                config: Config::from_backend_urls(&args.backends, &args.model, policy)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+                config: config.map_err(|e| anyhow::anyhow!("{e}"))?,
                 resources: Resources::default(),
             }
         }
@@ -151,6 +167,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(l) = args.listen {
         config.config.listen = l;
+    }
+    if args.explain_headers {
+        config.config.explain_headers = true;
     }
     if let Some(a) = args.admin_listen {
         config.config.admin_listen = a;
@@ -180,6 +199,11 @@ fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS),
         #[cfg(feature = "tools")]
         Command::Evaluate(a) => pronto_sim::evaluate::run_evaluate(a).map(|()| ExitCode::SUCCESS),
+        #[cfg(feature = "tools")]
+        Command::Calibrate(a) => tokio::runtime::Runtime::new()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(pronto_sim::calibrate::run_calibrate(a)))
+            .map(|()| ExitCode::SUCCESS),
         #[cfg(feature = "tools")]
         Command::Replay(a) => pronto_bench::run_replay(a).map(|()| ExitCode::SUCCESS),
         #[cfg(feature = "tools")]

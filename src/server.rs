@@ -1,7 +1,8 @@
 //! The composition root: builds the pingora server with its services — the proxy listener
 //! (plain HTTP/1.1 + h2c, or TLS with h2 by ALPN when the config has `tls:`; see
 //! [`crate::tls`]), the admin listener, the active health checker, the engine metrics scraper, DNS discovery of
-//! `discover:` pools ([`crate::discovery`]) — and runs it.
+//! `discover:` pools ([`crate::discovery`]), and, for a pool serving its backends' models, model
+//! discovery ([`crate::models::discover`]) — and runs it.
 //!
 //! Live reload ([`crate::reload`]) runs on a thread of its own (`pronto-reload`, a one-thread
 //! tokio runtime) that polls the config file and listens for `SIGHUP`; its signal handler is
@@ -36,7 +37,8 @@ use crate::config::Loaded;
 use crate::discovery::{Discovery, SystemResolver};
 use crate::gateway::GatewayState;
 use crate::listener::{bind, Listening};
-use crate::proxy::Proxy;
+use crate::models::discover::ModelDiscovery;
+use crate::proxy::{Proxy, RecentDecisions};
 use crate::reload::{hangup_signal, Reloader};
 use crate::telemetry::Metrics;
 
@@ -219,9 +221,15 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
+    let decisions = Arc::new(RecentDecisions::default());
     let mut proxy = pingora_proxy::http_proxy(
         &server.configuration,
-        Proxy::new(Arc::clone(&state), metrics.clone(), Arc::clone(&active)),
+        Proxy::new(
+            Arc::clone(&state),
+            metrics.clone(),
+            Arc::clone(&active),
+            Arc::clone(&decisions),
+        ),
     );
     let mut opts = HttpServerOptions::default();
     opts.h2c = true;
@@ -257,10 +265,18 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
             Arc::new(SystemResolver),
         ),
     );
+    // A `--backend` pool without `--model` serves what its backends list: asked once before
+    // the listeners accept, then by the service.
+    let models = ModelDiscovery::new(Arc::clone(&state), metrics.clone());
+    let models = models.has_work().then(|| {
+        models.initial_round();
+        background_service("pronto-models", models)
+    });
     let mut admin_app = pingora_core::apps::http_app::HttpServer::new_app(Admin::new(
         Arc::clone(&state),
         metrics,
         reloader,
+        decisions,
     ));
     let mut opts = HttpServerOptions::default();
     opts.h2c = true;
@@ -288,6 +304,9 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
         crate::kv_events::KvEventsService::new(Arc::clone(&state)),
     ));
     server.add_service(discovery);
+    if let Some(models) = models {
+        server.add_service(models);
+    }
 
     let (stop, requests) = mpsc::unbounded_channel();
     let signal = DrainSignal {

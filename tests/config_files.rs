@@ -126,6 +126,7 @@ fn annotated_example_sets_every_field() {
         retry,
         health,
         explain_headers,
+        access_log,
         reload,
         priority_classes,
         admission,
@@ -203,6 +204,11 @@ fn annotated_example_sets_every_field() {
     assert!(model.is_some() && route_path.is_some() && headers.is_some() && api_keys.is_some());
     assert!(listen.is_some() && admin_listen.is_some() && threads.is_some());
     assert!(grace_period.is_some() && explain_headers.is_some());
+    let file::AccessLogFile {
+        enabled,
+        sample_rate,
+    } = access_log.expect("access_log");
+    assert!(enabled.is_some() && sample_rate.is_some());
     let file::LimitsFile {
         max_body_bytes,
         connect_timeout,
@@ -259,6 +265,7 @@ fn annotated_example_sets_every_field() {
     } = kv_events.expect("kv_events");
     assert!(endpoint.is_some() && block_size.is_some());
     let file::ProfileFile {
+        file: _,
         base_ms,
         prefill_tokens_per_s,
         decode_ms_per_running,
@@ -277,6 +284,14 @@ fn annotated_example_sets_every_field() {
     assert!(dns.is_some() && interval.is_some() && scheme.is_some() && family.is_some());
     assert!(weight.is_some() && max_inflight.is_some());
     assert!(pools.iter().any(|(_, p)| p.profile.is_some()));
+    let profile_files = pools
+        .iter()
+        .flat_map(|(_, p)| p.backends.iter().flatten())
+        .filter_map(|b| b.profile.as_ref());
+    assert!(
+        profile_files.filter(|p| p.file.is_some()).count() > 0,
+        "some backend's profile names a file"
+    );
 }
 
 /// The defaults the annotated example states are the defaults the code applies.
@@ -296,6 +311,7 @@ fn annotated_example_values_equal_the_defaults() {
     assert_eq!(example.retry, minimal.retry);
     assert_eq!(example.health, minimal.health);
     assert_eq!(example.explain_headers, minimal.explain_headers);
+    assert_eq!(example.access_log, minimal.access_log);
     assert_eq!(example.reload, minimal.reload);
     assert_eq!(example.pools[0].policy, minimal.pools[0].policy);
 }

@@ -1,4 +1,5 @@
-//! A stream through the gateway with the real OpenAI Python SDK (installed by `.ci/run`).
+//! A stream through the gateway with the real OpenAI Python SDK (installed by `.ci/run`), and
+//! its `models.list` / `models.retrieve` and a request id round trip.
 
 mod common;
 
@@ -46,5 +47,8 @@ async fn openai_python_sdk_streams_through_the_gateway() {
     assert_eq!(lines.next(), Some("CHUNKS 6"), "role + 4 tokens + finish");
     assert_eq!(lines.next(), Some("NONSTREAM t0 t1 t2 t3 "));
     assert_eq!(lines.next(), Some("MODELS llama"));
-    assert_eq!(backend.requests(), 2);
+    assert_eq!(lines.next(), Some("RETRIEVE llama model"));
+    assert_eq!(lines.next(), Some("MISSING 404 model_not_found"));
+    assert_eq!(lines.next(), Some("REQUEST_ID sdk-request-1"));
+    assert_eq!(backend.requests(), 3);
 }

@@ -214,6 +214,17 @@ async fn the_status_page_renders_backends_with_live_numbers() {
     }
     let reasons = dom.matches("<tr data-reason=").count();
     assert!(reasons >= 1, "no routing decisions by reason:\n{dom}");
+    // The gateway reports its recent decisions: one row per request, each with a reason.
+    assert!(
+        dom.contains("<table id=\"decisions\">"),
+        "the decisions table is shown:\n{dom}"
+    );
+    let decisions = dom.matches("<tr data-decision=\"").count();
+    assert_eq!(decisions, 12, "{dom}");
+    assert!(
+        !dom.contains("<tr data-decision=\"\""),
+        "a decision without reason:\n{dom}"
+    );
     // The build line comes from pronto_build_info.
     assert!(
         dom.contains(&format!("v{} (", env!("CARGO_PKG_VERSION"))),

@@ -3,7 +3,8 @@
 //! Binds to loopback unless configured otherwise (elsewhere it needs `admin.token`). Routes:
 //! `GET /` (the status page, [`status`]), `GET /healthz` (the process is up), `GET /readyz` (200 when every pool has a healthy
 //! backend, else 503 with the pools that have none), `GET /metrics` (Prometheus text),
-//! `GET /admin/backends` (JSON state of every backend), `GET /admin/config` (the active
+//! `GET /admin/backends` (JSON state of every backend, and the last routing decisions as
+//! `recent_decisions`: [`crate::proxy::RecentDecisions::to_json`]), `GET /admin/config` (the active
 //! config, its version and hash, the last reload error; see [`Reloader::status_json`]) and
 //! `POST /admin/reload` (reload the config file now: 200 with
 //! `{result: "ok"|"unchanged", version, hash, error: null, warnings, ...}`, 400 with
@@ -31,6 +32,7 @@ use pingora_core::apps::http_app::ServeHttp;
 use pingora_core::protocols::http::ServerSession;
 
 use crate::gateway::GatewayState;
+use crate::proxy::RecentDecisions;
 use crate::reload::{Reloader, Trigger};
 use crate::request::{parse_request, Endpoint};
 use crate::telemetry::{Metrics, ReloadResult};
@@ -42,19 +44,23 @@ pub struct Admin {
     state: Arc<ArcSwap<GatewayState>>,
     metrics: Metrics,
     reloader: Arc<Reloader>,
+    decisions: Arc<RecentDecisions>,
 }
 
 impl Admin {
-    /// An admin app over the given state, reloading through `reloader`.
+    /// An admin app over the given state, reloading through `reloader`, showing the proxy's
+    /// `decisions`.
     pub fn new(
         state: Arc<ArcSwap<GatewayState>>,
         metrics: Metrics,
         reloader: Arc<Reloader>,
+        decisions: Arc<RecentDecisions>,
     ) -> Admin {
         Admin {
             state,
             metrics,
             reloader,
+            decisions,
         }
     }
 
@@ -152,7 +158,10 @@ impl Admin {
                         })
                     })
                     .collect();
-                let body = serde_json::json!({ "backends": backends });
+                let body = serde_json::json!({
+                    "backends": backends,
+                    "recent_decisions": self.decisions.to_json(),
+                });
                 (StatusCode::OK, JSON, body.to_string().into_bytes())
             }
             _ => (

@@ -12,6 +12,9 @@
 
 mod health;
 pub mod latency;
+pub mod lifecycle;
+#[cfg(test)]
+pub(crate) mod log_capture;
 mod scrape;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -22,13 +25,14 @@ use pingora_core::upstreams::peer::HttpPeer;
 
 pub use health::HealthChecker;
 pub use latency::LatencyStats;
+pub use lifecycle::{CheckFailure, HealthChange};
 pub use pronto_core::engine::metrics as engine_metrics;
 pub use pronto_core::engine::{
     EngineFlavor, EngineMetricsError, EngineSample, EngineState, Scraped, STALE_AFTER_FAILURES,
 };
 pub use pronto_core::load::RequestLoad;
 pub use pronto_core::predict::TtftModel;
-pub use scrape::{EngineScraper, ScrapeOutcome};
+pub use scrape::{next_delay, EngineScraper, ScrapeOutcome};
 
 use crate::config::Backend as BackendConfig;
 use crate::predict::Coefficients;
@@ -64,6 +68,8 @@ pub struct Backend {
     /// Measured TTFT / TPOT / E2E: EWMAs and sliding-window quantiles.
     pub latency: LatencyStats,
     metrics: Metrics,
+    /// The previous health state, so the log shows transitions only ([`lifecycle`]).
+    health_log: std::sync::Mutex<lifecycle::HealthTracker>,
 }
 
 impl Backend {
@@ -108,6 +114,7 @@ impl Backend {
             state,
             latency: LatencyStats::default(),
             metrics,
+            health_log: std::sync::Mutex::default(),
         };
         b.publish_health(Instant::now());
         b
@@ -162,6 +169,45 @@ impl Backend {
         self.publish_health(now);
     }
 
+    // === lifecycle (health transitions in the log and in metrics) ===
+
+    fn health_log(&self) -> std::sync::MutexGuard<'_, lifecycle::HealthTracker> {
+        // The tracker holds no invariant a panicking holder could break.
+        self.health_log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An active health check at `now` came to `result`: recorded as by
+    /// [`Backend::record_active_check`], a failure counted in
+    /// `pronto_health_check_failures_total{backend,reason}`, and a transition (down, up,
+    /// re-admitted, or a rate-limited "still down") logged. Returns the transition.
+    pub fn record_check(
+        &self,
+        result: Result<(), CheckFailure>,
+        now: Instant,
+    ) -> Option<HealthChange> {
+        if let Err(reason) = result {
+            self.metrics
+                .health_check_failures_total
+                .with_label_values(&[self.name(), reason.label()])
+                .inc();
+        }
+        self.record_active_check(result.is_ok(), now);
+        let change = self
+            .health_log()
+            .on_check(result, self.is_ejected(now), now);
+        if let Some(c) = change {
+            c.log(self.name());
+        }
+        change
+    }
+
+    /// The gateway's metrics (for the background loops that record per-backend series).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    // === end lifecycle ===
+
     /// A request to this backend failed (connect error, I/O error, 5xx). After `eject_after`
     /// consecutive failures the backend is ejected for `readmit_after`. Returns true when this
     /// failure ejected it.
@@ -172,7 +218,8 @@ impl Backend {
             self.ejected_until_ns.store(until, Ordering::Relaxed);
             self.consecutive_failures.store(0, Ordering::Relaxed);
             self.publish_health(now);
-            tracing::warn!(backend = %self.name(), failures = n, "backend ejected");
+            self.metrics.count_ejection(self.name());
+            self.health_log().on_ejected(n).log(self.name());
             return true;
         }
         false
@@ -224,11 +271,10 @@ impl Backend {
             .engine_scrape_errors_total
             .with_label_values(&[self.name()])
             .inc();
+        // The scraper logs the failure's transitions ([`lifecycle`]); this is the routing one.
         if self.state.engine.record_failure() {
-            tracing::warn!(backend = %self.name(), %error, "engine metrics stale after repeated scrape failures");
+            tracing::info!(backend = %self.name(), %error, "engine metrics stale after repeated scrape failures; routing ignores them until a scrape succeeds");
             self.withdraw_engine_gauges();
-        } else {
-            tracing::debug!(backend = %self.name(), %error, "engine metrics scrape failed");
         }
     }
 

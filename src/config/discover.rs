@@ -6,38 +6,13 @@
 //! addressed by IP, and TLS would need the name as SNI and `Host`, which the peer does not
 //! carry yet. `weight` and `max_inflight` apply to each discovered backend.
 //!
-//! `profile: {base_ms, prefill_tokens_per_s, decode_ms_per_running}` seeds a backend's TTFT
-//! model ([`ProfileHint::coefficients`]); a pool's profile is the default of its backends,
-//! which may override it field by field. Every given value must be positive and finite.
+//! Profile hints are checked in [`super::profile`]; their tests are here.
 
-use super::file::{DiscoverFile, ProfileFile};
-use super::model::{
-    AddressFamily, Discover, ProfileHint, DEFAULT_DISCOVER_INTERVAL, DEFAULT_WEIGHT,
-};
+use super::file::DiscoverFile;
+use super::model::{AddressFamily, Discover, DEFAULT_DISCOVER_INTERVAL, DEFAULT_WEIGHT};
 use super::validate::{parse_backend_url, Checker};
 
 impl Checker {
-    /// A profile hint; invalid fields are reported and dropped.
-    pub(super) fn profile(&mut self, path: &str, p: &ProfileFile) -> ProfileHint {
-        let mut field = |name: &str, value: Option<f64>| {
-            let v = value?;
-            if v.is_finite() && v > 0.0 {
-                Some(v)
-            } else {
-                self.error(
-                    format!("{path}.{name}"),
-                    format!("must be a positive, finite number, got {v}"),
-                );
-                None
-            }
-        };
-        ProfileHint {
-            base_ms: field("base_ms", p.base_ms),
-            prefill_tokens_per_s: field("prefill_tokens_per_s", p.prefill_tokens_per_s),
-            decode_ms_per_running: field("decode_ms_per_running", p.decode_ms_per_running),
-        }
-    }
-
     /// A `discover:` section; `None` when `dns` is missing or invalid (errors recorded).
     pub(super) fn discover(&mut self, path: &str, d: &DiscoverFile) -> Option<Discover> {
         let scheme = d.scheme.as_deref().unwrap_or("http");

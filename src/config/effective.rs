@@ -45,6 +45,10 @@ impl Config {
                 "readmit_after": format_duration(self.health.readmit_after),
             },
             "explain_headers": self.explain_headers,
+            "access_log": {
+                "enabled": self.access_log.enabled,
+                "sample_rate": self.access_log.sample_rate,
+            },
             "reload": {
                 "watch": self.reload.watch,
                 "watch_interval": format_duration(self.reload.watch_interval),
@@ -58,7 +62,11 @@ fn pool_json(pool: &Pool) -> Value {
     // A tagged enum serializes to an object with its `name`: the file's map form.
     let policy = serde_json::to_value(pool.policy).unwrap_or(Value::Null);
     let backends: Vec<Value> = pool.backends.iter().map(backend_json).collect();
-    let mut v = json!({ "policy": policy, "backends": backends });
+    let mut v = json!({
+        "policy": policy,
+        "backends": backends,
+        "scrape": { "interval": format_duration(pool.scrape.interval) },
+    });
     if let Some(d) = &pool.discover {
         let mut dj = json!({
             "dns": d.target(),

@@ -40,6 +40,8 @@ pub struct ConfigFile {
     pub health: Option<HealthFile>,
     /// Add `x-pronto-*` explanation headers to responses.
     pub explain_headers: Option<bool>,
+    /// The access log.
+    pub access_log: Option<AccessLogFile>,
     /// Live reload of this file.
     pub reload: Option<ReloadFile>,
     /// Priority classes, most urgent first (`[interactive, batch]` when absent).
@@ -58,6 +60,16 @@ pub struct ConfigFile {
     pub rate_limits: Option<super::edge::RateLimitsFile>,
     /// TLS on the client listener.
     pub tls: Option<super::tls::TlsFile>,
+}
+
+/// `access_log:` section.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessLogFile {
+    /// Write one line per request.
+    pub enabled: Option<bool>,
+    /// Share of requests written, 0 to 1.
+    pub sample_rate: Option<f64>,
 }
 
 /// `admission:` section.
@@ -193,6 +205,16 @@ pub struct PoolFile {
     /// The key the gateway presents to the pool's backends (`Authorization: Bearer`), on
     /// requests, health checks and scrapes: inline, `{env: NAME}` or `{file: PATH}`.
     pub api_key: Option<super::edge::SecretFile>,
+    /// Engine metrics scraping of the pool's backends.
+    pub scrape: Option<ScrapeFile>,
+}
+
+/// A pool's `scrape:` section: how often its backends' `/metrics` are read.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScrapeFile {
+    /// Time between two scrapes of each backend (while they succeed).
+    pub interval: Option<Quantity>,
 }
 
 /// A pool's `discover:` section: backends from a DNS name, re-resolved periodically.
@@ -217,6 +239,9 @@ pub struct DiscoverFile {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileFile {
+    /// A simulator profile written by `pronto calibrate` (relative to the config file): its
+    /// `prior:` block gives the fields not set beside it (see `config/profile.rs`).
+    pub file: Option<String>,
     /// Fixed overhead of a request, milliseconds.
     pub base_ms: Option<f64>,
     /// Prefill throughput, prompt tokens per second.

@@ -26,9 +26,11 @@ mod effective;
 pub mod file;
 pub mod locate;
 pub mod model;
+mod profile;
 mod resources;
 pub mod route;
 mod schema;
+mod scrape;
 pub mod secrets;
 pub mod tls;
 mod tokenizer;
@@ -39,8 +41,8 @@ use std::path::Path;
 
 pub use check::{check_config, run_check_config, CheckConfigArgs};
 pub use model::{
-    AddressFamily, Backend, Config, Discover, Health, KvEvents, Limits, Pool, ProfileHint,
-    ReloadSettings, Retry, TokenizerRef,
+    AccessLog, AddressFamily, Backend, Config, Discover, Health, KvEvents, Limits, Pool,
+    ProfileHint, ReloadSettings, Retry, Scrape, TokenizerRef,
 };
 pub use resources::{Loaded, Resources};
 pub use route::{AdmissionSettings, Glob, Route, RouteMatch, Slo, SloAction};
@@ -196,10 +198,11 @@ impl Loaded {
         path: Option<&Path>,
         env: edge::EnvLookup,
     ) -> Result<Loaded, LoadError> {
-        let mut file = file::parse(text).map_err(|e| yaml_error(origin, &e))?;
+        let mut file = file::parse(text).map_err(|e| yaml_error(text, origin, &e))?;
         if let Some(path) = path {
             edge::resolve_keys_file(&mut file, path);
             tls::resolve_paths(&mut file, path);
+            profile::resolve_paths(&mut file, path);
         }
         let located = |path: String, message: String| Diagnostic {
             location: locate::locate(text, &path),
@@ -320,6 +323,26 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The pool name of [`Config::from_backend_urls_serving_listed`].
+    pub const LISTED_MODELS_POOL: &'static str = "default";
+
+    /// The quick-start config for `pronto serve --backend URL ...` without `--model`: as
+    /// [`Config::from_backend_urls`] with the pool named [`Config::LISTED_MODELS_POOL`],
+    /// which also serves every model its backends list at `GET /v1/models`
+    /// ([`Pool::serve_listed_models`]).
+    pub fn from_backend_urls_serving_listed(
+        urls: &[String],
+        policy: impl Into<PolicySpec>,
+    ) -> Result<Config, LoadError> {
+        let mut config = Config::from_backend_urls(urls, Config::LISTED_MODELS_POOL, policy)?;
+        for p in &mut config.pools {
+            p.serve_listed_models = true;
+        }
+        Ok(config)
+    }
+}
+
 /// The file form of `spec`: its name and every parameter, as a file would write them.
 fn policy_file(spec: &PolicySpec) -> file::PolicyFile {
     let mut fields = match serde_json::to_value(spec) {
@@ -334,14 +357,15 @@ fn policy_file(spec: &PolicySpec) -> file::PolicyFile {
     }
 }
 
-/// A syntax or type error from `serde_yaml_ng`, with its position split out of the message.
-fn yaml_error(origin: &str, e: &serde_yaml_ng::Error) -> LoadError {
-    let location = e.location().map(|l| Location {
+/// A syntax or type error from `serde_yaml_ng` in `text`, with its position split out of the
+/// message and kept inside the text.
+fn yaml_error(text: &str, origin: &str, e: &serde_yaml_ng::Error) -> LoadError {
+    let reported = e.location().map(|l| Location {
         line: l.line(),
         column: l.column(),
     });
     let mut message = e.to_string();
-    if let Some(l) = &location {
+    if let Some(l) = &reported {
         // serde_yaml_ng appends " at line L column C" (and for parser errors may continue
         // with ", while parsing ..."); the position is already in the prefix.
         let suffix = format!(" at line {} column {}", l.line, l.column);
@@ -349,7 +373,25 @@ fn yaml_error(origin: &str, e: &serde_yaml_ng::Error) -> LoadError {
             message.replace_range(at..at + suffix.len(), "");
         }
     }
-    LoadError::single(origin, location, message)
+    LoadError::single(origin, reported.map(|l| within(text, l)), message)
+}
+
+/// `loc`, or the end of `text` when `loc` lies past it: the parser reports an error at the
+/// end of a text without a final line break on the line after the last one.
+fn within(text: &str, loc: Location) -> Location {
+    // Lines as YAML breaks them: `\r\n`, `\n`, `\r`, NEL, LS and PS.
+    let lines: Vec<&str> = text
+        .split("\r\n")
+        .flat_map(|l| l.split(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}']))
+        .collect();
+    let last = lines.last().map_or(0, |l| l.chars().count());
+    if loc.line > lines.len() {
+        return Location {
+            line: lines.len(),
+            column: last + 1,
+        };
+    }
+    loc
 }
 
 #[cfg(test)]

@@ -62,10 +62,18 @@ pub const DEFAULT_READMIT_AFTER: Duration = Duration::from_secs(10);
 pub const DEFAULT_WEIGHT: u32 = 1;
 /// Default time between two resolutions of a pool's `discover.dns` name.
 pub const DEFAULT_DISCOVER_INTERVAL: Duration = Duration::from_secs(10);
+/// Default `pools.*.scrape.interval`.
+pub const DEFAULT_SCRAPE_INTERVAL: Duration = pronto_core::engine::DEFAULT_SCRAPE_INTERVAL;
+/// Shortest `pools.*.scrape.interval` accepted.
+pub const MIN_SCRAPE_INTERVAL: Duration = Duration::from_millis(10);
 /// Default for watching the config file for changes.
 pub const DEFAULT_RELOAD_WATCH: bool = true;
 /// Default time between two looks at the config file.
 pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+/// Default for writing the access log.
+pub const DEFAULT_ACCESS_LOG_ENABLED: bool = true;
+/// Default share of requests the access log records.
+pub const DEFAULT_ACCESS_LOG_SAMPLE_RATE: f64 = 1.0;
 
 /// A pool's tokenizer as the config names it, with the fingerprint of what was loaded (an
 /// edited file is a different tokenizer).
@@ -96,8 +104,11 @@ pub struct Config {
     pub retry: Retry,
     /// Health checking.
     pub health: Health,
-    /// Add `x-pronto-backend` / `x-pronto-predicted-ttft-ms` to responses.
+    /// Add the `x-pronto-*` explanation headers (backend, reason, prediction, runner-up,
+    /// attempts) to responses.
     pub explain_headers: bool,
+    /// The access log (one line per request).
+    pub access_log: AccessLog,
     /// Live reload of the config file.
     pub reload: ReloadSettings,
     /// Pools in file order; each model name appears once.
@@ -180,6 +191,25 @@ pub struct Health {
     pub readmit_after: Duration,
 }
 
+/// The access log: one line per request, target `pronto::access` (see
+/// `crate::proxy::access`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AccessLog {
+    /// Write it at all.
+    pub enabled: bool,
+    /// Share of requests written, 0..=1, chosen by a hash of the request id.
+    pub sample_rate: f64,
+}
+
+impl Default for AccessLog {
+    fn default() -> AccessLog {
+        AccessLog {
+            enabled: DEFAULT_ACCESS_LOG_ENABLED,
+            sample_rate: DEFAULT_ACCESS_LOG_SAMPLE_RATE,
+        }
+    }
+}
+
 /// Live reload of the config file (see [`crate::reload`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReloadSettings {
@@ -216,9 +246,31 @@ pub struct Pool {
     /// the loaded tokenizer is in [`super::Resources`]: exact prompt tokens
     /// and engine-matching block hashes. Equal across reloads when its files are unchanged.
     pub tokenizer: Option<TokenizerRef>,
+    /// The pool also serves every model its backends list at `GET /v1/models`, each on the
+    /// backends that list it ([`crate::models::served`]). Set by `pronto serve --backend URL`
+    /// without `--model`; a config file cannot.
+    pub serve_listed_models: bool,
     /// The pool's `api_key` (already in each static backend's [`Backend::api_key`] unless
     /// it has its own; discovered backends get it).
     pub api_key: Option<UpstreamKey>,
+    /// Engine metrics scraping of the pool's backends (`scrape:`).
+    pub scrape: Scrape,
+}
+
+/// A pool's `scrape:` section (see [`crate::backend::EngineScraper`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scrape {
+    /// Time between two scrapes of each backend while they succeed; failures back off
+    /// from it. A sample is trusted for `pronto_core::engine::stale_after(interval)`.
+    pub interval: Duration,
+}
+
+impl Default for Scrape {
+    fn default() -> Scrape {
+        Scrape {
+            interval: DEFAULT_SCRAPE_INTERVAL,
+        }
+    }
 }
 
 /// A pool's `discover:` section: every address a DNS name resolves to is a backend.

@@ -117,9 +117,20 @@ fn schema_value() -> Value {
                 ),
             })),
             "explain_headers": {
-                "description": "Add x-pronto-backend and x-pronto-predicted-ttft-ms to responses",
+                "description": "Add x-pronto-* headers to responses: the backend, the decision's reason and prediction, the runner-up and its prediction, the attempts",
                 "type": "boolean", "default": false,
             },
+            "access_log": section("The access log: one line per request (log target pronto::access)", json!({
+                "enabled": {
+                    "description": "Write one line per request when its response ends",
+                    "type": "boolean", "default": DEFAULT_ACCESS_LOG_ENABLED,
+                },
+                "sample_rate": {
+                    "description": "Share of requests written, 0..=1, chosen by a hash of the request id",
+                    "type": "number", "minimum": 0, "maximum": 1,
+                    "default": DEFAULT_ACCESS_LOG_SAMPLE_RATE,
+                },
+            })),
             "reload": section("Live reload of this file (also on SIGHUP and POST /admin/reload)", json!({
                 "watch": {
                     "description": "Poll the file and reload it when it changes",
@@ -266,6 +277,20 @@ fn schema_value() -> Value {
                         "description": "Default profile hint of the pool's backends",
                         "$ref": "#/$defs/profile",
                     },
+                    "scrape": {
+                        "description": "Engine metrics scraping of the pool's backends \
+                                        (GET /metrics)",
+                        "type": "object",
+                        "additionalProperties": false,
+                        "properties": {
+                            "interval": duration(
+                                "Time between two scrapes of each backend while they \
+                                 succeed (at least 10ms); a failing backend backs off, \
+                                 doubling up to 30s",
+                                DEFAULT_SCRAPE_INTERVAL
+                            ),
+                        },
+                    },
                     "tokenizer": {
                         "description": "The model's tokenizer: a Hugging Face tokenizer.json or \
                                         a directory holding it (with tokenizer_config.json and \
@@ -297,6 +322,12 @@ fn schema_value() -> Value {
                 "type": "object",
                 "additionalProperties": false,
                 "properties": {
+                    "file": {
+                        "description": "A simulator profile written by `pronto calibrate` \
+                                        (relative to this file); its `prior:` block gives \
+                                        the fields not set beside it",
+                        "type": "string",
+                    },
                     "base_ms": {
                         "description": "Fixed overhead of a request, ms",
                         "type": "number", "exclusiveMinimum": 0,

@@ -68,6 +68,27 @@ fn syntax_and_type_errors_are_located_once() {
     );
 }
 
+/// Found by the config-loader fuzz body: the parser places an error at the end of a text
+/// with no final line break on the line after the last; it is reported at the text's end.
+#[test]
+fn an_error_at_the_end_of_the_text_is_located_inside_it() {
+    let yaml = "pools:\n  m:\n    backends:\n      - {name: a, url: 'http://h:1'";
+    let err = Config::from_yaml_str(yaml, "f.yaml").unwrap_err();
+    assert_eq!(
+        err.errors[0].location,
+        Some(Location {
+            line: 4,
+            column: 36
+        }),
+        "{err}"
+    );
+    for yaml in ["pools:\r\n  m: [\r\n", "pools:\r  m: [", "pools:\n  m: ["] {
+        let err = Config::from_yaml_str(yaml, "f.yaml").unwrap_err();
+        let loc = err.errors[0].location.unwrap();
+        assert!(loc.line <= 2, "{yaml:?}: {err}");
+    }
+}
+
 #[test]
 fn warnings_are_located_on_success() {
     let yaml =

@@ -228,6 +228,7 @@ impl Checker {
             retry,
             health,
             explain_headers: f.explain_headers.unwrap_or(false),
+            access_log: self.access_log(f),
             reload,
             pools,
             priority_classes,
@@ -241,6 +242,25 @@ impl Checker {
             source_path: None,
             warnings: Vec::new(),
             source_hash: 0,
+        }
+    }
+
+    fn access_log(&mut self, f: &ConfigFile) -> AccessLog {
+        let section = f.access_log.clone().unwrap_or_default();
+        let sample_rate = match section.sample_rate {
+            None => DEFAULT_ACCESS_LOG_SAMPLE_RATE,
+            Some(r) if (0.0..=1.0).contains(&r) => r,
+            Some(r) => {
+                self.error(
+                    "access_log.sample_rate",
+                    format!("must be between 0 and 1 (a share of requests), got {r}"),
+                );
+                DEFAULT_ACCESS_LOG_SAMPLE_RATE
+            }
+        };
+        AccessLog {
+            enabled: section.enabled.unwrap_or(DEFAULT_ACCESS_LOG_ENABLED),
+            sample_rate,
         }
     }
 
@@ -591,6 +611,7 @@ impl Checker {
             .api_key
             .as_ref()
             .and_then(|k| self.upstream_key(&format!("{path}.api_key"), k));
+        let scrape = self.scrape(path, pool);
         if pool.discover.is_none() {
             self.backend_count_checks(path, pool, retry);
         }
@@ -617,7 +638,9 @@ impl Checker {
             discover,
             profile,
             tokenizer,
+            serve_listed_models: false,
             api_key,
+            scrape,
         }
     }
 

@@ -65,6 +65,8 @@ fn defaults_fill_every_optional_field() {
     assert_eq!(c.health, Health::default());
     assert_eq!(c.health.path, "/health");
     assert!(!c.explain_headers);
+    assert_eq!(c.access_log, AccessLog::default());
+    assert!(c.access_log.enabled && c.access_log.sample_rate == 1.0);
     assert_eq!(c.pools.len(), 1);
     let p = &c.pools[0];
     assert_eq!(&*p.model, "m");
@@ -86,6 +88,7 @@ admin_listen: '[::1]:9401'
 threads: 8
 grace_period: 1m30s
 explain_headers: true
+access_log: {enabled: false, sample_rate: 0.25}
 limits: {max_body_bytes: 1GiB, connect_timeout: 250ms, first_token_timeout: 10s, idle_timeout: 1h}
 retry: {max_retries: 0}
 health: {path: /v1/models, interval: 2s, timeout: 500ms, eject_after_failures: 5, readmit_after: 1m}
@@ -108,6 +111,13 @@ pools:
     assert_eq!(c.threads, 8);
     assert_eq!(c.grace_period, Duration::from_secs(90));
     assert!(c.explain_headers);
+    assert_eq!(
+        c.access_log,
+        AccessLog {
+            enabled: false,
+            sample_rate: 0.25
+        }
+    );
     assert_eq!(
         c.limits,
         Limits {
@@ -460,6 +470,22 @@ fn threads_between_1_and_256() {
         run(&format!("threads: 256\n{POOL}")).unwrap().0.threads,
         256
     );
+}
+
+#[test]
+fn access_log_sample_rate_is_a_share() {
+    for bad in ["-0.1", "1.5", ".nan"] {
+        let (path, message) = one_error(&format!("access_log: {{sample_rate: {bad}}}\n{POOL}"));
+        assert_eq!(path, "access_log.sample_rate");
+        assert!(message.starts_with("must be between 0 and 1"), "{message}");
+    }
+    for (ok, rate) in [("0", 0.0), ("1", 1.0), ("0.5", 0.5)] {
+        let c = run(&format!("access_log: {{sample_rate: {ok}}}\n{POOL}"))
+            .unwrap()
+            .0;
+        assert_eq!(c.access_log.sample_rate, rate);
+    }
+    assert!(file::parse(&format!("access_log: {{rate: 1}}\n{POOL}")).is_err());
 }
 
 #[test]

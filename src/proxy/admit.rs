@@ -14,31 +14,34 @@ use crate::config::{Route, Slo, SloAction};
 use crate::error::GatewayError;
 use crate::gateway::{GatewayState, Pool, Routed};
 use crate::request::RequestFeatures;
+use pronto_core::ids::BackendId;
 
 /// Longest `Retry-After` suggested for an SLO miss, seconds.
 const MAX_RETRY_AFTER_S: u32 = 60;
 
-use super::lifecycle::Failure;
+use super::lifecycle::{Failure, Parsed};
 
 impl Proxy {
     /// Apply `route`'s admission control: the pool to send the request to (its own or the
     /// fallback), the guard that marks its end on that pool, and the routing decision admission
     /// judged (the first attempt uses it: one decision, one prediction) — or a 429 /
     /// client-gone error. A request without a route, or whose route has no SLO, passes at once
-    /// (and is routed by the attempt).
+    /// (and is routed by the attempt). `route` is the request's (with its key's priority);
+    /// the pool, features and excluded backends are `parsed`'s.
     pub(super) async fn admit<'s>(
         &'s self,
         session: &mut ServerSession,
         state: &'s GatewayState,
-        pool: &'s Pool,
+        parsed: &Parsed<'s>,
         route: Option<&'s Route>,
-        features: &RequestFeatures,
         arrived: Instant,
     ) -> Result<(&'s Pool, Departure<'s>, Option<Routed>), Failure> {
+        let (pool, features, excluded) = (parsed.pool, &parsed.features, parsed.excluded);
         let Some((route, slo)) = route.and_then(|r| Some((r, r.slo.as_ref()?))) else {
             return Ok((pool, self.admission.departure(pool.model.clone()), None));
         };
-        let (miss, routed) = self.slo_check(state, pool, Some(route), features, slo, true);
+        let (miss, routed) =
+            self.slo_check(state, pool, Some(route), features, excluded, slo, true);
         let Some((reason, predicted)) = miss else {
             return Ok((pool, self.admission.departure(pool.model.clone()), routed));
         };
@@ -60,26 +63,33 @@ impl Proxy {
                 )),
             },
             SloAction::Queue => {
-                self.wait_in_queue(session, state, pool, route, slo, features, arrived)
-                    .await
+                self.wait_in_queue(
+                    session, state, pool, route, slo, features, excluded, arrived,
+                )
+                .await
             }
         }
     }
 
     /// Route `features` on `pool` now and judge the decision against `slo`: why it cannot be
     /// served in time (with the decision's prediction; infinite when no backend is eligible),
-    /// or `None` when it can; and the decision itself.
+    /// or `None` when it can; and the decision itself. `excluded` backends are not
+    /// considered.
+    #[allow(clippy::too_many_arguments)]
     fn slo_check(
         &self,
         state: &GatewayState,
         pool: &Pool,
         route: Option<&Route>,
         features: &RequestFeatures,
+        excluded: &[BackendId],
         slo: &Slo,
         check_queue: bool,
     ) -> (Option<(ShedReason, f64)>, Option<Routed>) {
         let policy = state.policy_for(pool, route);
-        let routed = pool.route(&**policy, features, Instant::now(), &[]).ok();
+        let routed = pool
+            .route(&**policy, features, Instant::now(), excluded)
+            .ok();
         // A policy that cannot predict (no model anywhere) does not hold the request back.
         let predicted = routed.map(|r| r.decision.predicted_ttft_s.unwrap_or(0.0));
         let rank = route.map_or(0, |r| r.rank);
@@ -137,6 +147,7 @@ impl Proxy {
         route: &Route,
         slo: &Slo,
         features: &RequestFeatures,
+        excluded: &[BackendId],
         arrived: Instant,
     ) -> Result<(&'s Pool, Departure<'s>, Option<Routed>), Failure> {
         let deadline = arrived + slo.ttft;
@@ -164,7 +175,8 @@ impl Proxy {
             };
             if deadline_passed {
                 // The SLO is lost either way: send late if a backend is free, else shed.
-                let (_, routed) = self.slo_check(state, pool, Some(route), features, slo, false);
+                let (_, routed) =
+                    self.slo_check(state, pool, Some(route), features, excluded, slo, false);
                 if routed.is_some() {
                     ticket.dispatch();
                     return Ok((pool, self.admission.departure(pool.model.clone()), routed));
@@ -173,7 +185,8 @@ impl Proxy {
                 return Err(self.shed(pool, route, slo, ShedReason::Deadline, f64::NAN));
             }
             if ticket.claim() {
-                let (miss, routed) = self.slo_check(state, pool, Some(route), features, slo, false);
+                let (miss, routed) =
+                    self.slo_check(state, pool, Some(route), features, excluded, slo, false);
                 if miss.is_none() {
                     ticket.dispatch();
                     return Ok((pool, self.admission.departure(pool.model.clone()), routed));

@@ -16,6 +16,31 @@ use pingora_core::protocols::http::ServerSession;
 use super::budget::Reservation;
 use crate::error::GatewayError;
 
+/// How long [`linger`] keeps reading a refused body, and how much of it.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 64 << 20;
+
+/// After an early answer to a request whose body was not read (413, 503 `gateway_busy`):
+/// read and discard what the client is still sending, for at most [`LINGER_TIME`] and
+/// [`LINGER_BYTES`], before the connection is closed. Closing a socket with unread data
+/// resets it, and the reset can destroy the answer before the client reads it (nginx's
+/// lingering close). Nothing is buffered. HTTP/2 needs none of this: a stream is reset alone.
+pub async fn linger(session: &mut ServerSession) {
+    if session.is_http2() {
+        return;
+    }
+    let _ = tokio::time::timeout(LINGER_TIME, async {
+        let mut read = 0;
+        while let Ok(Some(chunk)) = session.read_request_body().await {
+            read += chunk.len();
+            if read > LINGER_BYTES {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
 /// Deadlines and limits of one body read.
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimits {

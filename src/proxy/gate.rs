@@ -33,6 +33,11 @@ pub(super) struct Pass<'c> {
 }
 
 impl Pass<'_> {
+    /// The authenticated key's name.
+    pub(super) fn key_name(&self) -> Option<&Arc<str>> {
+        self.key.map(|k| &k.name)
+    }
+
     /// The `x-ratelimit-*` headers for the response: the key's buckets, else the route's.
     pub(super) fn headers(&self) -> Vec<(&'static str, String)> {
         let mut out: Vec<_> = self

@@ -15,16 +15,18 @@ use std::time::Instant;
 use bytes::Bytes;
 use pingora_core::protocols::http::ServerSession;
 
+use super::access::Access;
 use super::gate::Pass;
 use super::observe::{self, FirstTokenObserver};
 use super::relay::{client_response_head, Relay, RelayEnd, RelayOutcome};
 use super::retry::{Next, Retries};
 use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
-use super::{tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
+use super::{request_id, tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
 use crate::config::Route;
 use crate::error::GatewayError;
-use crate::gateway::{GatewayState, Pool, Routed};
+use crate::gateway::{GatewayState, Pool, Routed, Target};
 use crate::request::{parse_request, Endpoint, RequestFeatures};
+use pronto_core::ids::BackendId;
 
 /// A failed request: the pool it reached (for the metric label) and the client's error.
 pub(super) type Failure = (Option<Arc<str>>, GatewayError);
@@ -34,6 +36,8 @@ pub(super) struct Parsed<'s> {
     pub features: RequestFeatures,
     pub pool: &'s Pool,
     pub route: Option<&'s Route>,
+    /// Backends of the pool that do not serve the request's model.
+    pub excluded: &'s [BackendId],
     /// Prompt tokens as Pronto counted them, before the pool's learnt engine ratio.
     pub own_tokens: u32,
 }
@@ -45,31 +49,26 @@ impl Proxy {
         session: &mut ServerSession,
         state: &GatewayState,
         endpoint: Endpoint,
+        access: &mut Access,
         arrived: Instant,
     ) -> Result<(), Failure> {
         let mut pass = self.gate_key(session, state).map_err(|e| (None, e))?;
+        access.key = pass.key_name().cloned();
         // The body's share of the buffer budget lives as long as the request.
         let mut budget = self
             .budget
             .reservation(state.config.limits.max_buffered_bytes);
         let body = self.read(session, state, &mut budget).await?;
+        access.request_bytes = Some(body.len() as u64);
         let mut parsed = self
-            .parse(session, state, endpoint, &body, pass.key)
+            .parse(session, state, endpoint, &body, pass.key, access)
             .await?;
         self.authorize(&mut pass, state, &parsed)?;
         let keyed_route = pass.keyed_route(parsed.route);
         let route = keyed_route.as_ref().or(parsed.route);
         let first_pool = parsed.pool;
-        let (pool, _departure, admitted) = self
-            .admit(
-                session,
-                state,
-                parsed.pool,
-                route,
-                &parsed.features,
-                arrived,
-            )
-            .await?;
+        let (pool, _departure, admitted) =
+            self.admit(session, state, &parsed, route, arrived).await?;
         if !tokenize::same_tokenizer(first_pool, pool) {
             // A fallback pool that tokenizes differently: its tokens, its block hashes.
             parsed = self.parse_for(session, endpoint, &body, pool).await?;
@@ -80,8 +79,11 @@ impl Proxy {
             route,
             ..parsed
         };
-        self.attempts(session, state, &mut pass, &parsed, &body, admitted, arrived)
-            .await
+        access.pool = Some(pool.model.clone());
+        self.attempts(
+            session, state, &mut pass, &parsed, &body, admitted, access, arrived,
+        )
+        .await
     }
 
     /// Read the whole body (limits and deadlines from the config), charged to `budget`.
@@ -121,10 +123,17 @@ impl Proxy {
         endpoint: Endpoint,
         body: &Bytes,
         key: Option<&crate::config::edge::ApiKey>,
+        access: &mut Access,
     ) -> Result<Parsed<'s>, Failure> {
         let mut features = parse_off_thread(endpoint, body, session_key(session)).await?;
+        access.model = Some(features.model.clone());
+        access.stream = Some(features.stream);
         let header = session.req_header();
-        let Some((pool, route)) = state.route(&features.model, header.uri.path(), &header.headers)
+        let Some(Target {
+            pool,
+            route,
+            excluded,
+        }) = state.route(&features.model, header.uri.path(), &header.headers)
         else {
             if let Some(key) = key {
                 crate::auth::authorize(key, &features.model, None).map_err(|e| (None, e))?;
@@ -136,6 +145,8 @@ impl Proxy {
                 },
             ));
         };
+        access.pool = Some(pool.model.clone());
+        access.route = route.map(|r| r.name.clone());
         tokenize::apply(pool, endpoint, body, &mut features, &self.metrics).await;
         let own_tokens = features.prompt_tokens;
         // Costs are in the engine's tokens: correct our count by what `usage` taught the pool.
@@ -144,6 +155,7 @@ impl Proxy {
             features,
             pool,
             route,
+            excluded,
             own_tokens,
         })
     }
@@ -163,6 +175,7 @@ impl Proxy {
             features,
             pool,
             route: None,
+            excluded: &[],
             own_tokens,
         })
     }
@@ -197,12 +210,14 @@ impl Proxy {
         parsed: &Parsed<'_>,
         body: &Bytes,
         mut admitted: Option<Routed>,
+        access: &mut Access,
         arrived: Instant,
     ) -> Result<(), Failure> {
         let Parsed {
             features,
             pool,
             route,
+            excluded,
             own_tokens,
         } = parsed;
         let pool_err = |e| (Some(pool.model.clone()), e);
@@ -220,7 +235,7 @@ impl Proxy {
         let max_retries = route
             .and_then(|r| r.max_retries)
             .unwrap_or(state.config.retry.max_retries);
-        let mut retries = Retries::default();
+        let mut retries = Retries::excluding(excluded);
         loop {
             let now = Instant::now();
             let routed = match admitted.take() {
@@ -236,12 +251,17 @@ impl Proxy {
             let i = routed.decision.index;
             let backend = &pool.backends[i];
             self.record_decision(pool, policy.name(), &routed, features.prompt_tokens);
+            access.backend = Some(backend.config.name.clone());
+            access.attempts = retries.attempts();
+            access.reason = Some(routed.decision.reason);
+            access.predicted_ttft_s = routed.decision.predicted_ttft_s;
             let client_auth_is_ours = state.config.auth.is_some();
             let head = upstream_request_head(
                 session.req_header(),
                 backend,
                 body.len(),
                 client_auth_is_ours,
+                &access.id,
             )
             .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
             let mut attempted = pool.dispatch(&routed, features, features.stream, now);
@@ -265,7 +285,7 @@ impl Proxy {
                 } => {
                     pool.undo_record(i, features, attempted.held_blocks);
                     drop(attempted);
-                    tracing::info!(backend = %backend.name(), %detail, "attempt failed");
+                    tracing::info!(request_id = %access.id, backend = %backend.name(), %detail, "attempt failed");
                     self.metrics
                         .upstream_errors_total
                         .with_label_values(&[backend.name(), reason.as_str()])
@@ -315,6 +335,7 @@ impl Proxy {
                         pool.undo_record(i, features, attempted.held_blocks);
                     }
                     let mut extra = pass.headers();
+                    extra.push((request_id::HEADER, access.id.clone()));
                     if state.config.explain_headers {
                         self.explain(&mut extra, pool, &routed, retries.attempts());
                     }
@@ -340,10 +361,18 @@ impl Proxy {
                             sent_at,
                             arrived,
                         },
+                        request_id: &access.id,
                     }
                     .run(session, &mut upstream)
                     .await;
                     self.finish(state, pass, pool, i, &outcome, sent_at, *own_tokens);
+                    access.relayed(status, &outcome);
+                    access.ttft = outcome
+                        .first_token_at
+                        .map(|t| t.saturating_duration_since(arrived));
+                    access.upstream_ttft = outcome
+                        .first_token_at
+                        .map(|t| t.saturating_duration_since(sent_at));
                     drop(attempted);
                     if outcome.reusable {
                         self.connectors
@@ -357,7 +386,6 @@ impl Proxy {
                     } else {
                         upstream.shutdown().await;
                     }
-                    self.count(&pool.model, backend.name(), status, arrived);
                     return Ok(());
                 }
             }
@@ -404,8 +432,8 @@ impl Proxy {
         }
     }
 
-    /// The explain headers: the backend, the decision's prediction and reason, and the
-    /// attempt count.
+    /// The explain headers: the backend, the decision's prediction and reason, the
+    /// runner-up and its prediction, and the attempt count.
     fn explain(
         &self,
         extra: &mut Vec<(&'static str, String)>,
@@ -422,6 +450,16 @@ impl Proxy {
             extra.push(("x-pronto-predicted-ttft-ms", format!("{:.1}", p * 1e3)));
         }
         extra.push(("x-pronto-reason", d.reason.as_str().to_string()));
+        if let Some(r) = routed.runner_up {
+            extra.push((
+                "x-pronto-runner-up",
+                pool.backends[r.index].name().to_string(),
+            ));
+            extra.push((
+                "x-pronto-runner-up-predicted-ttft-ms",
+                format!("{:.1}", r.predicted_ttft_s * 1e3),
+            ));
+        }
         extra.push(("x-pronto-attempts", attempts.to_string()));
     }
 }
@@ -492,6 +530,7 @@ mod tests {
             chosen: view,
             held_blocks: 0,
             others_left: false,
+            runner_up: None,
         }
     }
 

@@ -11,20 +11,23 @@
 //! retried on another backend (at most `retry.max_retries` times, the full body sent again)
 //! while nothing has reached the client. Once the client has a byte, never.
 
+mod access;
 mod admit;
 mod body;
 mod budget;
 mod gate;
 mod lifecycle;
+mod local;
 mod observe;
 mod relay;
+pub mod request_id;
 mod respond;
 mod retry;
 mod tokenize;
 mod upstream;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
@@ -40,6 +43,10 @@ use crate::gateway::{GatewayState, Pool, Routed};
 use crate::request::Endpoint;
 use crate::server::ActiveRequests;
 use crate::telemetry::{Metrics, NONE};
+use access::Access;
+pub use access::{RecentDecision, RecentDecisions};
+use lifecycle::Failure;
+use request_id::{IdSource, RequestIds};
 use upstream::Connectors;
 
 /// Upstream connections kept idle in the pool this long.
@@ -60,14 +67,20 @@ pub struct Proxy {
     limiter: crate::ratelimit::RateLimiter,
     /// Request body bytes buffered now, over all requests.
     budget: budget::BufferBudget,
+    /// Where generated request ids come from.
+    ids: RequestIds,
+    /// The last decisions, for the admin listener.
+    decisions: Arc<RecentDecisions>,
 }
 
 impl Proxy {
-    /// A proxy over the given (reloadable) state.
+    /// A proxy over the given (reloadable) state, keeping its recent routing decisions in
+    /// `decisions`.
     pub fn new(
         state: Arc<ArcSwap<GatewayState>>,
         metrics: Metrics,
         active: Arc<ActiveRequests>,
+        decisions: Arc<RecentDecisions>,
     ) -> Proxy {
         Proxy {
             state,
@@ -77,6 +90,8 @@ impl Proxy {
             active,
             limiter: crate::ratelimit::RateLimiter::new(Instant::now()),
             budget: budget::BufferBudget::default(),
+            ids: RequestIds::from_entropy(),
+            decisions,
         }
     }
 
@@ -88,76 +103,123 @@ impl Proxy {
         // complete before we finish the exchange): with pipelining enabled pingora keeps that
         // byte for the next request instead of losing it.
         session.set_pipelining_enabled(true);
+        let state = self.state.load_full();
         // A client that stops reading: a write that cannot progress within the deadline fails,
         // the relay ends and the upstream request is dropped (its engine slot freed).
-        let limits = self.state.load().config.limits;
+        let limits = state.config.limits;
         session.set_write_timeout(Some(limits.write_timeout));
         if let Some(rate) = limits.min_send_rate {
             session.set_min_send_rate(Some(rate as usize));
+        }
+        let req = session.req_header();
+        let (id, source) = self.ids.for_request(&req.headers);
+        let mut access = Access::new(id, req.method.clone(), req.uri.path().to_string());
+        if source == IdSource::Replaced {
+            tracing::debug!(request_id = %access.id, "x-request-id replaced: not 1 to 128 bytes of visible ASCII");
         }
         let raw_head = if session.is_http2() {
             Bytes::new()
         } else {
             session.to_h1_raw()
         };
-        if let Err(err) = gate::check_head(&session.req_header().headers, &raw_head) {
+        let result = match gate::check_head(&session.req_header().headers, &raw_head) {
             // The framing of the rest of the stream cannot be trusted: close after answering.
-            session.set_keepalive(None);
-            let _ = respond::error(session, &err).await;
-            self.count(NONE, NONE, err.status(), arrived);
-            return;
-        }
-        let state = self.state.load_full();
-        let method = session.req_header().method.clone();
-        let path = session.req_header().uri.path().to_string();
-        let endpoint = Endpoint::from_path(&path);
-        let result = match (&method, endpoint) {
-            (&Method::POST, Some(ep)) => self.proxy(session, &state, ep, arrived).await,
-            (&Method::GET, None) if path == "/v1/models" => {
-                if let Err(e) = self.gate_key(session, &state) {
-                    let _ = respond::error(session, &e).await;
-                    self.count(NONE, NONE, e.status(), arrived);
-                    return;
-                }
-                let body = Bytes::from(state.models_json().to_string());
-                let _ = respond::json(session, 200, body, &[]).await;
-                Ok(())
-            }
-            (_, Some(_)) => Err((
-                None,
-                GatewayError::MethodNotAllowed {
-                    method: method.to_string(),
-                    path,
-                },
-            )),
-            (_, None) if path == "/v1/models" => Err((
-                None,
-                GatewayError::MethodNotAllowed {
-                    method: method.to_string(),
-                    path,
-                },
-            )),
-            (_, None) => Err((None, GatewayError::NotFound { path })),
-        };
-        if let Err((pool, err)) = result {
-            let pool_label = pool.as_deref().unwrap_or(NONE);
-            if err.status() >= 500 {
-                tracing::warn!(pool = pool_label, error = %err, "request failed");
-            } else {
-                tracing::debug!(pool = pool_label, error = %err, "request rejected");
-            }
-            if matches!(
-                err,
-                GatewayError::BodyTooLarge { .. }
-                    | GatewayError::RequestTimeout
-                    | GatewayError::Busy(_)
-            ) {
-                // The rest of the body was not read: the connection cannot be reused.
+            Err(err) => {
                 session.set_keepalive(None);
+                Err((None, err))
             }
-            let _ = respond::error(session, &err).await;
-            self.count(pool_label, NONE, err.status(), arrived);
+            Ok(()) => self.serve(session, &state, &mut access, arrived).await,
+        };
+        let mut unread = false;
+        let counted = match result {
+            Ok(()) => access
+                .end
+                .is_some()
+                .then(|| (access.backend.clone(), access.status)),
+            Err((pool, err)) => {
+                if access.pool.is_none() {
+                    access.pool = pool;
+                }
+                let pool_label = access.pool.as_deref().unwrap_or(NONE);
+                if err.status() >= 500 {
+                    tracing::warn!(request_id = %access.id, pool = pool_label, error = %err, "request failed");
+                } else {
+                    tracing::debug!(request_id = %access.id, pool = pool_label, error = %err, "request rejected");
+                }
+                unread = matches!(
+                    err,
+                    GatewayError::BodyTooLarge { .. } | GatewayError::Busy(_)
+                );
+                if unread || matches!(err, GatewayError::RequestTimeout) {
+                    // The rest of the body was not read: the connection cannot be reused.
+                    session.set_keepalive(None);
+                }
+                let len = respond::error(session, &err, &access.id).await;
+                access.failed(&err, len);
+                Some((None, access.status))
+            }
+        };
+        // The access line is written before the request is counted: once `/metrics` shows a
+        // request, its line is out.
+        access.emit(arrived.elapsed(), &state.config.access_log);
+        if let Some((backend, status)) = counted {
+            let pool = access.pool.as_deref().unwrap_or(NONE);
+            self.count(pool, backend.as_deref().unwrap_or(NONE), status, arrived);
         }
+        if let Some(d) = access.into_decision(SystemTime::now()) {
+            self.decisions.push(d);
+        }
+        if unread {
+            // Answered, logged and counted; now drain what the client still sends, so the
+            // close does not reset the connection before it reads the answer.
+            body::linger(session).await;
+        }
+    }
+
+    /// Answer one request whose head passed the edge checks.
+    async fn serve(
+        &self,
+        session: &mut ServerSession,
+        state: &GatewayState,
+        access: &mut Access,
+        arrived: Instant,
+    ) -> Result<(), Failure> {
+        let method = access.method.clone();
+        let path = access.path.as_str();
+        let not_allowed = |access: &Access| {
+            Err((
+                None,
+                GatewayError::MethodNotAllowed {
+                    method: method.to_string(),
+                    path: access.path.clone(),
+                },
+            ))
+        };
+        if let Some(ep) = Endpoint::from_path(path) {
+            if method != Method::POST {
+                return not_allowed(access);
+            }
+            return self.proxy(session, state, ep, access, arrived).await;
+        }
+        let model_id = crate::models::id_from_path(path);
+        if path == "/v1/models" || model_id.is_some() || path == "/health" {
+            if method != Method::GET {
+                return not_allowed(access);
+            }
+            if path == "/health" {
+                self.health(session, state, access).await;
+                return Ok(());
+            }
+            return self
+                .models(session, state, access, model_id.as_deref())
+                .await;
+        }
+        Err((
+            None,
+            GatewayError::NotFound {
+                path: access.path.clone(),
+            },
+        ))
     }
 
     /// A request to `pool.backends[index]` failed; forget its cache if that ejected it.

@@ -42,6 +42,8 @@ pub struct RelayOutcome {
     pub last_token_at: Option<Instant>,
     /// Output-carrying events relayed (≈ output tokens; streams only).
     pub output_events: u32,
+    /// Body bytes written to the client (an error event included).
+    pub bytes_sent: u64,
     /// The upstream connection is clean and may be pooled.
     pub reusable: bool,
     /// The response's `usage`: the stream's last usage event, or a complete JSON body's (bodies
@@ -90,6 +92,8 @@ pub struct Relay<'a> {
     /// Told of the first generated token, once (the model learns, the booking leaves
     /// prefill).
     pub observer: FirstTokenObserver<'a>,
+    /// The request's id, for the log.
+    pub request_id: &'a str,
 }
 
 impl Relay<'_> {
@@ -102,6 +106,7 @@ impl Relay<'_> {
             sse,
             idle,
             mut observer,
+            request_id,
         } = self;
         let mut scanner = SseScanner::new();
         let mut out = RelayOutcome {
@@ -109,6 +114,7 @@ impl Relay<'_> {
             first_token_at: None,
             last_token_at: None,
             output_events: 0,
+            bytes_sent: 0,
             reusable: false,
             usage: None,
         };
@@ -145,10 +151,12 @@ impl Relay<'_> {
                         kept = None;
                     }
                 }
+                let len = chunk.len() as u64;
                 if client.write_response_body(chunk, false).await.is_err() {
                     out.end = RelayEnd::ClientGone;
                     return out;
                 }
+                out.bytes_sent += len;
             }
             if body_done {
                 break;
@@ -158,19 +166,19 @@ impl Relay<'_> {
                     Ok(Ok(Some(chunk))) => pending = Some(chunk),
                     Ok(Ok(None)) => body_done = true,
                     Ok(Err(e)) => {
-                        tracing::warn!(error = %e, "backend failed mid-response");
+                        tracing::warn!(request_id, error = %e, "backend failed mid-response");
                         out.end = RelayEnd::UpstreamFailed;
                         break;
                     }
                     Err(_) => {
-                        tracing::warn!("backend idle mid-response");
+                        tracing::warn!(request_id, "backend idle mid-response");
                         out.end = RelayEnd::UpstreamFailed;
                         break;
                     }
                 },
                 r = client.read_body_or_idle(true) => {
                     // Any outcome here means the client went away (or broke protocol).
-                    tracing::debug!(result = ?r.map(|b| b.map(|b| b.len())), "client gone");
+                    tracing::debug!(request_id, result = ?r.map(|b| b.map(|b| b.len())), "client gone");
                     out.end = RelayEnd::ClientGone;
                     return out;
                 }
@@ -181,7 +189,11 @@ impl Relay<'_> {
                 let e = GatewayError::Internal(
                     "the backend failed while streaming the response".into(),
                 );
-                let _ = client.write_response_body(e.to_sse_event(), true).await;
+                let event = e.to_sse_event();
+                let len = event.len() as u64;
+                if client.write_response_body(event, true).await.is_ok() {
+                    out.bytes_sent += len;
+                }
             } else {
                 // A fixed-length or chunked body cannot be ended cleanly without lying about
                 // its completeness: close the connection so the client sees the truncation.

@@ -24,7 +24,13 @@ pub async fn json(
     session.write_response_body(body, true).await
 }
 
-/// Write `err` as an OpenAI-style JSON error.
-pub async fn error(session: &mut ServerSession, err: &GatewayError) -> pingora_core::Result<()> {
-    json(session, err.status(), err.to_json(), &err.headers()).await
+/// Write `err` as an OpenAI-style JSON error carrying `x-request-id: request_id`; returns the
+/// body's length. A client that is gone is not an error here: nothing else would be done.
+pub async fn error(session: &mut ServerSession, err: &GatewayError, request_id: &str) -> usize {
+    let body = err.to_json();
+    let len = body.len();
+    let mut headers = err.headers();
+    headers.push((super::request_id::HEADER, request_id.to_string()));
+    let _ = json(session, err.status(), body, &headers).await;
+    len
 }

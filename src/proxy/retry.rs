@@ -25,6 +25,15 @@ pub(super) struct Retries {
 }
 
 impl Retries {
+    /// No attempt yet; `excluded` backends may not be tried (they do not serve the request's
+    /// model).
+    pub fn excluding(excluded: &[BackendId]) -> Retries {
+        Retries {
+            tried: excluded.to_vec(),
+            spent: 0,
+        }
+    }
+
     /// An attempt on `backend` failed; `others_left`: the decision saw another eligible
     /// backend.
     pub fn failed(&mut self, backend: BackendId, max_retries: u32, others_left: bool) -> Next {

@@ -88,15 +88,17 @@ impl Deadlines {
     }
 }
 
-/// The request head sent upstream: the client's end-to-end headers, our `Host` and framing.
-/// The client's `Authorization` is its credential for the gateway: it is dropped when the
-/// gateway checks keys (`client_auth_is_ours`) or the backend has a key of its own, which
-/// is sent instead.
+/// The request head sent upstream: the client's end-to-end headers, our `Host` and framing,
+/// and the request's id as `x-request-id` (replacing the client's, which it equals when that
+/// was valid). The client's `Authorization` is its credential for the gateway: it is dropped
+/// when the gateway checks keys (`client_auth_is_ours`) or the backend has a key of its own,
+/// which is sent instead.
 pub fn upstream_request_head(
     client: &RequestHeader,
     backend: &Backend,
     body_len: usize,
     client_auth_is_ours: bool,
+    request_id: &str,
 ) -> pingora_core::Result<RequestHeader> {
     let path = client
         .uri
@@ -121,6 +123,7 @@ pub fn upstream_request_head(
     if let Some(auth) = &backend.authorization {
         req.insert_header(header::AUTHORIZATION, auth.clone())?;
     }
+    req.insert_header(super::request_id::HEADER, request_id)?;
     Ok(req)
 }
 

@@ -3,7 +3,16 @@
 //!
 //! Label values are bounded: pool and backend names come from config, never from raw user
 //! input (a request for an unknown model is counted under pool `none`).
+//!
+//! Every family with a `backend` label is also listed when it is registered, so
+//! [`Metrics::forget_backend`] removes all of a departed backend's series without a list to
+//! keep in step by hand.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -148,6 +157,8 @@ pub const REVISION: &str = env!("PRONTO_GIT_REVISION");
 #[derive(Debug, Clone)]
 pub struct Metrics {
     registry: Registry,
+    /// Every family with a `backend` label (what [`Metrics::forget_backend`] clears).
+    per_backend: Arc<Vec<Box<dyn BackendFamily>>>,
     /// `pronto_requests_total{pool,backend,code}`
     pub requests_total: IntCounterVec,
     /// `pronto_request_duration_seconds{pool}`: request arrival to end of response.
@@ -231,6 +242,16 @@ pub struct Metrics {
     pub kv_events_resyncs_total: IntCounterVec,
     /// `pronto_kv_events_blocks{backend}`: blocks in a backend's exact index.
     pub kv_events_blocks: IntGaugeVec,
+    /// `pronto_health_check_failures_total{backend,reason}`: failed active health checks by
+    /// [`crate::backend::CheckFailure::label`] (`status`, `timeout`, `refused`, `connect`,
+    /// `io`).
+    pub health_check_failures_total: IntCounterVec,
+    /// `pronto_kv_events_connect_failures_total{backend}`: failed connects (or handshakes) to
+    /// an engine's KV-event publisher.
+    pub kv_events_connect_failures_total: IntCounterVec,
+    /// `pronto_kv_events_subscriber_restarts_total{backend}`: KV-event subscriber tasks that
+    /// died (panicked or returned) and were restarted.
+    pub kv_events_subscriber_restarts_total: IntCounterVec,
     /// `pronto_backend_ejections_total{backend}`: passive ejections (consecutive failures).
     /// Registered at zero for every configured backend ([`Metrics::publish_config`]).
     pub backend_ejections_total: IntCounterVec,
@@ -251,37 +272,80 @@ pub struct Metrics {
     pub pool_healthy_backends: IntGaugeVec,
 }
 
+/// A family with a `backend` label: removes every series of one backend, whatever its other
+/// labels.
+trait BackendFamily: Send + Sync + std::fmt::Debug {
+    fn forget(&self, backend: &str);
+}
+
+impl<T: MetricVecBuilder + 'static> BackendFamily for MetricVec<T> {
+    fn forget(&self, backend: &str) {
+        for family in self.collect() {
+            for m in family.get_metric() {
+                let labels: HashMap<&str, &str> = m
+                    .get_label()
+                    .iter()
+                    .map(|l| (l.name(), l.value()))
+                    .collect();
+                if labels.get("backend") == Some(&backend) {
+                    // Gone already (a concurrent forget) is fine.
+                    let _ = self.remove(&labels);
+                }
+            }
+        }
+    }
+}
+
+/// The registry being filled, and the families with a `backend` label found so far.
+struct Families {
+    registry: Registry,
+    per_backend: RefCell<Vec<Box<dyn BackendFamily>>>,
+}
+
+impl Families {
+    fn register<T: MetricVecBuilder + 'static>(&self, family: &MetricVec<T>, labels: &[&str]) {
+        self.registry
+            .register(Box::new(family.clone()))
+            .expect("unique metric");
+        if labels.contains(&"backend") {
+            self.per_backend.borrow_mut().push(Box::new(family.clone()));
+        }
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
 }
 
-fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+fn counter(r: &Families, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter");
-    r.register(Box::new(c.clone())).expect("unique metric");
+    r.register(&c, labels);
     c
 }
 
-fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+fn gauge(r: &Families, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
-    r.register(Box::new(g.clone())).expect("unique metric");
+    r.register(&g, labels);
     g
 }
 
-fn plain_gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+fn plain_gauge(r: &Families, name: &str, help: &str) -> IntGauge {
     let g = IntGauge::new(name, help).expect("valid gauge");
-    r.register(Box::new(g.clone())).expect("unique metric");
+    r.registry
+        .register(Box::new(g.clone()))
+        .expect("unique metric");
     g
 }
 
-fn float_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+fn float_gauge(r: &Families, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
     let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
-    r.register(Box::new(g.clone())).expect("unique metric");
+    r.register(&g, labels);
     g
 }
 
-fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+fn histogram(r: &Families, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
     histogram_with(r, name, help, labels, LATENCY_BUCKETS)
 }
 
@@ -298,7 +362,7 @@ const TPOT_BUCKETS: &[f64] = &[
 const RATIO_BUCKETS: &[f64] = &[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0];
 
 fn histogram_with(
-    r: &Registry,
+    r: &Families,
     name: &str,
     help: &str,
     labels: &[&str],
@@ -309,7 +373,7 @@ fn histogram_with(
         labels,
     )
     .expect("valid histogram");
-    r.register(Box::new(h.clone())).expect("unique metric");
+    r.register(&h, labels);
     h
 }
 
@@ -362,7 +426,10 @@ impl Metrics {
 
     /// Register every family in a fresh registry.
     pub fn new() -> Metrics {
-        let r = Registry::new();
+        let r = Families {
+            registry: Registry::new(),
+            per_backend: RefCell::default(),
+        };
         Metrics {
             requests_total: counter(
                 &r,
@@ -579,6 +646,24 @@ impl Metrics {
                 "Blocks a backend's exact prefix index holds",
                 &["backend"],
             ),
+            health_check_failures_total: counter(
+                &r,
+                "pronto_health_check_failures_total",
+                "Failed active health checks, by backend and reason (status, timeout, refused, connect, io)",
+                &["backend", "reason"],
+            ),
+            kv_events_connect_failures_total: counter(
+                &r,
+                "pronto_kv_events_connect_failures_total",
+                "Failed connects to a backend engine's KV-event publisher",
+                &["backend"],
+            ),
+            kv_events_subscriber_restarts_total: counter(
+                &r,
+                "pronto_kv_events_subscriber_restarts_total",
+                "KV-event subscriber tasks that died (panicked or returned) and were restarted",
+                &["backend"],
+            ),
             backend_ejections_total: counter(
                 &r,
                 "pronto_backend_ejections_total",
@@ -615,7 +700,8 @@ impl Metrics {
                 "Backends of each pool eligible for routing, as of the scrape",
                 &["pool"],
             ),
-            registry: r,
+            per_backend: Arc::new(r.per_backend.take()),
+            registry: r.registry,
         }
         .with_start_series()
     }
@@ -645,9 +731,9 @@ impl Metrics {
     /// names — ejections per static backend, retries and client disconnects per pool and
     /// reason, admission sheds (and the admission queue's length and wait) per
     /// admission-controlled route, discovery errors per `discover:` pool, rate-limit
-    /// refusals per configured limit, and each static backend's
-    /// [`Metrics::register_backend`] series — so dashboards and alerts see them before the
-    /// first event. Existing counts are kept (registering a series that exists is a no-op).
+    /// refusals per configured limit, KV-event connect failures and subscriber restarts per
+    /// backend with `kv_events:`, and each static backend's [`Metrics::register_backend`]
+    /// series — so dashboards and alerts see them before the first event. Existing counts are kept (registering a series that exists is a no-op).
     pub fn publish_config(&self, config: &crate::config::Config) {
         self.route_ttft_slo_seconds.reset();
         for route in &config.routes {
@@ -674,6 +760,12 @@ impl Metrics {
                 .with_label_values(&[&*pool.model]);
             for b in &pool.backends {
                 self.register_backend(&b.name);
+                if b.kv_events.is_some() {
+                    self.kv_events_connect_failures_total
+                        .with_label_values(&[&b.name]);
+                    self.kv_events_subscriber_restarts_total
+                        .with_label_values(&[&b.name]);
+                }
             }
             if pool.discover.is_some() {
                 self.discovery_errors_total
@@ -707,14 +799,19 @@ impl Metrics {
     }
 
     /// Register backend `backend`'s counter series at zero: its ejections, engine scrape
-    /// errors and upstream errors of every kind ([`UPSTREAM_ERROR_KINDS`]), so that a rate over them reads 0, not
-    /// "no data", before the first failure. [`Metrics::publish_config`] does it for static
+    /// errors, failed health checks of every reason ([`crate::backend::CheckFailure::LABELS`])
+    /// and upstream errors of every kind ([`UPSTREAM_ERROR_KINDS`]), so that a rate over
+    /// them reads 0, not "no data", before the first failure. [`Metrics::publish_config`] does it for static
     /// backends; a backend found by `discover:` needs it when it is created
     /// (`Backend::new`), else its series appear at its first failure.
     pub fn register_backend(&self, backend: &str) {
         self.backend_ejections_total.with_label_values(&[backend]);
         self.engine_scrape_errors_total
             .with_label_values(&[backend]);
+        for reason in crate::backend::CheckFailure::LABELS {
+            self.health_check_failures_total
+                .with_label_values(&[backend, reason]);
+        }
         for kind in UPSTREAM_ERROR_KINDS {
             self.upstream_errors_total
                 .with_label_values(&[backend, kind]);
@@ -752,14 +849,24 @@ impl Metrics {
             .inc();
     }
 
-    /// Withdraw the per-backend gauges of a backend that left the config, so dashboards do
-    /// not show it frozen. Counters and histograms keep their history.
+    /// Remove every series labelled `backend="<backend>"`, from every family that has a
+    /// `backend` label (gauges, counters and histograms alike), so a backend that left the
+    /// config (reload or discovery) leaves nothing behind in `/metrics`. A later backend of
+    /// the same name starts its series from zero.
+    ///
+    /// Call it after the state without the backend is swapped in. A component still holding
+    /// the departed backend that records afterwards (a draining stream, a probe in flight)
+    /// re-creates that one series; the background loops check that their backend is still
+    /// current before recording.
     pub fn forget_backend(&self, backend: &str) {
-        // Absent series are not an error: a gauge may never have been set.
-        let _ = self.backend_inflight.remove_label_values(&[backend]);
-        let _ = self.backend_healthy.remove_label_values(&[backend]);
-        let _ = self.backend_queue_depth.remove_label_values(&[backend]);
-        let _ = self.backend_kv_usage_ratio.remove_label_values(&[backend]);
+        for family in self.per_backend.iter() {
+            family.forget(backend);
+        }
+    }
+
+    /// How many families have a `backend` label (the ones [`Metrics::forget_backend`] clears).
+    pub fn per_backend_families(&self) -> usize {
+        self.per_backend.len()
     }
 
     /// Publish `version` and `hash` as the active config (replacing the previous hash series).
@@ -780,88 +887,4 @@ impl Metrics {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn renders_registered_families() {
-        let m = Metrics::new();
-        m.requests_total.with_label_values(&["p", "b", "200"]).inc();
-        m.retries_total
-            .with_label_values(&["p", RetryReason::Connect.as_str()])
-            .inc();
-        let text = m.render();
-        assert!(text.contains("pronto_requests_total{backend=\"b\",code=\"200\",pool=\"p\"} 1"));
-        assert!(text.contains("pronto_retries_total{pool=\"p\",reason=\"connect\"} 1"));
-    }
-
-    #[test]
-    fn build_info_reload_results_and_process_series_exist_from_the_start() {
-        let text = Metrics::new().render();
-        let info = format!("pronto_build_info{{revision=\"{REVISION}\",version=\"{VERSION}\"}} 1");
-        assert!(text.contains(&info), "{text}");
-        assert!(!REVISION.is_empty());
-        for result in ["ok", "unchanged", "error"] {
-            let line = format!("pronto_config_reloads_total{{result=\"{result}\"}} 0");
-            assert!(text.contains(&line), "{line}");
-        }
-        #[cfg(target_os = "linux")]
-        for family in [
-            "process_cpu_seconds_total",
-            "process_resident_memory_bytes",
-            "process_open_fds",
-        ] {
-            assert!(text.contains(&format!("\n{family} ")), "{family}");
-        }
-    }
-
-    #[test]
-    fn the_config_publishes_slos_and_zero_series() {
-        let yaml = "
-routes:
-  - {name: chat, pool: m, ttft_slo: 800ms, match: {model: m}}
-  - {name: bulk, pool: m}
-auth: {keys: [{name: k, key: sk-kkkkkkkk}]}
-rate_limits:
-  per_key: {requests_per_minute: 10}
-  routes: {bulk: {max_concurrent: 4, tokens_per_minute: 100}}
-pools:
-  m: {backends: [{name: a, url: 'http://h:1'}, {name: b, url: 'http://h:2'}]}
-";
-        let config = crate::config::Config::from_yaml_str(yaml, "t").unwrap();
-        let m = Metrics::new();
-        m.count_ejection("a");
-        m.publish_config(&config);
-        let text = m.render();
-        for line in [
-            "pronto_route_ttft_slo_seconds{pool=\"m\",route=\"chat\"} 0.8",
-            "pronto_backend_ejections_total{backend=\"a\"} 1",
-            "pronto_backend_ejections_total{backend=\"b\"} 0",
-            "pronto_upstream_errors_total{backend=\"b\",kind=\"connect\"} 0",
-            "pronto_upstream_errors_total{backend=\"a\",kind=\"mid_stream\"} 0",
-            "pronto_retries_total{pool=\"m\",reason=\"status_5xx\"} 0",
-            "pronto_client_disconnects_total{pool=\"m\"} 0",
-            "pronto_admission_queue_length{route=\"chat\"} 0",
-            "pronto_admission_queue_wait_seconds_count{route=\"chat\"} 0",
-            "pronto_engine_scrape_errors_total{backend=\"a\"} 0",
-            "pronto_admission_sheds_total{reason=\"slo_miss\",route=\"chat\"} 0",
-            "pronto_rate_limited_total{limit=\"requests\",name=\"k\",scope=\"key\"} 0",
-            "pronto_rate_limited_total{limit=\"concurrency\",name=\"bulk\",scope=\"route\"} 0",
-            "pronto_rate_limited_total{limit=\"tokens\",name=\"bulk\",scope=\"route\"} 0",
-        ] {
-            assert!(text.contains(line), "missing {line} in:\n{text}");
-        }
-        // Only the limits configured; only the routes with an SLO.
-        assert!(!text.contains("limit=\"tokens\",name=\"k\""));
-        assert!(!text.contains("route=\"bulk\"} "));
-        // A reload that drops the SLO withdraws its gauge.
-        let no_slo = yaml.replace("ttft_slo: 800ms, ", "");
-        m.publish_config(&crate::config::Config::from_yaml_str(&no_slo, "t").unwrap());
-        assert!(!m.render().contains("pronto_route_ttft_slo_seconds{"));
-        m.publish_pools([("m", 2, 1)]);
-        m.publish_pools([("n", 1, 0)]);
-        let text = m.render();
-        assert!(text.contains("pronto_pool_healthy_backends{pool=\"n\"} 0"));
-        assert!(!text.contains("pronto_pool_backends{pool=\"m\"}"));
-    }
-}
+mod tests;

@@ -35,6 +35,8 @@ pub struct Behavior {
     /// `usage.prompt_tokens` reported = this × Pronto's own count of the prompt (an engine
     /// whose tokenizer charges more or less than Pronto's).
     pub prompt_token_factor: f64,
+    /// What `GET /v1/models` lists; `None`: it answers 503 (an engine still loading).
+    pub models: Option<Vec<String>>,
     /// Pad each streamed token's content to at least this many bytes (a fast producer).
     pub token_bytes: usize,
 }
@@ -51,6 +53,7 @@ impl Default for Behavior {
             die_after: None,
             healthy: true,
             prompt_token_factor: 1.0,
+            models: None,
             token_bytes: 0,
         }
     }
@@ -106,6 +109,7 @@ impl TestBackend {
             .route("/v1/completions", post(completion))
             .route("/v1/embeddings", post(embeddings))
             .route("/health", get(health))
+            .route("/v1/models", get(models))
             .layer(axum::extract::DefaultBodyLimit::disable())
             .with_state(Arc::clone(&state));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -163,6 +167,20 @@ async fn health(State(s): State<Arc<BackendState>>, headers: HeaderMap) -> Statu
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
+    }
+}
+
+async fn models(State(s): State<Arc<BackendState>>) -> Response {
+    let listed = s.behavior.lock().unwrap().models.clone();
+    match listed {
+        None => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        Some(ids) => {
+            let data: Vec<serde_json::Value> = ids
+                .iter()
+                .map(|id| serde_json::json!({"id": id, "object": "model", "owned_by": "test"}))
+                .collect();
+            axum::Json(serde_json::json!({"object": "list", "data": data})).into_response()
+        }
     }
 }
 

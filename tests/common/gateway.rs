@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 pub struct Gateway {
     handle: Option<pronto::server::Handle>,
     child: Option<Child>,
+    /// Every log line of a process gateway, in order (ANSI colour removed).
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub config_path: PathBuf,
@@ -126,6 +128,7 @@ impl Gateway {
             admin: handle.admin,
             handle: Some(handle),
             child: None,
+            log: Default::default(),
             config_path,
             _dir: dir,
         };
@@ -135,12 +138,33 @@ impl Gateway {
 
     /// Start the `pronto` binary (`serve --config`), reading the ports it bound from its log.
     pub fn start_process(yaml_without_listeners: &str) -> Gateway {
+        Gateway::start_process_with(yaml_without_listeners, &[])
+    }
+
+    /// [`Gateway::start_process`] with `global_args` before `serve` (e.g. `--log-format
+    /// json`); its log lines are kept ([`Gateway::log_lines`]).
+    pub fn start_process_with(yaml_without_listeners: &str, global_args: &[&str]) -> Gateway {
         let dir = TempDir::new("gw");
         let config_path = write_file(&dir, yaml_without_listeners);
+        let config = config_path.to_str().unwrap().to_string();
+        let mut args: Vec<&str> = global_args.to_vec();
+        args.extend(["serve", "--config", &config]);
+        let gw = Gateway::spawn(&args, dir, config_path);
+        gw.rewrite_listeners();
+        gw
+    }
+
+    /// The `pronto` binary with exactly `args` (e.g. `serve --backend URL ...`; it must listen
+    /// on `127.0.0.1:0` and log where); no config file.
+    pub fn start_cli(args: &[&str]) -> Gateway {
+        let dir = TempDir::new("cli");
+        let config_path = dir.0.join("no-config-file");
+        Gateway::spawn(args, dir, config_path)
+    }
+
+    fn spawn(args: &[&str], dir: TempDir, config_path: PathBuf) -> Gateway {
         let mut child = Command::new(env!("CARGO_BIN_EXE_pronto"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&config_path)
+            .args(args)
             .env("RUST_LOG", "info,pingora_core=warn,pingora_proxy=warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -149,14 +173,17 @@ impl Gateway {
         // Its log (whichever stream it writes to) is forwarded to ours, line by line, and
         // scanned for where it listens.
         let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let log: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
         let out: Box<dyn std::io::Read + Send> = Box::new(child.stdout.take().unwrap());
         let err: Box<dyn std::io::Read + Send> = Box::new(child.stderr.take().unwrap());
         for pipe in [out, err] {
             let tx = tx.clone();
+            let log = std::sync::Arc::clone(&log);
             std::thread::spawn(move || {
                 for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                     let line = strip_ansi(&line);
                     eprintln!("{line}");
+                    log.lock().unwrap().push(line.clone());
                     let _ = tx.send(line);
                 }
             });
@@ -169,21 +196,27 @@ impl Gateway {
                 break;
             };
             if line.contains("pronto gateway listening") {
-                let parse = |k| field(&line, k).and_then(|v| v.parse::<SocketAddr>().ok());
+                let json: Option<serde_json::Value> = serde_json::from_str(&line).ok();
+                let parse = |k: &str| {
+                    let v = match &json {
+                        Some(j) => j[k].as_str(),
+                        None => field(&line, k),
+                    };
+                    v.and_then(|v| v.parse::<SocketAddr>().ok())
+                };
                 addrs = parse("listen").zip(parse("admin_listen"));
             }
         }
         let (listen, admin) = addrs.expect("the gateway logs where it listens");
-        let gw = Gateway {
+        Gateway {
             handle: None,
             child: Some(child),
+            log,
             listen,
             admin,
             config_path,
             _dir: dir,
-        };
-        gw.rewrite_listeners();
-        gw
+        }
     }
 
     /// The file with the ports the gateway got, so later rewrites keep them.
@@ -229,6 +262,36 @@ impl Gateway {
             .arg(format!("-{name}"))
             .arg(child.id().to_string())
             .status();
+    }
+
+    /// The log lines of a process gateway so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// The first log line (of a process gateway) that `want` accepts, waiting up to 10 s.
+    pub async fn wait_for_log(&self, want: impl Fn(&str) -> bool) -> Option<String> {
+        let mut found = None;
+        self.wait_for_lines(|lines| {
+            found = lines.iter().find(|l| want(l)).cloned();
+            found.is_some()
+        })
+        .await;
+        found
+    }
+
+    /// Wait up to 10 s until `ready` accepts the log lines so far; whether it did.
+    pub async fn wait_for_lines(&self, mut ready: impl FnMut(&[String]) -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if ready(&self.log_lines()) {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// The gateway's process id ([`Gateway::start_process`] only).

@@ -11,9 +11,11 @@
 //! on → observations at the first token fed back into the ledger and the model.
 
 #![warn(missing_docs)]
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 pub mod affinity;
 pub mod engine;
+pub mod fuzzing;
 pub mod ids;
 pub mod kv_index;
 pub mod load;

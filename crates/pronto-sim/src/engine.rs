@@ -118,8 +118,10 @@ pub enum EngineEvent {
 /// One engine step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
-    /// Simulated duration, seconds.
+    /// Simulated duration, seconds: the profile's step time of `work`.
     pub duration_s: f64,
+    /// What the step computed (`pronto calibrate` replays schedules from it).
+    pub work: StepWork,
     /// Events visible at the step's end, in scheduling order.
     pub events: Vec<EngineEvent>,
 }
@@ -342,6 +344,7 @@ impl Engine {
         if self.running.is_empty() && self.waiting.is_empty() {
             return Some(Step {
                 duration_s: 0.0,
+                work: StepWork::default(),
                 events,
             });
         }
@@ -363,7 +366,11 @@ impl Engine {
         for (id, n) in scheduled {
             self.apply(id, n, &mut events);
         }
-        Some(Step { duration_s, events })
+        Some(Step {
+            duration_s,
+            work,
+            events,
+        })
     }
 
     /// Current gauges and counters.

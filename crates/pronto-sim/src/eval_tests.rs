@@ -45,6 +45,23 @@ fn fleet_files_load() {
 }
 
 #[test]
+fn without_a_policy_the_gateway_default_is_evaluated_with_the_baselines() {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: EvaluateArgs,
+    }
+    use clap::Parser;
+    let none = Cli::try_parse_from(["evaluate"]).unwrap().args;
+    assert_eq!(
+        none.policies(),
+        ["round_robin", "least_inflight", "predicted_ttft", "oracle"]
+    );
+    let one = Cli::try_parse_from(["evaluate", "--policy", "cache_aware"]).unwrap();
+    assert_eq!(one.args.policies(), ["cache_aware"]);
+}
+
+#[test]
 fn runs_are_deterministic_and_complete() {
     let reqs = workload(0.8);
     let fleet = small_fleet();

@@ -74,8 +74,9 @@ pub const ORACLE: &str = "oracle";
 /// Suffix of a policy name that swaps the approximate prefix index for the exact one.
 pub const EXACT_SUFFIX: &str = "+exact";
 
-/// Policies evaluated when none is given.
-pub const DEFAULT_POLICIES: &[&str] = &["round_robin", "least_inflight", ORACLE];
+/// Policies evaluated when none is given: the baselines, the gateway's default
+/// (`predicted_ttft`) and the oracle that bounds what any router could do.
+pub const DEFAULT_POLICIES: &[&str] = &["round_robin", "least_inflight", "predicted_ttft", ORACLE];
 
 /// `pronto evaluate`: replay a trace through the simulated fleet under each policy.
 #[derive(Debug, Clone, clap::Args)]
@@ -89,7 +90,8 @@ pub struct EvaluateArgs {
     /// Fleet file.
     #[arg(long, default_value = "config/sim/fleet.yaml")]
     pub fleet: PathBuf,
-    /// Policy to evaluate (repeatable): round_robin, least_inflight, oracle, ...
+    /// Policy to evaluate (repeatable): round_robin, least_inflight, predicted_ttft, oracle,
+    /// ... (default: round_robin, least_inflight, predicted_ttft and oracle).
     #[arg(long = "policy")]
     pub policies: Vec<String>,
     /// Offered load as a fraction of fleet capacity (default: the trace's own timing).
@@ -582,18 +584,24 @@ pub fn prepare_trace(
     Ok((reqs, capacity))
 }
 
+impl EvaluateArgs {
+    /// The policies to run: those given, else [`DEFAULT_POLICIES`].
+    pub fn policies(&self) -> Vec<String> {
+        if self.policies.is_empty() {
+            DEFAULT_POLICIES.iter().map(|s| s.to_string()).collect()
+        } else {
+            self.policies.clone()
+        }
+    }
+}
+
 /// `pronto evaluate`: run every requested policy and print a table or JSON.
 pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
     let fleet = load_fleet(&args.fleet)?;
     let model = FleetConfig::load(&args.fleet)?.model;
     let (reqs, capacity) = prepare_trace(&args, &fleet)?;
-    let policies: Vec<String> = if args.policies.is_empty() {
-        DEFAULT_POLICIES.iter().map(|s| s.to_string()).collect()
-    } else {
-        args.policies.clone()
-    };
     let mut runs = Vec::new();
-    for p in &policies {
+    for p in &args.policies() {
         let started = Instant::now();
         let report = evaluate(&fleet, &model, &reqs, p)?;
         let wall = started.elapsed().as_secs_f64();

@@ -16,10 +16,22 @@
 //!
 //! 5. With KV events on, send the step's cache events to the publisher task.
 //!
+//! ## The front end (the profile's `frontend:`, see [`crate::profile::FrontEnd`])
+//! With a per-request front-end cost, an added request first queues in a FIFO front end:
+//! it reaches the engine at `max(arrival, previous hand-over) + (request_ms +
+//! ms_per_prompt_token · n) × scale`, where `arrival` is when the HTTP request came in (the
+//! handler's own parsing and tokenising count as front-end time; a hand-over already past is
+//! served at once). A hand-over that falls inside a step joins the next one; an idle engine
+//! waits for the next hand-over and starts its step at that (virtual) instant, so the
+//! timeline is the one `pronto calibrate`'s replay computes. With an output latency every
+//! [`Progress`] carries its release instant (the step's end + `latency_ms × scale`); the
+//! response side holds it until then. With no front end (every GPU profile) nothing of
+//! this runs: requests reach the engine at once and progress is released at once.
+//!
 //! A request whose [`Progress`] channel closes without `finished` was cut off (crash or fleet
 //! shutdown); the response side turns that into a broken connection.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +41,7 @@ use tokio::time::Instant;
 use super::engine::{Engine, EngineEvent, SimRequest};
 use super::fleet_http::BackendShared;
 use super::fleet_metrics::Published;
+use super::profile::FrontEnd;
 use pronto_core::kv_index::KvEvent;
 
 /// Lateness tolerated before it counts as lag (absorbs timer granularity and scheduling jitter).
@@ -43,6 +56,9 @@ pub(crate) enum Cmd {
         req: SimRequest,
         /// Where its progress is delivered.
         tx: mpsc::UnboundedSender<Progress>,
+        /// When the HTTP request arrived: the front end's turn starts there at the earliest, so
+        /// the handler's own parsing and tokenising happen inside the simulated front-end time.
+        arrived: Instant,
     },
     /// The client went away: drop the request and free its blocks.
     Abort(u64),
@@ -70,6 +86,8 @@ pub(crate) struct Progress {
     pub finished: bool,
     /// The engine rejected the request (it can never fit in the KV pool).
     pub rejected: bool,
+    /// Not to be shown before this instant (the profile's output latency); `None`: at once.
+    pub release_at: Option<Instant>,
 }
 
 struct Open {
@@ -86,13 +104,22 @@ pub(crate) struct Driver {
     time_scale: f64,
     scratch: HashMap<u64, Progress>,
     kv_events: Option<mpsc::UnboundedSender<Vec<KvEvent>>>,
+    frontend: FrontEnd,
+    /// Requests in the front end, in hand-over order, with their hand-over instants.
+    front: VecDeque<(Instant, SimRequest)>,
+    /// When the front end is free for the next request.
+    front_free: Instant,
 }
 
 impl Driver {
     /// A driver for `engine`, publishing to `shared`'s metrics.
     pub fn new(engine: Engine, shared: Arc<BackendShared>, time_scale: f64) -> Driver {
+        let frontend = engine.config().profile.frontend;
         Driver {
             engine,
+            frontend,
+            front: VecDeque::new(),
+            front_free: Instant::now(),
             open: HashMap::new(),
             shared,
             published: Published::default(),
@@ -117,19 +144,34 @@ impl Driver {
         }
     }
 
+    /// Simulated seconds → real time: the time scale and the slowdown fault.
+    fn scale(&self) -> f64 {
+        self.time_scale * self.shared.faults.slowdown()
+    }
+
     fn apply(&mut self, cmd: Cmd) {
         match cmd {
-            Cmd::Add { req, tx } => {
+            Cmd::Add { req, tx, arrived } => {
                 self.open.insert(req.id, Open { tx, sent: 0 });
-                self.engine.add_request(req);
+                let cost = self.frontend.request_seconds(req.prompt.len());
+                if cost > 0.0 {
+                    let start = self.front_free.max(arrived);
+                    let at = start + Duration::from_secs_f64(cost * self.scale());
+                    self.front_free = at;
+                    self.front.push_back((at, req));
+                } else {
+                    self.engine.add_request(req);
+                }
             }
             Cmd::Abort(id) => {
                 if self.open.remove(&id).is_some() {
+                    self.front.retain(|(_, r)| r.id != id);
                     self.engine.abort(id);
                     self.shared.metrics.aborted.inc();
                 }
             }
             Cmd::Crash => {
+                self.front.clear();
                 for (id, _) in self.open.drain() {
                     self.engine.abort(id);
                 }
@@ -146,7 +188,18 @@ impl Driver {
         *self.shared.stats.lock().expect("stats lock") = stats;
     }
 
-    fn deliver(&mut self, events: &[EngineEvent]) {
+    /// Hand every request whose front-end turn ended by `now` (virtual) to the engine.
+    fn admit(&mut self, now: Instant) {
+        while self.front.front().is_some_and(|(at, _)| *at <= now) {
+            let (_, req) = self.front.pop_front().expect("non-empty");
+            self.engine.add_request(req);
+        }
+    }
+
+    /// Deliver the events of the step that ended at (virtual) `end`.
+    fn deliver(&mut self, events: &[EngineEvent], end: Instant) {
+        let latency = self.frontend.latency_seconds() * self.scale();
+        let release_at = (latency > 0.0).then(|| end + Duration::from_secs_f64(latency));
         let mut batch = std::mem::take(&mut self.scratch);
         for ev in events {
             match *ev {
@@ -173,7 +226,8 @@ impl Driver {
                 }
             }
         }
-        for (id, p) in batch.drain() {
+        for (id, mut p) in batch.drain() {
+            p.release_at = release_at;
             let Some(open) = self.open.get_mut(&id) else {
                 continue; // aborted or cut off meanwhile
             };
@@ -193,11 +247,31 @@ impl Driver {
         loop {
             if !self.engine.has_work() {
                 self.publish();
-                match rx.recv().await {
-                    Some(cmd) => self.apply(cmd),
-                    None => return,
+                match self.front.front().map(|(at, _)| *at) {
+                    None => {
+                        match rx.recv().await {
+                            Some(cmd) => self.apply(cmd),
+                            None => return,
+                        }
+                        deadline = Instant::now();
+                    }
+                    Some(at) => {
+                        // Idle until the front end hands the next request over.
+                        let sleep = tokio::time::sleep_until(at);
+                        tokio::pin!(sleep);
+                        loop {
+                            tokio::select! {
+                                _ = &mut sleep => break,
+                                cmd = rx.recv() => match cmd {
+                                    Some(cmd) => self.apply(cmd),
+                                    None => return,
+                                },
+                            }
+                        }
+                        // A hand-over during the last step waits for its end.
+                        deadline = deadline.max(at);
+                    }
                 }
-                deadline = Instant::now();
             }
             loop {
                 match rx.try_recv() {
@@ -206,12 +280,12 @@ impl Driver {
                     Err(mpsc::error::TryRecvError::Disconnected) => return,
                 }
             }
+            self.admit(deadline);
             let Some(step) = self.engine.step() else {
                 continue;
             };
             self.publish();
-            let scale = self.time_scale * self.shared.faults.slowdown();
-            deadline += Duration::from_secs_f64((step.duration_s * scale).max(0.0));
+            deadline += Duration::from_secs_f64((step.duration_s * self.scale()).max(0.0));
             let now = Instant::now();
             if now > deadline + LAG_TOLERANCE {
                 self.shared
@@ -234,7 +308,7 @@ impl Driver {
                     }
                 }
             }
-            self.deliver(&step.events);
+            self.deliver(&step.events, deadline);
             self.flush_kv_events();
         }
     }

@@ -4,7 +4,7 @@
 //! | route | answer |
 //! | --- | --- |
 //! | `POST /v1/chat/completions`, `POST /v1/completions` | generation, streaming (SSE) or not |
-//! | `GET /v1/models`, `GET /health`, `GET /metrics` | vLLM-like |
+//! | `GET /v1/models`, `GET /health`, `GET /metrics`, `GET /version` | vLLM-like |
 //! | `GET /get_model_info`, `/model_info`, `/get_server_info`, `/server_info`, `/get_load` | SGLang router probes |
 //! | `POST /tokenize`, `POST /v1/chat/completions/render`, `POST /v1/completions/render` | vLLM router probes |
 //!
@@ -114,6 +114,7 @@ pub(crate) fn router(shared: Shared) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/health", get(health))
+        .route("/version", get(version))
         .route("/metrics", get(metrics))
         .route("/get_model_info", get(model_info))
         .route("/model_info", get(model_info))
@@ -194,6 +195,10 @@ impl Flight {
     /// Next progress message; first-token bookkeeping (stall, TTFT, usage) is done here.
     async fn next(&mut self) -> Result<Progress, Cut> {
         let p = self.rx.recv().await.ok_or(Cut::Crashed)?;
+        if let Some(at) = p.release_at {
+            // The profile's output latency (see fleet_driver).
+            tokio::time::sleep_until(at).await;
+        }
         if p.rejected {
             self.guard.armed = false;
             return Err(Cut::Rejected);
@@ -264,7 +269,12 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
         prompt,
         max_tokens: req.max_tokens,
     };
-    if s.cmd.send(Cmd::Add { req: sim, tx }).is_err() {
+    let add = Cmd::Add {
+        req: sim,
+        tx,
+        arrived: start,
+    };
+    if s.cmd.send(add).is_err() {
         return error(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "backend is shutting down",
@@ -398,6 +408,13 @@ async fn models(State(s): State<Shared>) -> Json<Value> {
     }]}))
 }
 
+/// The simulator's version (vLLM answers `{"version": "0.32.0"}`).
+const VERSION: &str = concat!("pronto-sim ", env!("CARGO_PKG_VERSION"));
+
+async fn version() -> Json<Value> {
+    Json(json!({ "version": VERSION }))
+}
+
 async fn health() -> StatusCode {
     StatusCode::OK
 }
@@ -425,7 +442,7 @@ async fn server_info(State(s): State<Shared>) -> Json<Value> {
         "model_path": s.model, "served_model_name": s.model, "backend": s.name,
         "profile": s.profile, "page_size": s.block_size,
         "max_total_num_tokens": s.max_model_len(), "max_running_requests": s.max_num_seqs,
-        "version": concat!("pronto-sim ", env!("CARGO_PKG_VERSION")),
+        "version": VERSION,
     }))
 }
 

@@ -8,6 +8,8 @@
 //! - [`fleet_config`]: the fleet file (`config/sim/fleet*.yaml`): which backends, which profile.
 //! - [`fleet`]: the live fleet — each backend an OpenAI-compatible HTTP server driving an engine
 //!   in (scaled) real time, with vLLM's `/metrics` and fault injection.
+//! - [`calibrate`]: `pronto calibrate` — measure a live engine, fit a profile to it with the
+//!   engine's own scheduler replayed, write it.
 //! - [`workload`]: trace readers (Mooncake, Azure) and the seeded synthetic multi-turn workload.
 //!
 //! The engine is synchronous and clock-agnostic: callers own time. The live HTTP fleet drives
@@ -15,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod calibrate;
 pub mod engine;
 pub mod eval_report;
 pub mod eval_router;

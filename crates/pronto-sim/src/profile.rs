@@ -1,11 +1,13 @@
-//! GPU/model profiles: how long one engine step takes, and how much KV cache there is.
+//! GPU/model profiles: how long one engine step takes, what a request costs outside the
+//! engine, and how much KV cache there is.
 //!
-//! A profile is a YAML file under `config/sim/` (also compiled in, see [`Profile::builtin`]).
-//! The step-time model, in milliseconds, for a step that computes `P` prefill tokens and
-//! `D` decode tokens is
+//! A profile is a YAML file under `config/sim/` (also compiled in, see [`Profile::builtin`]),
+//! or one written by `pronto calibrate` for the engine it measured. The step-time model, in
+//! milliseconds, for a step that computes `P` prefill tokens and `D` decode tokens is
 //!
 //! ```text
-//! t = floor_ms
+//! t = floor_ms                                  every step (the decode step floor)
+//!   + prefill_step_ms      · [P > 0]            a step that computes any prefill
 //!   + prefill_ms_per_token · P                  linear ops (GEMMs), per prefill token
 //!   + attn_ms_per_mpair    · A / 1e6            prefill attention, A = Σ_chunks n·(p + n/2)
 //!   + decode_ms_per_seq    · D                  per decoding sequence (linear ops, sampling)
@@ -15,8 +17,27 @@
 //! `A` counts query×key token pairs of causal attention: a chunk of `n` new tokens after `p`
 //! already-computed ones (cached prefix or earlier chunks) attends to `p + n/2` keys on
 //! average, so one uncached prompt of `n` tokens costs `n²/2` pairs — the superlinear term that
-//! makes TTFT of long prompts grow faster than their length. `floor_ms` is the weight-streaming
-//! cost paid by every step (memory bound). Each file states the fit and its source rows.
+//! makes TTFT of long prompts grow faster than their length. `floor_ms` is the cost paid by
+//! every step (on a GPU the weight streaming, memory bound); a pure decode step costs
+//! `floor_ms + decode terms`, so it is what the inter-token latency pins. `prefill_step_ms` is
+//! what a step with prefill work costs beyond that (on CPU engines: the prefill attention
+//! path's fixed setup and the first-token sampling); 0 on the GPU profiles.
+//!
+//! ## The front end ([`FrontEnd`], `frontend:`; all 0 unless given)
+//! A real server does per-request work outside the engine step: the API process parses the
+//! HTTP body, tokenises the prompt, hashes its blocks and hands it to the engine, one request
+//! at a time; the first token then travels back through the output path. The simulator models
+//! this as
+//!
+//! ```text
+//! reaches the engine at  e_i = max(arrival_i, e_{i-1}) + request_ms + ms_per_prompt_token · n_i
+//! every token is seen    latency_ms after the step that produced it ends
+//! ```
+//!
+//! — a FIFO server in front of the engine (serialised: eight requests sent at once reach the
+//! engine one front-end cost apart), and a constant output latency (not serialised; it adds to
+//! TTFT, not to the gap between tokens). The live fleet applies both; the engine itself
+//! ([`crate::engine`]) sees only when requests reach it. Each file states the fit and its source.
 
 use serde::Deserialize;
 
@@ -24,8 +45,11 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StepModel {
-    /// Fixed cost of any non-empty step.
+    /// Fixed cost of any non-empty step: the decode step floor.
     pub floor_ms: f64,
+    /// Extra fixed cost of a step that computes prefill tokens (0 when absent).
+    #[serde(default)]
+    pub prefill_step_ms: f64,
     /// Per prefill token (linear layers).
     pub prefill_ms_per_token: f64,
     /// Per million causal attention pairs of prefill.
@@ -34,6 +58,79 @@ pub struct StepModel {
     pub decode_ms_per_seq: f64,
     /// Per thousand context tokens read by decoding sequences.
     pub decode_ms_per_kctx: f64,
+}
+
+/// Per-request cost outside the engine step (see the module docs). All in milliseconds; an
+/// absent section or field is 0 (no front end: the request reaches the engine at once).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FrontEnd {
+    /// Serialised per-request cost before the engine sees the request (HTTP parsing,
+    /// tokenising, block hashing, hand-off to the engine process).
+    #[serde(default)]
+    pub request_ms: f64,
+    /// The same, per prompt token: tokenising and hashing grow with the prompt, cached or not.
+    #[serde(default)]
+    pub ms_per_prompt_token: f64,
+    /// Output-path latency added to every token after the step that produced it (detokenising,
+    /// the response stream); not serialised, so it adds to TTFT and not to the inter-token gap.
+    #[serde(default)]
+    pub latency_ms: f64,
+}
+
+impl FrontEnd {
+    /// Whether every term is 0 (requests reach the engine at once, tokens leave at once).
+    pub fn is_zero(&self) -> bool {
+        self.request_ms == 0.0 && self.ms_per_prompt_token == 0.0 && self.latency_ms == 0.0
+    }
+
+    /// Front-end time of one request of `prompt_tokens` tokens, seconds.
+    pub fn request_seconds(&self, prompt_tokens: usize) -> f64 {
+        (self.request_ms + self.ms_per_prompt_token * prompt_tokens as f64) / 1e3
+    }
+
+    /// Output latency, seconds.
+    pub fn latency_seconds(&self) -> f64 {
+        self.latency_ms / 1e3
+    }
+}
+
+/// The gateway's TTFT-model prior a profile implies (`prior:` in a profile file; the fields of
+/// `pronto_core::predict::Coefficients`, in seconds). A gateway backend's `profile: {file: …}`
+/// reads this block, so the gateway needs no simulator to use a calibrated profile; the
+/// simulator checks that a file's block is what its timing terms imply ([`Profile::ttft_prior`]).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TtftPrior {
+    /// Fixed overhead of a request: its front-end turn, one prefill step's fixed cost and the
+    /// output latency, `(request_ms + floor_ms + prefill_step_ms + latency_ms) / 1e3`.
+    pub base_s: f64,
+    /// Per uncached prompt token: `prefill_ms_per_token / 1e3`. (The front end's per-token
+    /// cost is paid on cached tokens too, which this feature cannot say; the online fit
+    /// takes it into the other terms.)
+    pub s_per_token: f64,
+    /// Per squared uncached token: a cold prompt of `u` tokens has `u²/2` attention pairs, so
+    /// `attn_ms_per_mpair / 2 / 1e6 / 1e3`.
+    pub s_per_token_sq: f64,
+    /// Per running decode sharing the new request's step, at a 1k-token context:
+    /// `(decode_ms_per_seq + decode_ms_per_kctx) / 1e3`.
+    pub s_per_decode: f64,
+    /// Per request waiting in the engine ahead of it (its tokens are counted apart): its
+    /// front-end turn and a step's fixed cost, `(request_ms + floor_ms + prefill_step_ms) / 1e3`.
+    pub s_per_waiting: f64,
+}
+
+impl TtftPrior {
+    /// Fields as `(name, value)`, in file order.
+    pub fn fields(&self) -> [(&'static str, f64); 5] {
+        [
+            ("base_s", self.base_s),
+            ("s_per_token", self.s_per_token),
+            ("s_per_token_sq", self.s_per_token_sq),
+            ("s_per_decode", self.s_per_decode),
+            ("s_per_waiting", self.s_per_waiting),
+        ]
+    }
 }
 
 /// What one engine step computes, as the step-time model sees it.
@@ -59,6 +156,12 @@ pub struct Profile {
     pub description: String,
     /// Step-time coefficients.
     pub step: StepModel,
+    /// Per-request cost outside the engine step (absent: none).
+    #[serde(default)]
+    pub frontend: FrontEnd,
+    /// The gateway prior, as written in the file (checked against [`Profile::ttft_prior`]).
+    #[serde(default)]
+    pub prior: Option<TtftPrior>,
     /// KV bytes per token: 2 · layers · kv_heads · head_dim · dtype bytes (per GPU group).
     pub kv_bytes_per_token: u64,
     /// Tokens per KV block.
@@ -167,12 +270,17 @@ impl Profile {
             reason: reason.to_string(),
         };
         let s = &self.step;
+        let f = &self.frontend;
         for (field, v) in [
             ("step.floor_ms", s.floor_ms),
+            ("step.prefill_step_ms", s.prefill_step_ms),
             ("step.prefill_ms_per_token", s.prefill_ms_per_token),
             ("step.attn_ms_per_mpair", s.attn_ms_per_mpair),
             ("step.decode_ms_per_seq", s.decode_ms_per_seq),
             ("step.decode_ms_per_kctx", s.decode_ms_per_kctx),
+            ("frontend.request_ms", f.request_ms),
+            ("frontend.ms_per_prompt_token", f.ms_per_prompt_token),
+            ("frontend.latency_ms", f.latency_ms),
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(bad(field, "must be a finite number >= 0"));
@@ -180,6 +288,28 @@ impl Profile {
         }
         if s.floor_ms <= 0.0 {
             return Err(bad("step.floor_ms", "must be > 0"));
+        }
+        if let Some(written) = &self.prior {
+            let want = self.ttft_prior();
+            const PATHS: [&str; 5] = [
+                "prior.base_s",
+                "prior.s_per_token",
+                "prior.s_per_token_sq",
+                "prior.s_per_decode",
+                "prior.s_per_waiting",
+            ];
+            let pairs = written.fields().into_iter().zip(want.fields());
+            for (field, ((_, got), (_, want))) in PATHS.into_iter().zip(pairs) {
+                if (got - want).abs() > 1e-4 * want.abs() + 1e-15 {
+                    return Err(bad(
+                        field,
+                        &format!(
+                            "{got} is not what the timing terms imply ({want:.6e}); \
+                             rerun `pronto calibrate` or fix the value"
+                        ),
+                    ));
+                }
+            }
         }
         if self.block_size == 0 {
             return Err(bad("block_size", "must be > 0"));
@@ -199,12 +329,30 @@ impl Profile {
     /// Simulated duration of one step, in seconds.
     pub fn step_seconds(&self, w: &StepWork) -> f64 {
         let s = &self.step;
+        let prefill_step = if w.prefill_tokens > 0 {
+            s.prefill_step_ms
+        } else {
+            0.0
+        };
         let ms = s.floor_ms
+            + prefill_step
             + s.prefill_ms_per_token * w.prefill_tokens as f64
             + s.attn_ms_per_mpair * w.prefill_pairs / 1e6
             + s.decode_ms_per_seq * w.decode_seqs as f64
             + s.decode_ms_per_kctx * w.decode_ctx_tokens as f64 / 1e3;
         ms / 1e3
+    }
+
+    /// The gateway's TTFT-model prior these timing terms imply (see [`TtftPrior`]).
+    pub fn ttft_prior(&self) -> TtftPrior {
+        let (s, f) = (&self.step, &self.frontend);
+        TtftPrior {
+            base_s: (f.request_ms + s.floor_ms + s.prefill_step_ms + f.latency_ms) / 1e3,
+            s_per_token: s.prefill_ms_per_token / 1e3,
+            s_per_token_sq: s.attn_ms_per_mpair / 2.0 / 1e9,
+            s_per_decode: (s.decode_ms_per_seq + s.decode_ms_per_kctx) / 1e3,
+            s_per_waiting: (f.request_ms + s.floor_ms + s.prefill_step_ms) / 1e3,
+        }
     }
 
     /// KV capacity in tokens.
@@ -296,18 +444,7 @@ mod tests {
         let b = Profile::builtin("h100-llama2-70b-tp8").unwrap();
         assert!((decode_ms(&b, 1, 640) - 30.6).abs() < 1.5);
         assert!((decode_ms(&b, 64, 640) - 50.2).abs() < 2.5);
-        // cpu-tiny, fitted to a real vLLM on CPU (docs/fidelity): a 1000-token prompt measured
-        // 31.1 ms cold and 25.5 ms with 896 tokens cached (client TTFT, concurrency 1; the
-        // engine step is a few ms less).
-        let c = Profile::builtin("cpu-tiny").unwrap();
-        let cold = prefill_ms(&c, 1000);
-        assert!((22.0..32.0).contains(&cold), "{cold}");
-        let hit = 1e3
-            * c.step_seconds(&StepWork {
-                prefill_tokens: 104,
-                prefill_pairs: 104.0 * (896.0 + 52.0),
-                ..StepWork::default()
-            });
-        assert!((20.0..27.0).contains(&hit) && hit < cold, "{hit}");
+        // cpu-tiny is `pronto calibrate`'s output: crate::calibrate's tests refit it from its
+        // source measurement.
     }
 }

@@ -120,13 +120,15 @@ impl ExactIndex {
     /// is then cleared (a resync: what it held may be half-applied) and used again, so a
     /// routing decision never panics on it.
     fn read(&self) -> RwLockReadGuard<'_, State> {
-        match self.state.read() {
-            Ok(g) => g,
-            Err(_) => {
-                drop(self.write());
-                self.state.read().unwrap_or_else(|e| e.into_inner())
-            }
-        }
+        let poisoned = match self.state.read() {
+            Ok(g) => return g,
+            Err(e) => e,
+        };
+        // The poison error holds a read guard: release it before taking the write lock
+        // (holding it there deadlocks).
+        drop(poisoned);
+        drop(self.write());
+        self.state.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The state for writing; a poisoned lock is recovered as in [`ExactIndex::read`].
@@ -428,6 +430,55 @@ mod tests {
         ix.apply(&batch(2, vec![stored(&ids(32, 4), 16, 7, None)]));
         assert_eq!(ix.match_blocks(&req), Some(2));
         assert!(ix.is_trusted());
+    }
+
+    /// A writer that panics mid-batch poisons the lock; lookups on the routing path still
+    /// answer (the half-applied state is dropped: a resync) and the next batch rebuilds.
+    #[test]
+    fn a_poisoned_index_answers_lookups_and_recovers() {
+        let prompt = ids(32, 11);
+        let want = block_hashes(&prompt, BLOCK_TOKENS);
+        let ix = ExactIndex::new(16);
+        ix.apply(&batch(0, vec![stored(&prompt, 16, 1, None)]));
+        assert_eq!(ix.match_blocks(&want), Some(2));
+        let died = std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut st = ix.state.write().unwrap();
+                st.held.clear();
+                panic!("subscriber died mid-batch");
+            })
+            .join()
+        });
+        assert!(died.is_err());
+        assert!(ix.state.is_poisoned());
+        // Each reader entry point answers instead of panicking.
+        assert_eq!(ix.match_blocks(&want), None, "not live after the reset");
+        assert!(!ix.is_live());
+        assert_eq!(ix.num_blocks(), 0);
+        assert!(!ix.state.is_poisoned(), "recovered");
+        // The next batch is not a gap (the sequence was forgotten) and rebuilds the state.
+        ix.apply(&batch(7, vec![stored(&prompt, 16, 1, None)]));
+        assert_eq!(ix.match_blocks(&want), Some(2));
+        assert_eq!(ix.counts().resyncs, 0);
+
+        // Poisoned again, this time found by a writer first (suspend).
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _g = ix.state.write().unwrap();
+            panic!("again");
+        }));
+        assert!(ix.state.is_poisoned());
+        ix.suspend();
+        assert_eq!(ix.match_blocks(&want), None);
+        ix.apply(&batch(8, vec![stored(&prompt, 16, 1, None)]));
+        assert_eq!(ix.match_blocks(&want), Some(2));
+
+        // A poisoned counts lock does not break counting either.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _g = ix.counts.lock().unwrap();
+            panic!("counts holder died");
+        }));
+        ix.on_message(&[b"bad".to_vec()]);
+        assert_eq!(ix.counts().errors, 1);
     }
 
     #[test]

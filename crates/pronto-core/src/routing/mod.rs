@@ -337,13 +337,58 @@ pub fn decide(
 ) -> Result<Decision, NoBackend> {
     let mut d = policy.select(features, &Snapshot { backends: views }, now)?;
     if d.predicted_ttft_s.is_none() {
-        let v = &views[d.index];
-        let wait = v.kv_wait_s(features);
-        d.predicted_ttft_s =
-            v.predicted_ttft(features)
-                .map(|p| if wait.is_finite() { p + wait } else { p });
+        d.predicted_ttft_s = prediction(&views[d.index], features);
     }
     Ok(d)
+}
+
+/// What [`decide`] predicts for `features` on `v` when the policy does not: the backend's
+/// model prediction plus its wait for KV room (when finite).
+fn prediction(v: &BackendView, features: &RequestFeatures) -> Option<f64> {
+    let wait = v.kv_wait_s(features);
+    v.predicted_ttft(features)
+        .map(|p| if wait.is_finite() { p + wait } else { p })
+}
+
+/// The backend a decision passed over, for explaining it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunnerUp {
+    /// Index into the views the decision was made on.
+    pub index: usize,
+    /// Its predicted seconds to first token.
+    pub predicted_ttft_s: f64,
+}
+
+/// The runner-up of a decision for `features` that chose `views[chosen]`: among the other
+/// eligible backends, the one predicted to give the first token soonest (the prediction
+/// [`decide`] would report for it: model plus KV wait), ties to fewer in flight. `None` when
+/// no other backend is eligible or none of them has a model. Explanation only — no policy
+/// acts on it (a policy may rank by more than the prediction: distrust, exploration, load).
+pub fn runner_up(
+    features: &RequestFeatures,
+    views: &[BackendView],
+    chosen: usize,
+) -> Option<RunnerUp> {
+    let mut best: Option<RunnerUp> = None;
+    for (i, v) in views.iter().enumerate() {
+        if i == chosen || !v.eligible() {
+            continue;
+        }
+        let Some(p) = prediction(v, features) else {
+            continue;
+        };
+        let better = best.is_none_or(|b| {
+            p < b.predicted_ttft_s
+                || (p == b.predicted_ttft_s && v.inflight < views[b.index].inflight)
+        });
+        if better {
+            best = Some(RunnerUp {
+                index: i,
+                predicted_ttft_s: p,
+            });
+        }
+    }
+    best
 }
 
 /// No backend could be chosen.
@@ -401,5 +446,55 @@ pub(crate) mod test_support {
     /// How many of `picks` are `i`.
     pub fn count(picks: &[usize], i: usize) -> usize {
         picks.iter().filter(|&&p| p == i).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{features, views};
+    use super::*;
+    use crate::predict::{Coefficients, Quality};
+
+    fn model(s_per_token: f64) -> Option<TtftModelView> {
+        Some(TtftModelView {
+            coefficients: Coefficients {
+                base_s: 0.01,
+                s_per_token,
+                s_per_token_sq: 0.0,
+                s_per_decode: 0.0,
+                s_per_waiting: 0.0,
+            },
+            quality: Quality {
+                samples: 10,
+                rel_error: 0.1,
+            },
+            since_last_observation_s: 1.0,
+        })
+    }
+
+    #[test]
+    fn the_runner_up_is_the_next_soonest_eligible_backend() {
+        let f = features();
+        let mut v = views(4);
+        v[0].ttft_model = model(1e-3);
+        v[1].ttft_model = model(2e-3);
+        v[2].ttft_model = model(5e-4);
+        v[3].ttft_model = model(1e-4);
+        v[3].healthy = false;
+        let r = runner_up(&f, &v, 2).unwrap();
+        assert_eq!(r.index, 0, "the unhealthy fastest one is not a runner-up");
+        assert_eq!(Some(r.predicted_ttft_s), v[0].predicted_ttft(&f));
+        // Equal predictions: fewer in flight.
+        v[1].ttft_model = model(1e-3);
+        v[0].inflight = 2;
+        assert_eq!(runner_up(&f, &v, 2).unwrap().index, 1);
+        // The chosen backend is never its own runner-up; no other eligible one: none.
+        v[0].excluded = true;
+        v[1].excluded = true;
+        assert_eq!(runner_up(&f, &v, 2), None);
+        // Others without a model cannot be ranked.
+        let mut cold = views(2);
+        cold[0].ttft_model = model(1e-3);
+        assert_eq!(runner_up(&f, &cold, 0), None);
     }
 }
