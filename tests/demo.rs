@@ -7,7 +7,8 @@
 //!   `round_robin` spreading them evenly and `predicted_ttft` sending most to the H100s. Its
 //!   `ttft_cdf.svg` is a well-formed standalone SVG with one curve per policy.
 //! - Afterwards (`--no-workload`, the comparison skipped): the gateway it leaves up answers
-//!   the printed curl example's request and stops on SIGTERM.
+//!   the printed curl example's request, writes it to its access log, serves the admin links
+//!   it prints, and stops on SIGTERM.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -65,6 +66,8 @@ fn the_demo_shows_predicted_ttft_beating_round_robin() {
             !line.contains(" WARN ") && !line.contains(" ERROR "),
             "the demo logs a warning or an error: {line}\n{stderr}"
         );
+        // The comparison's gateways keep no access log: the table sums their requests up.
+        assert!(!line.contains("request_id="), "an access log line: {line}");
     }
     assert!(
         stdout.contains("Live: each run starts the real gateway"),
@@ -199,9 +202,21 @@ async fn the_demo_gateway_stays_up_for_the_users_requests() {
             "127.0.0.1:0",
         ])
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("pronto demo starts");
+    // Its log, forwarded to ours and kept.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let stderr = child.stderr.take().unwrap();
+    let kept = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            let mut k = kept.lock().unwrap();
+            k.push_str(&line);
+            k.push('\n');
+        }
+    });
     let stdout = child.stdout.take().unwrap();
     let lines = tokio::task::spawn_blocking(move || {
         let mut seen = Vec::new();
@@ -256,6 +271,22 @@ async fn the_demo_gateway_stays_up_for_the_users_requests() {
     assert_eq!(resp.status(), 200);
     let text = resp.text().await.unwrap();
     assert!(text.contains("data: [DONE]"), "{text}");
+    // One access log line for it, naming the backend.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = log.lock().unwrap().lines().any(|l| {
+            l.contains("request_id=") && l.contains("backend=") && l.contains("status=200")
+        });
+        if found {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no access log line for the request:\n{}",
+            log.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // The admin links it prints answer too.
     let admin = up
         .split("(admin: http://")

@@ -28,7 +28,8 @@
 //! ## Afterwards
 //! Unless `--compare-only`, the gateway stays up on `--listen` (default 127.0.0.1:8080, admin
 //! 127.0.0.1:9400) with `predicted_ttft` in front of a fleet of its own for the user's requests
-//! until Ctrl-C. It is started *before* the comparison (idle meanwhile), so a port that is
+//! until Ctrl-C, its access log on stderr (one line per request; the comparison's gateways
+//! write none: the table sums their requests up). It is started *before* the comparison (idle meanwhile), so a port that is
 //! taken fails the demo at once rather than after the comparison.
 
 mod run;
@@ -167,8 +168,8 @@ pub fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
             &fleet_cfg,
             args.time_scale,
             SERVING_POLICY,
-            args.listen,
-            args.admin_listen,
+            (args.listen, args.admin_listen),
+            true,
         ))?)
     };
     if !args.no_workload {

@@ -57,17 +57,21 @@ pub fn workload(
 }
 
 /// The gateway config for `policy` over the fleet's backends. It passes validation without
-/// a warning (tested); `explain_headers` makes each answer name its backend.
+/// a warning (tested); `explain_headers` makes each answer name its backend. `access_log`:
+/// one log line per request (on for the gateway left up for the user, off for the
+/// comparison's runs, whose requests the table sums up).
 pub fn gateway_config(
     listen: SocketAddr,
     admin_listen: SocketAddr,
     model: &str,
     policy: &str,
     backends: &[(String, String)],
+    access_log: bool,
 ) -> String {
     let mut yaml = format!(
         "listen: {listen}\nadmin_listen: {admin_listen}\ngrace_period: 5s\nexplain_headers: true\n\
-         pools:\n  {model}:\n    policy: {policy}\n    backends:\n"
+         access_log: {{ enabled: {access_log} }}\npools:\n  {model}:\n    policy: {policy}\n    \
+         backends:\n"
     );
     for (name, url) in backends {
         yaml.push_str(&format!("      - {{ name: {name}, url: \"{url}\" }}\n"));
@@ -95,19 +99,27 @@ pub struct Stack {
 
 impl Stack {
     /// Start `fleet_cfg`'s backends at `time_scale`, then the gateway with `policy` on
-    /// `listen` / `admin_listen` in front of them; returns once the gateway is ready.
+    /// `listen` / `admin_listen` in front of them (with its access log or without); returns
+    /// once the gateway is ready.
     pub async fn start(
         fleet_cfg: &FleetConfig,
         time_scale: f64,
         policy: &str,
-        listen: SocketAddr,
-        admin_listen: SocketAddr,
+        (listen, admin_listen): (SocketAddr, SocketAddr),
+        access_log: bool,
     ) -> anyhow::Result<Stack> {
         let fleet = SimFleet::start(fleet_cfg, time_scale)
             .await
             .context("starting the simulated fleet")?;
         let backends: Vec<(String, String)> = fleet.names().into_iter().zip(fleet.urls()).collect();
-        let yaml = gateway_config(listen, admin_listen, &fleet_cfg.model, policy, &backends);
+        let yaml = gateway_config(
+            listen,
+            admin_listen,
+            &fleet_cfg.model,
+            policy,
+            &backends,
+            access_log,
+        );
         let loaded = load_config(&yaml)?;
         let gateway =
             tokio::task::spawn_blocking(move || crate::server::start(loaded, false)).await??;
@@ -159,7 +171,7 @@ pub async fn run_policy(
     dir: &Path,
 ) -> anyhow::Result<RunOutcome> {
     let any: SocketAddr = ([127, 0, 0, 1], 0).into();
-    let stack = Stack::start(fleet_cfg, time_scale, policy, any, any).await?;
+    let stack = Stack::start(fleet_cfg, time_scale, policy, (any, any), false).await?;
     let client = http_client(1024)?;
     let sender = Arc::new(Sender::new(
         client,
@@ -238,13 +250,16 @@ mod tests {
             .map(|(i, n)| (n.to_string(), format!("http://127.0.0.1:{}", 9000 + i)))
             .collect();
         for policy in pronto_core::routing::PolicyKind::ALL {
-            let yaml = gateway_config(any, any, "llama-3-8b", policy, &backends);
-            let loaded = load_config(&yaml).unwrap_or_else(|e| panic!("{policy}: {e}\n{yaml}"));
-            assert!(loaded.config.warnings.is_empty());
+            for access_log in [true, false] {
+                let yaml = gateway_config(any, any, "llama-3-8b", policy, &backends, access_log);
+                let loaded = load_config(&yaml).unwrap_or_else(|e| panic!("{policy}: {e}\n{yaml}"));
+                assert!(loaded.config.warnings.is_empty());
+                assert_eq!(loaded.config.access_log.enabled, access_log);
+            }
         }
         // And a config that does warn is refused.
         let one = &backends[..1];
-        let yaml = gateway_config(any, any, "m", "round_robin", one);
+        let yaml = gateway_config(any, any, "m", "round_robin", one, false);
         let Err(err) = load_config(&yaml) else {
             panic!("one backend with a policy warns, and the demo refuses that");
         };
