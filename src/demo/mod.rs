@@ -10,8 +10,9 @@
 //! whatever the earlier ones are doing, so queueing shows up as TTFT). The workload is the
 //! synthetic multi-turn chat (shared system prompts, growing histories): as many requests as
 //! `--load` × the fleet's capacity for that request mix (`pronto evaluate --load`'s
-//! calibration) takes in `--duration`, paced over it. At the default load the fleet as a whole has spare capacity, but
-//! the A100s' even share is more than they can prefill: `round_robin` builds queues there.
+//! calibration) takes in `--duration`, paced over it. At the default load the fleet as a
+//! whole has spare capacity, but the A100s' even share is more than they can prefill:
+//! `round_robin` builds queues there.
 //!
 //! The fleet runs at the modelled GPUs' speed by default, so the TTFTs the client measures are
 //! what those GPUs would give (plus the gateway's and this machine's overhead). `--time-scale
@@ -29,8 +30,8 @@
 //! Unless `--compare-only`, the gateway stays up on `--listen` (default 127.0.0.1:8080, admin
 //! 127.0.0.1:9400) with `predicted_ttft` in front of a fleet of its own for the user's requests
 //! until Ctrl-C, its access log on stderr (one line per request; the comparison's gateways
-//! write none: the table sums their requests up). It is started *before* the comparison (idle meanwhile), so a port that is
-//! taken fails the demo at once rather than after the comparison.
+//! write none: the table sums their requests up). It is started *before* the comparison
+//! (idle meanwhile), so a port that is taken fails the demo at once rather than after it.
 
 mod run;
 mod table;
@@ -46,8 +47,8 @@ use pronto_bench::Summary;
 use pronto_sim::evaluate::SimBackend;
 use pronto_sim::fleet_config::FleetConfig;
 
-pub use run::{gateway_config, load_config, workload};
-pub use table::{legend, table, PolicyRun};
+use run::workload;
+use table::{legend, table, PolicyRun};
 
 /// The demo fleet: mixed profiles, bounded caches.
 pub const DEMO_FLEET: &str = "\
