@@ -313,7 +313,7 @@ def _():
 
 @case(f"32 concurrent 2 MiB uploads, budget {L['max_buffered_bytes']}", "each 200 or 503 gateway_busy; peak RSS near the budget")
 def _():
-    big = chat(FAST, content="lorem ipsum " * (2 * 1024 * 1024 // 12 - 20), max_tokens=1)
+    big = chat(CFG["upload_model"], content="lorem ipsum " * (2 * 1024 * 1024 // 12 - 20), max_tokens=1)
 
     def one(i):
         return request(big.replace(b"lorem", b"lorxm", 1) if i % 2 else big, timeout=60)
@@ -321,9 +321,14 @@ def _():
         res = list(ex.map(one, range(32)))
     ok200 = sum(1 for s, _, _ in res if s == 200)
     busy = sum(1 for s, d, h in res if s == 503 and b"gateway_busy" in d)
-    lost = sum(1 for s, _, _ in res if s == 0)
-    other = 32 - ok200 - busy - lost
-    return f"{ok200} × 200, {busy} × 503, {other} other", lost, lost == 0 and other == 0
+    lost = [d.decode(errors="replace")[:60] for s, d, _ in res if s == 0]
+    other = sorted({s for s, d, _ in res if s not in (0, 200) and not (s == 503 and b"gateway_busy" in d)})
+    seen = f"{ok200} × 200, {busy} × 503 gateway_busy"
+    if other:
+        seen += f", other statuses {other}"
+    if lost:
+        seen += f", no answer: {sorted(set(lost))}"
+    return seen, len(lost), not lost and not other and ok200 >= 1
 
 
 # === backend faults (scripts/hostile.sh gives the fleet its fault knobs) ===

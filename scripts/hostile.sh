@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The hostile-input and fault report (docs/reliability.md): a release gateway in front of
-# simulated fleets — a healthy one, a fast one (time scale 0.01) for the slow-reader and upload
-# cases, and one per backend fault (crash mid-stream, 5xx burst, flapping, all down) — driven
-# by scripts/hostile.py through every case; prints one Markdown table (case, expected, seen,
-# requests lost, peak RSS) and exits non-zero when a case is unexpected or a request is lost.
+# simulated fleets — a healthy one, a fast one (time scale 0.01) for the slow-reader case, one
+# at time scale 0.0001 for the upload case, and one per backend fault (crash mid-stream, 5xx
+# burst, flapping, all down) — driven by scripts/hostile.py through every case; prints one
+# Markdown table (case, expected, seen, requests lost, peak RSS) and exits non-zero when a
+# case is unexpected or a request is lost.
 #   scripts/hostile.sh            env: PRONTO (default target/release/pronto), OUT
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,13 +24,17 @@ fleet() {
     echo "model: $model"
     echo "backends:"
     for i in 0 1; do
-      local f; f=$([ $i = 0 ] && echo "$f0" || echo "$f1")
-      echo "  - {name: $name-b$i, profile: h100-llama3-8b, port: $((first + i))${blocks:+, num_kv_blocks: $blocks}${f:+, faults: {$f}}}"
+      local f extra=""
+      f=$([ $i = 0 ] && echo "$f0" || echo "$f1")
+      [ -n "$blocks" ] && extra="$extra, num_kv_blocks: $blocks"
+      [ -n "$f" ] && extra="$extra, faults: {$f}"
+      echo "  - {name: $name-b$i, profile: h100-llama3-8b, port: $((first + i))$extra}"
     done
   } > "$out/fleet-$name.yaml"
 }
 fleet main sim-model 1 $((port + 10)) "" ""
-fleet fast fast-model 0.01 $((port + 20)) "" "" 400000
+fleet fast fast-model 0.01 $((port + 20)) "" ""
+fleet upload upload-model 0.0001 $((port + 70)) "" "" 400000
 fleet crash crash-model 1 $((port + 30)) "crash_after: 3s, crash_every: 3s, restart_after: 1s" ""
 fleet errors errors-model 1 $((port + 40)) "error_rate: 1.0" ""
 fleet flap flap-model 1 $((port + 50)) "crash_after: 1s, crash_every: 3s, restart_after: 1s" ""
@@ -38,6 +43,8 @@ for f in main crash errors flap; do
   "$pronto" sim-fleet --config "$out/fleet-$f.yaml" >"$out/fleet-$f.log" 2>&1 & pids+=($!)
 done
 "$pronto" sim-fleet --config "$out/fleet-fast.yaml" --time-scale 0.01 >"$out/fleet-fast.log" 2>&1 & pids+=($!)
+# 2 MiB prompts (~500k tokens) prefill in milliseconds: the upload case is about memory.
+"$pronto" sim-fleet --config "$out/fleet-upload.yaml" --time-scale 0.0001 >"$out/fleet-upload.log" 2>&1 & pids+=($!)
 
 {
   echo "listen: 127.0.0.1:$port"
@@ -54,7 +61,7 @@ done
   echo "retry: {max_retries: 2}"
   echo "health: {interval: 500ms, timeout: 400ms, eject_after_failures: 2, readmit_after: 2s}"
   echo "pools:"
-  for f in main fast crash errors flap down; do
+  for f in main fast upload crash errors flap down; do
     model=$(awk '/^model:/ {print $2}' "$out/fleet-$f.yaml")
     echo "  $model:"
     echo "    policy: least_inflight"
@@ -67,6 +74,12 @@ done
     done
   done
 } > "$out/pronto.yaml"
+# Every fleet up before the gateway starts (the down fleet is started by the case itself).
+for f in main fast upload crash errors flap; do
+  p=$(grep -o "port: [0-9]*" "$out/fleet-$f.yaml" | sed -n 2p | cut -d' ' -f2)
+  for _ in $(seq 150); do curl -sf "http://127.0.0.1:$p/health" >/dev/null && break; sleep 0.2; done
+  curl -sf "http://127.0.0.1:$p/health" >/dev/null || { echo "hostile: fleet $f did not start:" >&2; cat "$out/fleet-$f.log" >&2; exit 2; }
+done
 "$pronto" serve --config "$out/pronto.yaml" >"$out/gateway.log" 2>&1 & gw=$!; pids+=($gw)
 for _ in $(seq 150); do curl -sf "http://127.0.0.1:$((port + 1))/readyz" >/dev/null && break; sleep 0.2; done
 sleep 1
@@ -76,7 +89,8 @@ import json, sys
 out, port, gw, pronto = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 print(json.dumps({
     "port": port, "admin_port": port + 1, "pid": gw,
-    "model": "sim-model", "fast_model": "fast-model", "crash_model": "crash-model",
+    "model": "sim-model", "fast_model": "fast-model", "upload_model": "upload-model",
+    "crash_model": "crash-model",
     "errors_model": "errors-model", "flap_model": "flap-model", "down_model": "down-model",
     "down_fleet_cmd": [pronto, "sim-fleet", "--config", f"{out}/fleet-down.yaml"],
     "limits": {"write_timeout": "1s", "header_timeout": "1s", "body_timeout": "2s",

@@ -207,6 +207,17 @@ impl<T: IO> HeadDeadline<T> {
     }
 }
 
+impl<T> HeadDeadline<T> {
+    /// `data` went out: past a head, the answer has begun — unless it is a `100 Continue`,
+    /// after which the request body is still to come (and must not be read as a head).
+    fn wrote(&mut self, data: &[u8]) {
+        if self.state == (State::AfterHead { wrote: false }) && !data.starts_with(b"HTTP/1.1 100 ")
+        {
+            self.state = State::AfterHead { wrote: true };
+        }
+    }
+}
+
 /// The status of `data` when it is one of pingora's canned error responses (an empty
 /// `HTTP/1.1 4xx` with `Server: Pingora`), which only pingora writes: the gateway's own
 /// responses carry no `Server` header.
@@ -284,9 +295,7 @@ impl<T: IO> AsyncWrite for HeadDeadline<T> {
     ) -> Poll<io::Result<usize>> {
         let r = self.write(cx, data);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            if let State::AfterHead { wrote: false } = self.state {
-                self.state = State::AfterHead { wrote: true };
-            }
+            self.wrote(data);
         }
         r
     }
@@ -312,8 +321,8 @@ impl<T: IO> AsyncWrite for HeadDeadline<T> {
             _ => Pin::new(&mut self.inner).poll_write_vectored(cx, bufs),
         };
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            if let State::AfterHead { wrote: false } = self.state {
-                self.state = State::AfterHead { wrote: true };
+            if let Some(b) = bufs.iter().find(|b| !b.is_empty()) {
+                self.wrote(b);
             }
         }
         r
@@ -437,6 +446,25 @@ mod tests {
         ));
         assert!(matches!(scanned(&[b"\r\r\n\r\r\n"]), State::InHead { .. }));
         assert_eq!(scanned(&[b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"]), State::Off);
+    }
+
+    #[test]
+    fn a_100_continue_is_not_the_answer() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (a, _b) = tokio::io::duplex(64);
+            let mut h = HeadDeadline::new(a, Duration::from_secs(1));
+            h.scan(b"POST / HTTP/1.1\r\nExpect: 100-continue\r\n\r\n");
+            h.wrote(b"HTTP/1.1 100 Continue\r\n\r\n");
+            // The body that follows is not a head.
+            h.scan(b"{\"model\": \"m\"}");
+            assert_eq!(h.state, State::AfterHead { wrote: false });
+            h.wrote(b"HTTP/1.1 200 OK\r\n");
+            assert_eq!(h.state, State::AfterHead { wrote: true });
+        });
     }
 
     #[test]

@@ -212,6 +212,38 @@ async fn heads_pingora_cannot_parse_get_json_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_body_after_100_continue_is_not_taken_for_a_head() {
+    let backend = TestBackend::start("b", Behavior::default()).await;
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[backend.url()]),
+        "",
+    ));
+    // Larger than the longest head the gateway reads, sent as curl sends large bodies.
+    let body = chat(false, &"x".repeat(300 * 1024));
+    let mut s = tokio::net::TcpStream::connect(gw.listen).await.unwrap();
+    s.write_all(
+        post_head(body.len())
+            .replace(
+                "\r\n\r\n",
+                "\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
+            )
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut interim = [0u8; 25];
+    s.read_exact(&mut interim).await.unwrap();
+    assert!(
+        interim.starts_with(b"HTTP/1.1 100 Continue\r\n"),
+        "{interim:?}"
+    );
+    s.write_all(body.as_bytes()).await.unwrap();
+    let resp = read_all(&mut s).await;
+    assert_eq!(status_of(&resp), 200, "{resp}");
+    assert_eq!(backend.requests(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_within_the_chunk_deadline_but_past_the_total_gets_a_408() {
     let backend = TestBackend::start("b", Behavior::default()).await;
     let gw = Gateway::start(&config_yaml(
