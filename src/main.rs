@@ -51,7 +51,8 @@ enum Command {
     Serve(ServeArgs),
     /// Validate a config file: print every error with its location and field path.
     CheckConfig(pronto::config::CheckConfigArgs),
-    /// The gateway in front of a built-in simulated fleet, with a short chat workload.
+    /// Compare routing policies live on a built-in simulated GPU fleet (one table, a TTFT
+    /// CDF), then keep the gateway up for your own requests.
     #[cfg(feature = "tools")]
     Demo(pronto::demo::DemoArgs),
     /// Serve a simulated fleet of OpenAI-compatible GPU backends on loopback.

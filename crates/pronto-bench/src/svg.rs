@@ -179,18 +179,21 @@ fn y_label(out: &mut String, label: &str) {
 /// Where a legend goes inside the plot area.
 #[derive(Clone, Copy)]
 enum Corner {
-    /// Empty in a CDF: no curve is high before it has moved right.
-    TopLeft,
+    /// Empty in a CDF: a curve is still low at the right only when nearly all its samples lie
+    /// near the axis' maximum, at the top of its last decade.
+    BottomRight,
     /// Clear of the error marks along a scatter's bottom edge.
     TopRight,
 }
 
 /// Legend entries (colour, text) in a corner of the plot area.
 fn legend(out: &mut String, entries: &[(String, String)], corner: Corner) {
-    let top = Y0 + 14.0;
-    let x = match corner {
-        Corner::TopLeft => X0 + 16.0,
-        Corner::TopRight => X1 - 250.0,
+    let height = 18.0 * entries.len() as f64 + 8.0;
+    let (x, top) = match corner {
+        // The box (drawn from `top - 6`) ends 8 px above the bottom edge, as the top one
+        // starts 8 px below the top edge.
+        Corner::BottomRight => (X1 - 250.0, Y1 - 2.0 - height),
+        Corner::TopRight => (X1 - 250.0, Y0 + 14.0),
     };
     let _ = writeln!(
         out,
@@ -198,7 +201,7 @@ fn legend(out: &mut String, entries: &[(String, String)], corner: Corner) {
          fill-opacity=\"0.85\" stroke=\"#999\"/>",
         x - 6.0,
         top - 6.0,
-        18.0 * entries.len() as f64 + 8.0
+        height
     );
     for (i, (colour, text)) in entries.iter().enumerate() {
         let y = top + 18.0 * i as f64 + 6.0;
@@ -260,7 +263,7 @@ pub fn cdf_svg(series: &[(&str, &[f64])], title: &str) -> String {
             "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{pts}\"/>"
         );
     }
-    legend(&mut out, &entries, Corner::TopLeft);
+    legend(&mut out, &entries, Corner::BottomRight);
     out.push_str("</svg>\n");
     out
 }
@@ -477,6 +480,40 @@ mod tests {
         assert_eq!(xy.last().unwrap().1, Y0);
         // Narrow data (1..5 ms, one decade): the 2× and 5× ticks are labelled.
         assert!(svg.contains(">2 ms<") && svg.contains(">5 ms<"));
+    }
+
+    #[test]
+    fn the_cdf_legend_sits_clear_of_the_curves() {
+        // A steep fast curve at the left (most of it high there) and a long slow tail: the
+        // demo's shapes. No curve point falls inside the legend's box.
+        let fast: Vec<f64> = (1..=300).map(|i| 20.0 + f64::from(i) * 0.2).collect();
+        let slow: Vec<f64> = (1..=300).map(|i| 20.0 * 1.02f64.powi(i)).collect();
+        let svg = cdf_svg(&[("fast", &fast), ("slow", &slow)], "t");
+        let attr = |tag: &str, name: &str| -> f64 {
+            let t = &tag[tag.find(&format!(" {name}=\"")).unwrap() + name.len() + 3..];
+            t[..t.find('"').unwrap()].parse().unwrap()
+        };
+        let rect = svg
+            .lines()
+            .find(|l| l.starts_with("<rect") && l.contains("fill-opacity"))
+            .expect("a legend box");
+        let (x, y) = (attr(rect, "x"), attr(rect, "y"));
+        let (w, h) = (attr(rect, "width"), attr(rect, "height"));
+        assert!(x + w <= X1 && y + h <= Y1 && x >= X0 && y >= Y0, "{rect}");
+        let mut points = 0;
+        for line in svg.lines().filter(|l| l.starts_with("<polyline")) {
+            let pts = line.split("points=\"").nth(1).unwrap();
+            for p in pts[..pts.find('"').unwrap()].split(' ') {
+                let (px, py) = p.split_once(',').unwrap();
+                let (px, py): (f64, f64) = (px.parse().unwrap(), py.parse().unwrap());
+                assert!(
+                    !(px > x && px < x + w && py > y && py < y + h),
+                    "({px}, {py}) inside the legend {rect}"
+                );
+                points += 1;
+            }
+        }
+        assert!(points > 1000);
     }
 
     #[test]
