@@ -337,3 +337,59 @@ async fn all_backends_down_then_back() {
         recovered.as_secs_f64()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overloaded_fleet_times_out_without_ejecting_anyone() {
+    // Two backends at the modelled GPUs' speed with room for a few long prompts at a time:
+    // 24 concurrent 2000-token prompts queue in the engines, and the later ones miss a
+    // 300 ms first-token deadline. The queue explains those timeouts: no backend is ejected.
+    let mut yaml = format!("model: {MODEL}\nbackends:\n");
+    for i in 0..2 {
+        yaml.push_str(&format!(
+            "  - {{ name: b{i}, profile: h100-llama3-8b, num_kv_blocks: 400, port: 0 }}\n"
+        ));
+    }
+    let config = FleetConfig::parse(&yaml, "overload").unwrap();
+    let fleet = SimFleet::start(&config, 1.0).await.unwrap();
+    let gw = gateway(&fleet, "limits: {first_token_timeout: 300ms}\n");
+    let long = |i: usize| {
+        let text: String = (0..1500).map(|w| format!(" o{i}w{w}")).collect();
+        json!({"model": MODEL, "messages": [{"role": "user", "content": text}],
+               "max_tokens": 64, "stream": true})
+    };
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let (url, body) = (gw.url("/v1/chat/completions"), long(i));
+        tasks.push(tokio::spawn(async move {
+            let r =
+                tokio::time::timeout(BOUND, reqwest::Client::new().post(url).json(&body).send())
+                    .await
+                    .expect("no hang")
+                    .unwrap();
+            let status = r.status().as_u16();
+            let _ = r.text().await;
+            status
+        }));
+    }
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap());
+    }
+    let timeouts = statuses.iter().filter(|&&s| s == 504).count();
+    println!("FAULT overload: statuses {statuses:?}");
+    assert!(
+        statuses.iter().all(|s| matches!(s, 200 | 504)),
+        "{statuses:?}"
+    );
+    assert!(
+        timeouts >= 1,
+        "the load never queued past the deadline: {statuses:?}"
+    );
+    for (name, healthy, ejected) in backends(&gw).await {
+        assert!(
+            healthy && !ejected,
+            "{name} was ejected by overload timeouts"
+        );
+    }
+    assert_eq!(send(&gw, "after the storm").await.status, 200);
+}

@@ -62,6 +62,8 @@ pub(super) async fn apply(
 
 fn set_ids(features: &mut RequestFeatures, ids: &[TokenId]) {
     features.prompt_tokens = u32::try_from(ids.len()).unwrap_or(u32::MAX);
-    let routed = ids.len().min(super::lifecycle::MAX_ROUTED_BLOCKS * BLOCK_TOKENS);
+    let routed = ids
+        .len()
+        .min(super::lifecycle::MAX_ROUTED_BLOCKS * BLOCK_TOKENS);
     features.block_hashes = block_hashes(&ids[..routed], BLOCK_TOKENS);
 }
