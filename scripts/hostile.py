@@ -171,23 +171,24 @@ def _():
     return f"freed after {took:.1f} s" if freed else "never freed", 0, ok
 
 
-@case("header trickle (a line every 250 ms)", f"408 and closed within header_timeout ({L['header_timeout']})")
-def _():
+def trickle(first, pieces, every):
+    """Send `first`, then each of `pieces` `every` seconds while reading what comes back, until
+    the gateway closes: (response bytes, seconds from the first byte to the close)."""
     s = socket.socket()
     s.settimeout(20)
     s.connect(GW)
     t = time.monotonic()
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
-    sent = 0
-    out = b""
+    s.sendall(first)
     s.setblocking(False)
-    while time.monotonic() - t < 15:
+    out = b""
+    for piece in pieces:
+        if time.monotonic() - t > 15:
+            break
         try:
-            s.sendall(f"x-h{sent}: v\r\n".encode())
-            sent += 1
+            s.sendall(piece)
         except (BlockingIOError, BrokenPipeError, ConnectionResetError):
             break
-        time.sleep(0.25)
+        time.sleep(every)
         try:
             b = s.recv(65536)
             if not b:
@@ -199,6 +200,13 @@ def _():
             break
     took = time.monotonic() - t
     s.close()
+    return out, took
+
+
+@case("header trickle (a line every 250 ms)", f"408 and closed within header_timeout ({L['header_timeout']})")
+def _():
+    lines = (f"x-h{i}: v\r\n".encode() for i in range(60))
+    out, took = trickle(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n", lines, 0.25)
     ok = status(out) == 408 and took < 5
     return f"{json_error(out)} after {took:.1f} s", 0 if out else 1, ok
 
@@ -212,30 +220,8 @@ def _():
 @case("body trickle (8 B every 200 ms)", f"408 within body_timeout ({L['body_timeout']})")
 def _():
     body = chat(content="x" * 400)
-    s = socket.socket()
-    s.settimeout(20)
-    s.connect(GW)
-    t = time.monotonic()
-    s.sendall(head(len(body)))
-    s.setblocking(False)
-    out = b""
-    for i in range(0, len(body), 8):
-        try:
-            s.sendall(body[i:i + 8])
-        except (BlockingIOError, BrokenPipeError, ConnectionResetError):
-            break
-        time.sleep(0.2)
-        try:
-            b = s.recv(65536)
-            if not b:
-                break
-            out += b
-        except BlockingIOError:
-            pass
-        except ConnectionResetError:
-            break
-    took = time.monotonic() - t
-    s.close()
+    pieces = (body[i:i + 8] for i in range(0, len(body), 8))
+    out, took = trickle(head(len(body)), pieces, 0.2)
     return f"{json_error(out)} after {took:.1f} s", 0 if out else 1, status(out) == 408
 
 
