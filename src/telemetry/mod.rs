@@ -18,135 +18,8 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-/// Label value for requests that matched no pool or reached no backend.
-pub const NONE: &str = "none";
-
-/// Buckets for request durations and TTFT, in seconds (5 ms … 60 s).
-const LATENCY_BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0,
-    20.0, 30.0, 60.0,
-];
-
-/// Why a request was retried (a bounded label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryReason {
-    /// TCP connect failed or timed out.
-    Connect,
-    /// A reused (pooled) connection turned out to be closed.
-    StaleConnection,
-    /// Writing the request or reading the response head failed.
-    Io,
-    /// The backend answered 5xx before any byte reached the client.
-    Status5xx,
-    /// The backend answered 429 before any byte reached the client.
-    Status429,
-}
-
-impl RetryReason {
-    /// Every reason, for registering the series at zero.
-    pub const ALL: [RetryReason; 5] = [
-        RetryReason::Connect,
-        RetryReason::StaleConnection,
-        RetryReason::Io,
-        RetryReason::Status5xx,
-        RetryReason::Status429,
-    ];
-
-    /// Label value.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            RetryReason::Connect => "connect",
-            RetryReason::StaleConnection => "stale_connection",
-            RetryReason::Io => "io",
-            RetryReason::Status5xx => "status_5xx",
-            RetryReason::Status429 => "status_429",
-        }
-    }
-}
-
-/// How a config reload attempt ended (a bounded label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReloadResult {
-    /// A new config was validated and swapped in.
-    Ok,
-    /// The file is identical to the active config; nothing was swapped.
-    Unchanged,
-    /// The file could not be read or is invalid; the active config stays.
-    Error,
-}
-
-impl ReloadResult {
-    /// Every result, for registering the series at zero.
-    pub const ALL: [ReloadResult; 3] = [
-        ReloadResult::Ok,
-        ReloadResult::Unchanged,
-        ReloadResult::Error,
-    ];
-
-    /// Label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReloadResult::Ok => "ok",
-            ReloadResult::Unchanged => "unchanged",
-            ReloadResult::Error => "error",
-        }
-    }
-}
-
-/// What a rate limit that refused a request applies to (the `scope` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RateLimitScope {
-    /// An API key (`rate_limits.per_key` / `rate_limits.keys`); `name` is the key's name.
-    Key,
-    /// A route (`rate_limits.routes`); `name` is the route's name.
-    Route,
-}
-
-impl RateLimitScope {
-    /// Label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RateLimitScope::Key => "key",
-            RateLimitScope::Route => "route",
-        }
-    }
-}
-
-/// Which limit refused a request (the `limit` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RateLimitKind {
-    /// `requests_per_minute`.
-    Requests,
-    /// `tokens_per_minute`.
-    Tokens,
-    /// `max_concurrent`.
-    Concurrency,
-}
-
-impl RateLimitKind {
-    /// Label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RateLimitKind::Requests => "requests",
-            RateLimitKind::Tokens => "tokens",
-            RateLimitKind::Concurrency => "concurrency",
-        }
-    }
-}
-
-/// The `kind` label values of `pronto_upstream_errors_total`: a failed attempt's
-/// [`RetryReason`], `first_token_timeout` (no first token within the deadline) and
-/// `mid_stream` (the backend failed after the response started).
-pub const UPSTREAM_ERROR_KINDS: [&str; 7] = [
-    RetryReason::Connect.as_str(),
-    RetryReason::StaleConnection.as_str(),
-    RetryReason::Io.as_str(),
-    RetryReason::Status5xx.as_str(),
-    RetryReason::Status429.as_str(),
-    "first_token_timeout",
-    "mid_stream",
-];
+mod labels;
+pub use labels::*;
 
 /// The version and git revision this binary was built from (`build.rs`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -359,6 +232,12 @@ const ERROR_BUCKETS: &[f64] = &[
 const TPOT_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5,
 ];
+/// Buckets for request durations and TTFT, in seconds (5 ms … 60 s).
+const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0,
+    20.0, 30.0, 60.0,
+];
+
 const RATIO_BUCKETS: &[f64] = &[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0];
 
 fn histogram_with(
