@@ -72,7 +72,7 @@ pub struct Routed {
     /// Whether another backend was eligible (a retry has somewhere to go).
     pub others_left: bool,
     /// The other eligible backend predicted soonest, and its prediction (the explain
-    /// headers; [`crate::routing::runner_up`]).
+    /// headers; [`crate::routing::runner_up`]); `None` unless routed with `explain`.
     pub runner_up: Option<RunnerUp>,
 }
 
@@ -201,13 +201,15 @@ impl Pool {
     }
 
     /// Decide where `features` goes at `now` with `policy` ([`decide`]: the decision carries
-    /// its prediction), `tried` backends excluded.
+    /// its prediction), `tried` backends excluded. `explain`: also find the runner-up (for the
+    /// explain headers; a second prediction per backend, so only when they are on).
     pub fn route(
         &self,
         policy: &dyn Policy,
         features: &RequestFeatures,
         now: Instant,
         tried: &[BackendId],
+        explain: bool,
     ) -> Result<Routed, NoBackend> {
         SCRATCH.with_borrow_mut(|scratch| {
             let limit = policy.limits_prefix_credit_to_residency();
@@ -218,7 +220,9 @@ impl Pool {
                 .enumerate()
                 .any(|(i, v)| i != decision.index && v.eligible());
             let chosen = views[decision.index];
-            let runner_up = runner_up(features, views, decision.index);
+            let runner_up = explain
+                .then(|| runner_up(features, views, decision.index))
+                .flatten();
             Ok(Routed {
                 decision,
                 chosen,

@@ -157,7 +157,9 @@ impl Backend {
 
     /// Passively ejected at `now`.
     pub fn is_ejected(&self, now: Instant) -> bool {
-        self.ns_since_created(now) < self.ejected_until_ns.load(Ordering::Relaxed)
+        // Never ejected (0): no clock arithmetic on the routing path.
+        let until = self.ejected_until_ns.load(Ordering::Relaxed);
+        until > 0 && self.ns_since_created(now) < until
     }
 
     /// Result of an active health check.

@@ -88,7 +88,13 @@ impl Proxy {
     ) -> (Option<(ShedReason, f64)>, Option<Routed>) {
         let policy = state.policy_for(pool, route);
         let routed = pool
-            .route(&**policy, features, Instant::now(), excluded)
+            .route(
+                &**policy,
+                features,
+                Instant::now(),
+                excluded,
+                state.config.explain_headers,
+            )
             .ok();
         // A policy that cannot predict (no model anywhere) does not hold the request back.
         let predicted = routed.map(|r| r.decision.predicted_ttft_s.unwrap_or(0.0));

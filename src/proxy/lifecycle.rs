@@ -241,7 +241,13 @@ impl Proxy {
             let routed = match admitted.take() {
                 Some(r) => r,
                 None => pool
-                    .route(&**policy, features, now, &retries.tried)
+                    .route(
+                        &**policy,
+                        features,
+                        now,
+                        &retries.tried,
+                        state.config.explain_headers,
+                    )
                     .map_err(|_| {
                         pool_err(GatewayError::NoBackend {
                             model: pool.model.to_string(),

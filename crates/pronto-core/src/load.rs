@@ -125,8 +125,9 @@ pub trait AllocCell: Debug {
     fn new(epoch: Instant) -> Self;
     /// `tokens` were allocated at `now` ([`Residency::on_alloc`]).
     fn on_alloc(&self, tokens: f64, now: Instant);
-    /// The state, to read the rate at any time.
-    fn get(&self) -> Residency;
+    /// Tokens allocated per second at `now` ([`Residency::rate`]); `now_ns` is `now` in
+    /// nanoseconds since the cell's epoch (the atomic cell reads that, the plain one `now`).
+    fn rate(&self, now: Instant, now_ns: u64) -> f64;
 }
 
 impl AllocCell for Cell<Residency> {
@@ -138,8 +139,8 @@ impl AllocCell for Cell<Residency> {
         r.on_alloc(tokens, now);
         Cell::set(self, r);
     }
-    fn get(&self) -> Residency {
-        Cell::get(self)
+    fn rate(&self, now: Instant, _now_ns: u64) -> f64 {
+        Cell::get(self).rate(now)
     }
 }
 
@@ -150,7 +151,7 @@ impl AllocCell for Cell<Residency> {
 pub struct AtomicAlloc {
     epoch: Instant,
     state: Mutex<Residency>,
-    published: SeqCell<3>,
+    published: SeqCell<4>,
 }
 
 impl AllocCell for AtomicAlloc {
@@ -166,8 +167,9 @@ impl AllocCell for AtomicAlloc {
         r.on_alloc(tokens, now);
         self.published.store(r.to_words(self.epoch));
     }
-    fn get(&self) -> Residency {
-        Residency::from_words(self.published.load(), self.epoch)
+    #[inline]
+    fn rate(&self, _now: Instant, now_ns: u64) -> f64 {
+        crate::affinity::residency::rate_from_words(self.published.load(), now_ns)
     }
 }
 
@@ -256,6 +258,7 @@ pub struct Ledger<S: Storage> {
     decoding: S::Counter,
     kv_reserved: S::Counter,
     alloc: S::Alloc,
+    epoch: Instant,
 }
 
 /// A prefill's attention work in integer units of tokens² / 1000.
@@ -273,6 +276,7 @@ impl<S: Storage> Ledger<S> {
             decoding: S::Counter::default(),
             kv_reserved: S::Counter::default(),
             alloc: S::Alloc::new(epoch),
+            epoch,
         }
     }
 
@@ -338,13 +342,23 @@ impl<S: Storage> Ledger<S> {
 
     /// The load at `now`.
     pub fn view(&self, now: Instant) -> LoadView {
+        self.view_at(
+            now,
+            now.saturating_duration_since(self.epoch).as_nanos() as u64,
+        )
+    }
+
+    /// [`view`](Self::view), `now_ns` being `now` in nanoseconds since the ledger's epoch
+    /// (computed once per routing view for everything a backend keeps on that epoch).
+    #[inline]
+    pub(crate) fn view_at(&self, now: Instant, now_ns: u64) -> LoadView {
         LoadView {
             inflight: self.inflight.get() as u32,
             outstanding_prefill_tokens: self.prefill_tokens.get(),
             outstanding_prefill_sq: self.prefill_sq_units.get() as f64 / 1000.0,
             running_decodes: self.decoding.get() as u32,
             kv_reserved_tokens: self.kv_reserved.get(),
-            kv_alloc_rate: self.alloc.get().rate(now),
+            kv_alloc_rate: self.alloc.rate(now, now_ns),
         }
     }
 }

@@ -281,14 +281,12 @@ impl PrefixIndex {
     ) {
         let clock = self.clock(now);
         let tick_s = self.tick_nanos as f64 * 1e-9;
+        let mut memo = EntryMemo::new(self.max_backends.div_ceil(64));
         for (b, (len, &age)) in lengths.iter_mut().zip(max_age_s).enumerate() {
             if *len == 0 || !(age.is_finite() && age >= 0.0) || b >= self.max_backends {
                 continue;
             }
-            let tick_at = |i: usize| {
-                let key = hashes[i].0;
-                self.read(key).held_tick(key, b).unwrap_or(0)
-            };
+            let mut tick_at = |i: usize| memo.held_tick(self, hashes[i].0, b).unwrap_or(0);
             let cutoff = clock.now.saturating_sub((age / tick_s).ceil() as u64);
             let n = (*len as usize).min(hashes.len());
             if tick_at(n - 1) >= cutoff {
@@ -429,6 +427,61 @@ impl PrefixIndex {
 #[inline]
 fn read_lock(lock: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
     lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+// === impl EntryMemo ===
+
+/// Entries one [`PrefixIndex::limit_to_recent`] has read, copied out of their shards: most
+/// backends' matches end at the same few blocks (a shared system prompt, the whole prompt), so
+/// one shard lookup serves all of them.
+struct EntryMemo {
+    words: usize,
+    keys: [Option<u64>; MEMO],
+    entries: [[u64; ENTRY_WORDS]; MEMO],
+    present: [bool; MEMO],
+    next: usize,
+}
+
+/// Entries an [`EntryMemo`] keeps (replaced round robin).
+const MEMO: usize = 4;
+/// Longest `[meta, bits…, recent…]`.
+const ENTRY_WORDS: usize = 1 + MAX_WORDS + shard::RECENT;
+
+impl EntryMemo {
+    fn new(words: usize) -> EntryMemo {
+        EntryMemo {
+            words,
+            keys: [None; MEMO],
+            entries: [[0; ENTRY_WORDS]; MEMO],
+            present: [false; MEMO],
+            next: 0,
+        }
+    }
+
+    /// [`Shard::held_tick`] of `key` for `backend`, from the memo or one shard lookup.
+    fn held_tick(&mut self, index: &PrefixIndex, key: u64, backend: usize) -> Option<u64> {
+        let m = match self.keys.iter().position(|&k| k == Some(key)) {
+            Some(m) => m,
+            None => {
+                let m = self.next;
+                self.next = (m + 1) % MEMO;
+                let shard = index.read(key);
+                let entry = shard.get(key);
+                self.present[m] = entry.is_some();
+                if let Some(e) = entry {
+                    self.entries[m][..e.len()].copy_from_slice(e);
+                }
+                self.keys[m] = Some(key);
+                m
+            }
+        };
+        if !self.present[m] {
+            return None;
+        }
+        let e = &self.entries[m];
+        (e[1 + backend / 64] & (1 << (backend % 64)) != 0)
+            .then(|| shard::backend_tick(e, self.words, backend))
+    }
 }
 
 // === impl Search ===

@@ -27,6 +27,8 @@ pub struct Residency {
     decayed_tokens: f64,
     last: Option<Instant>,
     first: Option<Instant>,
+    /// exp(−(last − first)/τ), kept at each allocation so a read needs one `exp`, not two.
+    first_decay: f64,
 }
 
 impl Residency {
@@ -34,7 +36,11 @@ impl Residency {
     /// part plus its expected output).
     pub fn on_alloc(&mut self, tokens: f64, now: Instant) {
         self.decay_to(now);
-        self.first.get_or_insert(now);
+        let first = *self.first.get_or_insert(now);
+        if let Some(last) = self.last {
+            let span = last.saturating_duration_since(first).as_secs_f64();
+            self.first_decay = (-span / RATE_TAU_S).exp();
+        }
         if tokens.is_finite() && tokens > 0.0 {
             self.decayed_tokens += tokens;
         }
@@ -46,34 +52,30 @@ impl Residency {
         let (Some(last), Some(first)) = (self.last, self.first) else {
             return 0.0;
         };
-        let dt = now.saturating_duration_since(last).as_secs_f64();
-        let sum = self.decayed_tokens * (-dt / RATE_TAU_S).exp();
-        let span = now.saturating_duration_since(first).as_secs_f64();
-        // ∫ exp(−s/τ) ds over the observed span: the weight a constant rate would have.
-        let weight = RATE_TAU_S * (1.0 - (-span.max(1.0) / RATE_TAU_S).exp());
-        sum / weight
+        rate_at(
+            self.decayed_tokens,
+            now.saturating_duration_since(last).as_secs_f64(),
+            last.saturating_duration_since(first).as_secs_f64(),
+            self.first_decay,
+        )
     }
 
-    /// The state as three words relative to `epoch` (for lock-free publication): the decayed
-    /// sum's bits and the last and first allocation times in nanoseconds since `epoch`
-    /// (`u64::MAX`: none).
-    pub fn to_words(&self, epoch: Instant) -> [u64; 3] {
+    /// The state as four words relative to `epoch` (for lock-free publication): the decayed
+    /// sum's bits, the last and first allocation times in nanoseconds since `epoch`
+    /// (`u64::MAX`: none) and the bits of exp(−(last − first)/τ). [`rate_from_words`] reads the
+    /// rate back from them.
+    pub fn to_words(&self, epoch: Instant) -> [u64; 4] {
         let ns = |t: Option<Instant>| {
             t.map_or(u64::MAX, |t| {
                 (t.saturating_duration_since(epoch).as_nanos() as u64).min(u64::MAX - 1)
             })
         };
-        [self.decayed_tokens.to_bits(), ns(self.last), ns(self.first)]
-    }
-
-    /// The state [`to_words`](Self::to_words) wrote.
-    pub fn from_words(w: [u64; 3], epoch: Instant) -> Residency {
-        let at = |ns: u64| (ns != u64::MAX).then(|| epoch + std::time::Duration::from_nanos(ns));
-        Residency {
-            decayed_tokens: f64::from_bits(w[0]),
-            last: at(w[1]),
-            first: at(w[2]),
-        }
+        [
+            self.decayed_tokens.to_bits(),
+            ns(self.last),
+            ns(self.first),
+            self.first_decay.to_bits(),
+        ]
     }
 
     fn decay_to(&mut self, now: Instant) {
@@ -85,8 +87,41 @@ impl Residency {
     }
 }
 
+/// [`Residency::rate`] from [`Residency::to_words`]' words, `now_ns` nanoseconds after their
+/// epoch: integer time arithmetic and one `exp`, what a routing view pays per backend.
+#[inline]
+pub fn rate_from_words(w: [u64; 4], now_ns: u64) -> f64 {
+    let [sum, last, first, first_decay] = w;
+    if last == u64::MAX || first == u64::MAX {
+        return 0.0;
+    }
+    rate_at(
+        f64::from_bits(sum),
+        now_ns.saturating_sub(last) as f64 * 1e-9,
+        last.saturating_sub(first) as f64 * 1e-9,
+        f64::from_bits(first_decay),
+    )
+}
+
+/// The rate `since_last_s` after the last allocation, from the decayed sum then, the span
+/// from the first allocation to the last and exp(−that span/τ).
+#[inline]
+fn rate_at(decayed_tokens: f64, since_last_s: f64, first_to_last_s: f64, first_decay: f64) -> f64 {
+    let e = (-since_last_s / RATE_TAU_S).exp();
+    let span = since_last_s + first_to_last_s;
+    // ∫ exp(−s/τ) ds over the observed span (at least 1 s): the weight a constant rate would
+    // have. exp(−span/τ) = exp(−since_last/τ) · exp(−first_to_last/τ).
+    let tail = if span >= 1.0 {
+        e * first_decay
+    } else {
+        (-1.0 / RATE_TAU_S).exp()
+    };
+    decayed_tokens * e / (RATE_TAU_S * (1.0 - tail))
+}
+
 /// `(capacity − pinned) / rate`: seconds until allocations at `rate_tokens_per_s` have cycled
 /// the evictable part of a cache; infinite when the capacity is unknown or nothing allocates.
+#[inline]
 pub fn residency_s(
     capacity_tokens: Option<f64>,
     pinned_tokens: f64,
@@ -127,6 +162,64 @@ mod tests {
         assert!(residency_s(Some(100_000.0), 0.0, r.rate(later)) > 5.0 * res);
         // Pinned tokens are not room for old prefixes.
         assert!((residency_s(Some(100_000.0), 50_000.0, rate) - res / 2.0).abs() < 0.3);
+    }
+
+    /// The published words give the rate the state itself computes, at any later time.
+    #[test]
+    fn the_published_words_give_the_same_rate() {
+        let t0 = Instant::now();
+        let mut r = Residency::default();
+        assert_eq!(rate_from_words(r.to_words(t0), 0), 0.0);
+        for i in 0..50u32 {
+            r.on_alloc(
+                100.0 + f64::from(i),
+                t0 + Duration::from_millis(37 * u64::from(i)),
+            );
+        }
+        let w = r.to_words(t0);
+        for later_ms in [0u64, 300, 1_000, 45_000, 600_000] {
+            let now = t0 + Duration::from_millis(37 * 49 + later_ms);
+            let ns = now.duration_since(t0).as_nanos() as u64;
+            let (a, b) = (r.rate(now), rate_from_words(w, ns));
+            assert!(
+                (a - b).abs() <= 1e-9 * a.max(1.0),
+                "{later_ms} ms: {a} vs {b}"
+            );
+            assert!(a > 0.0);
+        }
+    }
+
+    /// One `exp` per read gives what the definition gives: Σ tokens·exp(−age/τ) over
+    /// τ·(1 − exp(−max(span, 1 s)/τ)).
+    #[test]
+    fn the_rate_matches_its_definition() {
+        let t0 = Instant::now();
+        let mut r = Residency::default();
+        let allocs = [(0u64, 500.0), (400, 300.0), (2_500, 800.0), (9_000, 50.0)];
+        for (ms, tokens) in allocs {
+            r.on_alloc(tokens, t0 + Duration::from_millis(ms));
+        }
+        for now_ms in [9_000u64, 9_500, 20_000, 200_000] {
+            let now = t0 + Duration::from_millis(now_ms);
+            let sum: f64 = allocs
+                .iter()
+                .map(|&(ms, t)| t * (-((now_ms - ms) as f64 / 1e3) / RATE_TAU_S).exp())
+                .sum();
+            let span = (now_ms as f64 / 1e3).max(1.0);
+            let want = sum / (RATE_TAU_S * (1.0 - (-span / RATE_TAU_S).exp()));
+            let got = r.rate(now);
+            assert!(
+                (got - want).abs() <= 1e-9 * want,
+                "{now_ms} ms: {got} vs {want}"
+            );
+        }
+        // Within the first second the span counts as one second.
+        let mut r = Residency::default();
+        r.on_alloc(1_000.0, t0);
+        let want =
+            1_000.0 * (-0.2 / RATE_TAU_S).exp() / (RATE_TAU_S * (1.0 - (-1.0 / RATE_TAU_S).exp()));
+        let got = r.rate(t0 + Duration::from_millis(200));
+        assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
     }
 
     #[test]

@@ -80,6 +80,7 @@ impl EngineState {
         }
     }
 
+    #[inline]
     fn ns(&self, t: Instant) -> u64 {
         t.saturating_duration_since(self.epoch).as_nanos() as u64
     }
@@ -129,6 +130,7 @@ impl EngineState {
     }
 
     /// Scrapes failed in a row since the last success.
+    #[inline]
     pub fn consecutive_failures(&self) -> u32 {
         self.consecutive_failures.load(Ordering::Relaxed)
     }
@@ -156,7 +158,14 @@ impl EngineState {
 
     /// The routing view: engine load with its age, or `None` when there is no trustworthy
     /// scrape at `now`.
+    #[inline]
     pub fn load(&self, now: Instant) -> Option<EngineLoad> {
+        self.load_at(self.ns(now))
+    }
+
+    /// [`load`](Self::load) at `now_ns` nanoseconds since the state's epoch.
+    #[inline]
+    pub(crate) fn load_at(&self, now_ns: u64) -> Option<EngineLoad> {
         if self.consecutive_failures() >= STALE_AFTER_FAILURES {
             return None;
         }
@@ -164,7 +173,7 @@ impl EngineState {
         if at_ns == ABSENT {
             return None;
         }
-        let age_ns = self.ns(now).saturating_sub(at_ns);
+        let age_ns = now_ns.saturating_sub(at_ns);
         (age_ns <= stale_after_ns).then(|| EngineLoad {
             waiting: f64::from_bits(waiting),
             running: f64::from_bits(running),

@@ -147,6 +147,7 @@ impl Coefficients {
     }
 
     /// Predicted TTFT in seconds (finite, ≥ 0).
+    #[inline]
     pub fn predict(&self, x: &TtftInputs) -> f64 {
         let t = self.to_theta();
         let f = x.features();

@@ -61,7 +61,14 @@ impl TtftModel {
     }
 
     /// The model as a routing policy sees it at `now`.
+    #[inline]
     pub fn view(&self, now: Instant) -> TtftModelView {
+        self.view_at(now.saturating_duration_since(self.epoch).as_nanos() as u64)
+    }
+
+    /// [`view`](Self::view) at `now_ns` nanoseconds since the model's epoch.
+    #[inline]
+    pub(crate) fn view_at(&self, now_ns: u64) -> TtftModelView {
         let w = self.published.load();
         let f = f64::from_bits;
         TtftModelView {
@@ -79,7 +86,6 @@ impl TtftModel {
             since_last_observation_s: if w[7] == NEVER {
                 f64::INFINITY
             } else {
-                let now_ns = now.saturating_duration_since(self.epoch).as_nanos() as u64;
                 now_ns.saturating_sub(w[7]) as f64 * 1e-9
             },
         }

@@ -113,6 +113,7 @@ pub struct TtftModelView {
 
 impl BackendView {
     /// Inputs of a TTFT prediction for `features` on this backend.
+    #[inline]
     pub fn ttft_inputs(&self, features: &RequestFeatures) -> TtftInputs {
         TtftInputs {
             queued_prefill_tokens: self.outstanding_prefill_tokens as f64,
@@ -165,6 +166,7 @@ impl BackendView {
     /// Seconds a prefix stays in the backend's cache after its last use (infinite: unknown):
     /// the evictable part of the capacity over the allocation rate
     /// ([`crate::affinity::residency`]). Prefix credit older than this is not given.
+    #[inline]
     pub fn cache_residency_s(&self) -> f64 {
         crate::affinity::residency::residency_s(
             self.kv_capacity_tokens.filter(|&c| c > 0).map(|c| c as f64),
@@ -178,6 +180,7 @@ impl BackendView {
     /// backend's cache turns over ([`BackendView::kv_alloc_rate`]); infinite when that rate is
     /// unknown. An engine out of blocks queues the request (or preempts) until running
     /// requests finish, a wait the TTFT model cannot see in its inputs.
+    #[inline]
     pub fn kv_wait_s(&self, features: &RequestFeatures) -> f64 {
         let Some(cap) = self.kv_capacity_tokens else {
             return 0.0;
@@ -195,12 +198,14 @@ impl BackendView {
     /// KV-cache tokens `features` will add on this backend: its uncached prompt here plus its
     /// expected output (cached prefix blocks are shared and already resident). What a dispatch
     /// reserves in `kv_reserved_tokens` and allocates for the cache-residency estimate.
+    #[inline]
     pub fn kv_need(&self, features: &RequestFeatures) -> u64 {
         let uncached = features.prompt_tokens.saturating_sub(self.cached_tokens);
         u64::from(uncached) + u64::from(expected_output_tokens(features))
     }
 
     /// Whether a policy may pick this backend.
+    #[inline]
     pub fn eligible(&self) -> bool {
         self.healthy && !self.excluded && self.max_inflight.is_none_or(|m| self.inflight < m)
     }
@@ -211,6 +216,7 @@ pub const DEFAULT_OUTPUT_TOKENS: u32 = 256;
 
 /// Tokens a request is expected to generate: its `max_tokens`, or
 /// [`DEFAULT_OUTPUT_TOKENS`] when it sets none.
+#[inline]
 pub fn expected_output_tokens(features: &RequestFeatures) -> u32 {
     features.max_tokens.unwrap_or(DEFAULT_OUTPUT_TOKENS)
 }

@@ -175,18 +175,26 @@ pub fn build<'s, B: RoutingBackend>(
         matched,
         held,
     } = scratch;
-    views.clear();
     held.clear();
-    views.extend(pool.backends.iter().map(|b| {
-        let mut v = b.state().view(b.settings(), b.healthy(now), now);
+    // Written in place: the buffer keeps its views between decisions.
+    views.truncate(pool.backends.len());
+    views.resize_with(pool.backends.len(), || BackendView::idle(""));
+    for (v, b) in views.iter_mut().zip(pool.backends) {
+        b.state().write_view(v, b.settings(), b.healthy(now), now);
         v.excluded = tried.contains(&v.id);
-        v
-    }));
+    }
     if features.block_hashes.is_empty() {
         return views;
     }
     let hashes = &features.block_hashes;
-    let slots = pool.index.max_backends();
+    // Only the slots this pool's backends use (the index may number many more): fewer
+    // bitset words for the match to carry.
+    let slots = pool
+        .slots
+        .iter()
+        .max()
+        .map_or(0, |&s| s + 1)
+        .min(pool.index.max_backends());
     by_slot.clear();
     by_slot.resize(slots, 0);
     pool.index.match_lengths(hashes, now, by_slot);
