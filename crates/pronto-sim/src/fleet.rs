@@ -279,6 +279,7 @@ impl SimFleet {
                 faults: faults.clone(),
                 stats: Mutex::new(EngineStats::default()),
                 tokenizer: opts.tokenizer.clone(),
+                timer: Default::default(),
             });
             let mut driver = Driver::new(Engine::new(ecfg), shared.clone(), opts.time_scale);
             let kv_events = match b.kv_events_port {

@@ -7,7 +7,8 @@
 //! 2. Apply every queued command, run [`Engine::step`], publish the engine's stats.
 //! 3. Advance the step deadline by `duration_s × time_scale × slowdown` and sleep until it
 //!    (`sleep_until` on an accumulated deadline, so timer granularity does not make the
-//!    simulation drift slower than its time scale). Commands that arrive meanwhile are applied
+//!    simulation drift slower than its time scale; aimed early by the timer's learnt mean
+//!    lateness, so a step does not end late on average either: [`super::fleet_timer`]). Commands that arrive meanwhile are applied
 //!    at once — an abort frees the request's blocks immediately — and join the next step.
 //!    If the task is more than [`LAG_TOLERANCE`] behind its deadline it does not sleep: the
 //!    shortfall is added to `sim_lag_seconds_total` and the clock restarts from now.
@@ -257,11 +258,14 @@ impl Driver {
                     }
                     Some(at) => {
                         // Idle until the front end hands the next request over.
-                        let sleep = tokio::time::sleep_until(at);
+                        let sleep = tokio::time::sleep_until(self.shared.timer.aim(at));
                         tokio::pin!(sleep);
                         loop {
                             tokio::select! {
-                                _ = &mut sleep => break,
+                                _ = &mut sleep => {
+                                    self.shared.timer.woke(at, Instant::now());
+                                    break;
+                                }
                                 cmd = rx.recv() => match cmd {
                                     Some(cmd) => self.apply(cmd),
                                     None => return,
@@ -296,11 +300,14 @@ impl Driver {
                 // Behind schedule nothing below awaits: let the HTTP tasks run.
                 tokio::task::yield_now().await;
             } else {
-                let sleep = tokio::time::sleep_until(deadline);
+                let sleep = tokio::time::sleep_until(self.shared.timer.aim(deadline));
                 tokio::pin!(sleep);
                 loop {
                     tokio::select! {
-                        _ = &mut sleep => break,
+                        _ = &mut sleep => {
+                            self.shared.timer.woke(deadline, Instant::now());
+                            break;
+                        }
                         cmd = rx.recv() => match cmd {
                             Some(cmd) => self.apply(cmd),
                             None => return,

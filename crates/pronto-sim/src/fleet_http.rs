@@ -41,6 +41,7 @@ use super::fleet_metrics::BackendMetrics;
 use super::fleet_openai::{
     parse_generation, parse_render, parse_tokenize, ApiError, ApiKind, Responder, Usage,
 };
+use super::fleet_timer::Timer;
 use pronto_core::tokens::{token_ids, TokenId};
 use pronto_tokenizer::ModelTokenizer;
 
@@ -73,6 +74,8 @@ pub(crate) struct BackendShared {
     pub stats: Mutex<EngineStats>,
     /// The model tokenizer prompts are tokenized with, if any (else [`token_ids`]).
     pub tokenizer: Option<Arc<ModelTokenizer>>,
+    /// Every sleep of this backend's simulated time (right on average).
+    pub timer: Timer,
 }
 
 impl BackendShared {
@@ -197,7 +200,7 @@ impl Flight {
         let p = self.rx.recv().await.ok_or(Cut::Crashed)?;
         if let Some(at) = p.release_at {
             // The profile's output latency (see fleet_driver).
-            tokio::time::sleep_until(at).await;
+            self.shared.timer.sleep_until(at).await;
         }
         if p.rejected {
             self.guard.armed = false;

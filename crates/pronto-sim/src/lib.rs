@@ -32,6 +32,7 @@ mod fleet_http;
 mod fleet_kv_events;
 mod fleet_metrics;
 mod fleet_openai;
+mod fleet_timer;
 pub mod kv;
 pub mod profile;
 pub mod testing;
