@@ -131,7 +131,13 @@ mod tests {
         let plain = mean_late_us(None).await;
         let t = Timer::default();
         let aimed = mean_late_us(Some(&t)).await;
-        assert!(plain > 300.0, "plain sleeps are late by {plain} us on average");
-        assert!(aimed.abs() < 150.0, "aimed sleeps are off by {aimed} us on average");
+        assert!(
+            plain > 300.0,
+            "plain sleeps are late by {plain} us on average"
+        );
+        assert!(
+            aimed.abs() < 150.0,
+            "aimed sleeps are off by {aimed} us on average"
+        );
     }
 }

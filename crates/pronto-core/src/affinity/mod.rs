@@ -188,7 +188,11 @@ impl PrefixIndex {
                 .held_tick(key, backend)
                 .is_some_and(|t| t >= clock.now)
         };
-        let (mut lo, mut hi) = (0, hashes.len());
+        // The common repeat: the whole chain is done when its last block is.
+        if done(hashes.len() - 1) {
+            return;
+        }
+        let (mut lo, mut hi) = (0, hashes.len() - 1);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             if done(mid) {
@@ -287,7 +291,7 @@ impl PrefixIndex {
                 continue;
             }
             let mut tick_at = |i: usize| memo.held_tick(self, hashes[i].0, b).unwrap_or(0);
-            let cutoff = clock.now.saturating_sub((age / tick_s).ceil() as u64);
+            let cutoff = clock.now.saturating_sub(ceil_ticks(age / tick_s));
             let n = (*len as usize).min(hashes.len());
             if tick_at(n - 1) >= cutoff {
                 continue;
@@ -427,6 +431,18 @@ impl PrefixIndex {
 #[inline]
 fn read_lock(lock: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
     lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `x.ceil() as u64` for `x ≥ 0` without a libm call (the baseline x86-64 target has no
+/// rounding instruction).
+#[inline]
+fn ceil_ticks(x: f64) -> u64 {
+    let t = x as u64;
+    if (t as f64) < x {
+        t + 1
+    } else {
+        t
+    }
 }
 
 // === impl EntryMemo ===
