@@ -376,12 +376,7 @@ impl Proxy {
                     drop(attempted);
                     if outcome.reusable {
                         self.connectors
-                            .pooled
-                            .release_http_session(
-                                *upstream,
-                                &backend.peer,
-                                Some(UPSTREAM_IDLE_KEEPALIVE),
-                            )
+                            .release(*upstream, &backend.peer, UPSTREAM_IDLE_KEEPALIVE)
                             .await;
                     } else {
                         upstream.shutdown().await;

@@ -23,6 +23,8 @@ mod relay;
 pub mod request_id;
 mod respond;
 mod retry;
+#[cfg(test)]
+mod test_io;
 mod tokenize;
 mod upstream;
 

@@ -7,13 +7,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderName};
-use pingora_core::connectors::http::Connector;
 use pingora_core::connectors::TransportConnector;
 use pingora_core::protocols::http::client::HttpSession;
 use pingora_core::protocols::http::v1::client::HttpSession as Http1Session;
+use pingora_core::protocols::Stream;
+use pingora_core::upstreams::peer::{HttpPeer, Peer};
 use pingora_http::{RequestHeader, ResponseHeader};
 
 use crate::backend::{Backend, InflightGuard};
+use crate::coalesce::{self, Coalesce};
 use crate::telemetry::RetryReason;
 
 /// Headers that describe one connection, not the message: never forwarded (RFC 9110 §7.6.1).
@@ -137,12 +139,11 @@ pub fn retryable_status(status: u16) -> Option<(RetryReason, bool)> {
     }
 }
 
-/// Connections for attempts: pingora's pooled connector, and a transport connector for the
-/// fresh connection a stale pooled one is replaced by.
+/// Connections for attempts: pingora's transport connector and its pool of idle connections,
+/// each connection wrapped in a [`Coalesce`] so that a request's head and body go out in one
+/// write. (Upstreams speak HTTP/1.1: a backend's peer offers no other ALPN.)
 pub struct Connectors {
-    /// Pooled HTTP connections.
-    pub pooled: Connector,
-    fresh: TransportConnector,
+    transport: TransportConnector,
 }
 
 impl Connectors {
@@ -151,8 +152,41 @@ impl Connectors {
         let mut opts = pingora_core::connectors::ConnectorOptions::new(pool_size);
         opts.keepalive_pool_size = pool_size;
         Connectors {
-            pooled: Connector::new(Some(opts.clone())),
-            fresh: TransportConnector::new(Some(opts)),
+            transport: TransportConnector::new(Some(opts)),
+        }
+    }
+
+    /// A session to `peer` — an idle pooled connection when there is one, unless `fresh` — and
+    /// whether it was reused.
+    pub async fn session(
+        &self,
+        peer: &HttpPeer,
+        fresh: bool,
+    ) -> pingora_core::Result<(HttpSession, bool)> {
+        let (stream, reused) = if fresh {
+            (self.transport.new_stream(peer).await?, false)
+        } else {
+            self.transport.get_stream(peer).await?
+        };
+        // A pooled connection is wrapped already.
+        let stream: Stream = if (*stream).as_any().is::<Coalesce>() {
+            stream
+        } else {
+            Box::new(Coalesce::new(stream))
+        };
+        let session = HttpSession::H1(Http1Session::new_with_options(stream, peer));
+        Ok((session, reused))
+    }
+
+    /// Give a session back: its connection is pooled for `idle` when the exchange left it
+    /// reusable, closed otherwise.
+    pub async fn release(&self, session: HttpSession, peer: &HttpPeer, idle: Duration) {
+        if let HttpSession::H1(mut s) = session {
+            s.respect_keepalive();
+            if let Some(stream) = s.reuse().await {
+                self.transport
+                    .release_stream(stream, peer.reuse_hash(), Some(idle));
+            }
         }
     }
 }
@@ -183,19 +217,9 @@ pub async fn attempt(
     let head_deadline = deadlines.first_answer(stream);
     let mut fresh = false;
     let (mut up, sent_at, resp) = loop {
-        let (mut up, reused) = if fresh {
-            match connectors.fresh.new_stream(&backend.peer).await {
-                Ok(s) => (
-                    HttpSession::H1(Http1Session::new_with_options(s, &backend.peer)),
-                    false,
-                ),
-                Err(e) => return failed(RetryReason::Connect, backend, "connect to", &e),
-            }
-        } else {
-            match connectors.pooled.get_http_session(&backend.peer).await {
-                Ok(s) => s,
-                Err(e) => return failed(RetryReason::Connect, backend, "connect to", &e),
-            }
+        let (mut up, reused) = match connectors.session(&backend.peer, fresh).await {
+            Ok(s) => s,
+            Err(e) => return failed(RetryReason::Connect, backend, "connect to", &e),
         };
         let sent = send(&mut up, head.clone(), body).await;
         let sent_at = Instant::now();
@@ -262,10 +286,15 @@ fn failed(
     }
 }
 
+/// Send the request: its head and body in one write (the head is held in the connection's
+/// [`Coalesce`] buffer until the body follows it).
 async fn send(up: &mut HttpSession, head: RequestHeader, body: &Bytes) -> Result<(), SendError> {
-    up.write_request_header(Box::new(head))
-        .await
-        .map_err(|e| SendError(format!("sending request: {e}")))?;
+    let held = !body.is_empty() && hold_upstream(up, true);
+    let r = up.write_request_header(Box::new(head)).await;
+    if held {
+        hold_upstream(up, false);
+    }
+    r.map_err(|e| SendError(format!("sending request: {e}")))?;
     up.write_request_body(body.clone(), true)
         .await
         .map_err(|e| SendError(format!("sending body: {e}")))?;
@@ -273,6 +302,14 @@ async fn send(up: &mut HttpSession, head: RequestHeader, body: &Bytes) -> Result
         .await
         .map_err(|e| SendError(format!("finishing body: {e}")))?;
     Ok(())
+}
+
+/// [`coalesce::hold`] on an upstream session's connection.
+fn hold_upstream(up: &HttpSession, on: bool) -> bool {
+    match up {
+        HttpSession::H1(s) => coalesce::hold(Some(s.stream()), on),
+        _ => false,
+    }
 }
 
 /// Wait for the response head until `deadline` (`None`: it passed). A non-streamed request's
@@ -325,6 +362,42 @@ mod tests {
         assert!(is_hop_by_hop(&HeaderName::from_static("connection")));
         assert!(is_hop_by_hop(&HeaderName::from_static("transfer-encoding")));
         assert!(!is_hop_by_hop(&HeaderName::from_static("authorization")));
+    }
+
+    #[test]
+    fn a_request_head_and_its_body_go_out_in_one_write() {
+        use crate::proxy::test_io::Recorder;
+        use std::sync::{Arc, Mutex};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let writes = Arc::new(Mutex::new(Vec::new()));
+            let recorder = Recorder {
+                reads: tokio::io::duplex(64).0,
+                writes: Arc::clone(&writes),
+                wrote: Arc::default(),
+            };
+            let stream: Stream = Box::new(recorder);
+            let mut up = HttpSession::H1(Http1Session::new(Box::new(Coalesce::new(stream))));
+            let body = Bytes::from_static(b"{\"model\":\"m\",\"prompt\":\"hi\"}");
+            let mut head = RequestHeader::build("POST", b"/v1/completions", None).unwrap();
+            head.insert_header("host", "b").unwrap();
+            head.insert_header("content-length", body.len().to_string())
+                .unwrap();
+            assert!(send(&mut up, head, &body).await.is_ok());
+            let writes = writes.lock().unwrap().clone();
+            assert_eq!(writes.len(), 1, "{writes:?}");
+            let text = String::from_utf8(writes[0].clone()).unwrap();
+            assert!(
+                text.starts_with("POST /v1/completions HTTP/1.1\r\n"),
+                "{text}"
+            );
+            assert!(
+                text.ends_with("\r\n\r\n{\"model\":\"m\",\"prompt\":\"hi\"}"),
+                "{text}"
+            );
+        });
     }
 
     #[test]
