@@ -63,7 +63,7 @@ pub fn client_response_head(
     upstream: &ResponseHeader,
     extra: &[(&'static str, String)],
 ) -> pingora_core::Result<ResponseHeader> {
-    let mut h = ResponseHeader::build(upstream.status, Some(upstream.headers.len() + 2))?;
+    let mut h = ResponseHeader::build_no_case(upstream.status, Some(upstream.headers.len() + 2))?;
     for (name, value) in upstream.headers.iter() {
         if !is_hop_by_hop(name) {
             h.append_header(name.clone(), value.clone())?;

@@ -12,7 +12,7 @@ use pingora_core::protocols::http::client::HttpSession;
 use pingora_core::protocols::http::v1::client::HttpSession as Http1Session;
 use pingora_core::protocols::Stream;
 use pingora_core::upstreams::peer::{HttpPeer, Peer};
-use pingora_http::{RequestHeader, ResponseHeader};
+use pingora_http::RequestHeader;
 
 use crate::backend::{Backend, InflightGuard};
 use crate::coalesce::{self, Coalesce};
@@ -42,10 +42,9 @@ pub fn is_hop_by_hop(name: &HeaderName) -> bool {
 pub enum Attempt {
     /// The backend answered in a way the client will get: stream it.
     Committed {
-        /// The upstream session, positioned after `first_chunk`.
+        /// The upstream session, positioned after `first_chunk`; its response head as received
+        /// is `upstream.response_header()`.
         upstream: Box<HttpSession>,
-        /// The response head as received.
-        head: Box<ResponseHeader>,
         /// The first body chunk, for streams (read under the first-token deadline).
         first_chunk: Option<Bytes>,
         /// The response body already ended.
@@ -102,13 +101,12 @@ pub fn upstream_request_head(
     client_auth_is_ours: bool,
     request_id: &str,
 ) -> pingora_core::Result<RequestHeader> {
-    let path = client
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_string();
+    let path = client.uri.path_and_query().map_or("/", |p| p.as_str());
     let drop_auth = client_auth_is_ours || backend.authorization.is_some();
-    let mut req = RequestHeader::build("POST", path.as_bytes(), Some(client.headers.len() + 3))?;
+    // Header names go out lowercase (no case map to build): HTTP/1.1 names are
+    // case-insensitive.
+    let mut req =
+        RequestHeader::build_no_case("POST", path.as_bytes(), Some(client.headers.len() + 3))?;
     for (name, value) in client.headers.iter() {
         if is_hop_by_hop(name)
             || name == header::HOST
@@ -120,7 +118,10 @@ pub fn upstream_request_head(
         }
         req.append_header(name.clone(), value.clone())?;
     }
-    req.insert_header(header::HOST, backend.authority.as_str())?;
+    match &backend.host_header {
+        Some(host) => req.insert_header(header::HOST, host.clone())?,
+        None => req.insert_header(header::HOST, backend.authority.as_str())?,
+    };
     req.insert_header(header::CONTENT_LENGTH, body_len.to_string())?;
     if let Some(auth) = &backend.authorization {
         req.insert_header(header::AUTHORIZATION, auth.clone())?;
@@ -216,7 +217,7 @@ pub async fn attempt(
 ) -> Attempt {
     let head_deadline = deadlines.first_answer(stream);
     let mut fresh = false;
-    let (mut up, sent_at, resp) = loop {
+    let (mut up, sent_at, status) = loop {
         let (mut up, reused) = match connectors.session(&backend.peer, fresh).await {
             Ok(s) => s,
             Err(e) => return failed(RetryReason::Connect, backend, "connect to", &e),
@@ -232,7 +233,7 @@ pub async fn attempt(
             },
         };
         match result {
-            Ok(resp) => break (up, sent_at, resp),
+            Ok(status) => break (up, sent_at, status),
             Err(SendError(_)) if reused => {
                 tracing::debug!(backend = %backend.name(), "stale pooled connection; resending on a fresh one");
                 backend.count_upstream_error(RetryReason::StaleConnection.as_str());
@@ -244,7 +245,6 @@ pub async fn attempt(
     if !stream {
         guard.end_prefill();
     }
-    let status = resp.status.as_u16();
     if may_retry_status {
         if let Some((reason, backend_fault)) = retryable_status(status) {
             return Attempt::Failed {
@@ -266,7 +266,6 @@ pub async fn attempt(
     }
     Attempt::Committed {
         upstream: Box::new(up),
-        head: Box::new(resp),
         first_chunk,
         body_done,
         sent_at,
@@ -312,14 +311,14 @@ fn hold_upstream(up: &HttpSession, on: bool) -> bool {
     }
 }
 
-/// Wait for the response head until `deadline` (`None`: it passed). A non-streamed request's
-/// prefill ends at its predicted TTFT if the head is not there by then.
+/// Wait for the response head until `deadline` (`None`: it passed); its status. A non-streamed
+/// request's prefill ends at its predicted TTFT if the head is not there by then.
 async fn read_head(
     up: &mut HttpSession,
     deadline: tokio::time::Instant,
     stream: bool,
     guard: &mut InflightGuard,
-) -> Option<Result<ResponseHeader, SendError>> {
+) -> Option<Result<u16, SendError>> {
     let prefill_ends = (!stream)
         .then(|| guard.booking().prefill_ends_by())
         .flatten()
@@ -348,7 +347,7 @@ async fn read_head(
         Err(e) => Err(SendError(format!("reading response: {e}"))),
         Ok(()) => up
             .response_header()
-            .cloned()
+            .map(|h| h.status.as_u16())
             .ok_or_else(|| SendError("no response header".into())),
     })
 }
