@@ -18,7 +18,7 @@ if [[ -z "${SKIP_BUILD:-}" ]]; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-target/release/examples/overhead --levels "${LEVEL:-64}" --rounds 1 --requests "${REQUESTS:-40000}" \
+"${CARGO_TARGET_DIR:-target}"/release/examples/overhead --levels "${LEVEL:-64}" --rounds 1 --requests "${REQUESTS:-40000}" \
     --idle-streams 0 --nginx /nonexistent --smg /nonexistent --perf "$tmp/perf.data" "$@"
 perf script -i "$tmp/perf.data" 2>/dev/null | inferno-collapse-perf >"$tmp/folded"
 inferno-flamegraph --title "pronto, ${LEVEL:-64} streams, instant SSE backend ($(git rev-parse --short HEAD))" \
