@@ -11,7 +11,10 @@
 //! Options: `--requests N` per concurrency level, path and round (default 4000), `--pronto
 //! PATH`, `--nginx PATH` (default `/usr/sbin/nginx` if present), `--smg PATH` (default
 //! `$PEERS/sglang-router/bin/smg`, `PEERS` defaulting to `~/.cache/pronto-peers`),
-//! `--idle-streams N` (default 10000; 0 skips), `--levels 1,64,512`, `--rounds R` (default 2).
+//! `--idle-streams N` (default 10000; 0 skips), `--levels 1,64,512`, `--rounds R` (default 2),
+//! `--baseline PATH` (another Pronto binary, e.g. the previous commit's, measured in the same
+//! rounds as `pronto-baseline`), `--perf PATH` (a `perf record` CPU profile of the first
+//! Pronto over the measured rounds, written to PATH; `scripts/flamegraph.sh` uses it).
 //! Prints markdown tables. Every process shares this machine's cores: the load generator, the
 //! backend and the proxy compete, so compare the rows of one run, not runs across machines.
 
@@ -214,7 +217,7 @@ async fn wait_ready(url: &str) -> Result<(), String> {
     Err(last)
 }
 
-fn start_pronto(bin: &str, backend: SocketAddr) -> Proxy {
+fn start_pronto(name: &'static str, bin: &str, backend: SocketAddr) -> Proxy {
     let (listen, admin) = (free_addr(), free_addr());
     let child = Command::new(bin)
         .args([
@@ -235,7 +238,7 @@ fn start_pronto(bin: &str, backend: SocketAddr) -> Proxy {
         .spawn()
         .expect("start pronto (build it with --release first)");
     Proxy {
-        name: "pronto",
+        name,
         url: format!("http://{listen}/v1/chat/completions"),
         child,
     }
@@ -367,12 +370,16 @@ async fn main() {
         .map(PathBuf::from)
         .or_else(|| Some(peers.join("sglang-router/bin/smg")))
         .filter(|p| p.exists());
+    let baseline = arg("--baseline");
     let tmp = std::env::temp_dir().join(format!("pronto-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
 
     let backend = instant_backend().await;
     let direct = format!("http://{backend}/v1/chat/completions");
-    let mut proxies = vec![start_pronto(&pronto, backend)];
+    let mut proxies = vec![start_pronto("pronto", &pronto, backend)];
+    if let Some(base) = &baseline {
+        proxies.push(start_pronto("pronto-baseline", base, backend));
+    }
     match nginx.as_deref().and_then(|n| start_nginx(n, backend, &tmp)) {
         Some(p) => proxies.push(p),
         None => println!("nginx: not installed (apt-get install nginx-light), skipped\n"),
@@ -396,6 +403,24 @@ async fn main() {
     for p in &proxies {
         run(&p.url, 8, 400).await;
     }
+    // `--perf PATH`: a CPU profile of the first Pronto over the measured rounds.
+    let mut perf = arg("--perf").map(|out| {
+        Command::new("perf")
+            .args([
+                "record",
+                "-F",
+                "997",
+                "--call-graph",
+                "dwarf,16384",
+                "-o",
+                &out,
+            ])
+            .args(["-p", &proxies[0].child.id().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start perf (Debian: linux-perf)")
+    });
     println!("| streams | path | p50 µs | p99 µs | req/s | failed | added p50 µs | added p99 µs | req/s vs direct |");
     println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     for &c in &levels {
@@ -436,25 +461,35 @@ async fn main() {
             );
         }
     }
+    if let Some(mut p) = perf.take() {
+        // SIGINT: perf writes its data file and exits.
+        let _ = Command::new("kill")
+            .args(["-INT", &p.id().to_string()])
+            .status();
+        let _ = p.wait();
+    }
     if idle > 0 {
-        let p = &proxies[0];
-        let pid = p.child.id();
-        let (before, _) = rss_kib(pid);
-        let (open, held) = open_idle_streams(&p.url, idle).await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let (now, peak) = rss_kib(pid);
         println!();
         println!("| proxy | idle streams requested | open | RSS before MiB | RSS with streams MiB | peak RSS MiB | KiB per stream |");
         println!("|---|---:|---:|---:|---:|---:|---:|");
-        println!(
-            "| {} | {idle} | {open} | {:.1} | {:.1} | {:.1} | {:.1} |",
-            p.name,
-            before as f64 / 1024.0,
-            now as f64 / 1024.0,
-            peak as f64 / 1024.0,
-            (now.saturating_sub(before)) as f64 / open.max(1) as f64
-        );
-        drop(held);
+        for p in proxies.iter().filter(|p| p.name.starts_with("pronto")) {
+            let pid = p.child.id();
+            let (before, _) = rss_kib(pid);
+            let (open, held) = open_idle_streams(&p.url, idle).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let (now, peak) = rss_kib(pid);
+            println!(
+                "| {} | {idle} | {open} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                p.name,
+                before as f64 / 1024.0,
+                now as f64 / 1024.0,
+                peak as f64 / 1024.0,
+                (now.saturating_sub(before)) as f64 / open.max(1) as f64
+            );
+            drop(held);
+            // Let the streams close before the next proxy is measured.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
     }
     drop(proxies);
     let _ = std::fs::remove_dir_all(&tmp);

@@ -27,7 +27,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 started=$(date +%s)
-PEERS="$PEERS" target/release/examples/overhead "$@" | tee "$tmp"
+PEERS="$PEERS" "${CARGO_TARGET_DIR:-target}"/release/examples/overhead "$@" | tee "$tmp"
 {
     echo "# Proxy overhead: Pronto vs nginx vs the SGLang router"
     echo

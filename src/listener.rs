@@ -31,6 +31,7 @@ use pingora_core::server::ShutdownWatch;
 use pingora_core::services::Service;
 use tokio::sync::watch;
 
+use crate::coalesce::Coalesce;
 use crate::error::GatewayError;
 use crate::gateway::GatewayState;
 use crate::head_deadline::HeadDeadline;
@@ -158,6 +159,9 @@ async fn serve<A: ServerApp + Send + Sync + 'static>(
             None => Box::new(l4),
         },
     };
+    // Lets the proxy send a response head with its first chunk, and the last chunk with the
+    // end of the body, in one write.
+    let stream: Stream = Box::new(Coalesce::new(stream));
     let mut next = app.process_new(stream, &shutdown).await;
     while let Some(s) = next {
         next = app.process_new(s, &shutdown).await;

@@ -52,6 +52,9 @@ pub struct Backend {
     pub peer: HttpPeer,
     /// `host:port` for the upstream `Host` header.
     pub authority: String,
+    /// The same as the header value sent, made once (each request clones a reference); `None`
+    /// when it is not a valid header value (each request then fails to build its head).
+    pub host_header: Option<http::HeaderValue>,
     /// `Authorization: Bearer <api_key>` for the upstream requests, when the backend has a key.
     pub authorization: Option<http::HeaderValue>,
     /// Client for health checks and metrics scrapes, trusting what the peer trusts.
@@ -101,7 +104,9 @@ impl Backend {
             .map_or_else(Coefficients::default, |p| p.coefficients());
         let state = BackendState::new(id, &config.name, prior, created, kv_events);
         let authorization = config.api_key.as_ref().and_then(crate::tls::bearer);
+        let host_header = http::HeaderValue::from_str(&addr).ok();
         let b = Backend {
+            host_header,
             authority: addr,
             authorization,
             peer,

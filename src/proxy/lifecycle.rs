@@ -327,11 +327,13 @@ impl Proxy {
                 }
                 Attempt::Committed {
                     mut upstream,
-                    head,
                     first_chunk,
                     body_done,
                     sent_at,
                 } => {
+                    let head = upstream.response_header().ok_or_else(|| {
+                        pool_err(GatewayError::Internal("no response head".into()))
+                    })?;
                     let status = head.status.as_u16();
                     if status < 500 {
                         backend.record_success();
@@ -345,7 +347,7 @@ impl Proxy {
                     if state.config.explain_headers {
                         self.explain(&mut extra, pool, &routed, retries.attempts());
                     }
-                    let client_head = client_response_head(&head, &extra)
+                    let client_head = client_response_head(head, &extra)
                         .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
                     let is_sse = features.stream
                         && head
@@ -382,12 +384,7 @@ impl Proxy {
                     drop(attempted);
                     if outcome.reusable {
                         self.connectors
-                            .pooled
-                            .release_http_session(
-                                *upstream,
-                                &backend.peer,
-                                Some(UPSTREAM_IDLE_KEEPALIVE),
-                            )
+                            .release(*upstream, &backend.peer, UPSTREAM_IDLE_KEEPALIVE)
                             .await;
                     } else {
                         upstream.shutdown().await;

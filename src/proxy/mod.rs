@@ -23,6 +23,8 @@ mod relay;
 pub mod request_id;
 mod respond;
 mod retry;
+#[cfg(test)]
+mod test_io;
 mod tokenize;
 mod upstream;
 
@@ -294,6 +296,11 @@ impl ProxyHttp for Proxy {
     type CTX = ();
 
     fn new_ctx(&self) -> Self::CTX {}
+
+    /// None: Pronto answers every request itself in `request_filter` and never compresses, so
+    /// pingora's default (a disabled compression module, its context built per request) is
+    /// only cost.
+    fn init_downstream_modules(&self, _modules: &mut pingora_core::modules::http::HttpModules) {}
 
     async fn request_filter(
         &self,

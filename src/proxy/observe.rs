@@ -34,20 +34,18 @@ impl FirstTokenObserver<'_> {
     /// The first generated token passed through at `at`.
     pub fn first_token(&mut self, at: Instant) {
         let actual = at.saturating_duration_since(self.sent_at).as_secs_f64();
-        let backend = self.guard.backend().name().to_string();
         if self.guard.first_token(&self.inputs, actual, at).is_none() {
             return;
         }
+        let backend = self.guard.backend().name();
         let m = self.metrics;
-        m.ttft_seconds
-            .with_label_values(&[&backend])
-            .observe(actual);
+        m.ttft_seconds.with_label_values(&[backend]).observe(actual);
         if let Some(p) = self.predicted_s {
             m.ttft_prediction_error_seconds
-                .with_label_values(&[&backend])
+                .with_label_values(&[backend])
                 .observe(p - actual);
             m.ttft_prediction_abs_error_seconds
-                .with_label_values(&[&backend])
+                .with_label_values(&[backend])
                 .observe((p - actual).abs());
         }
         m.client_ttft_seconds

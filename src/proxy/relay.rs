@@ -15,8 +15,11 @@ use pingora_core::protocols::http::client::HttpSession;
 use pingora_core::protocols::http::ServerSession;
 use pingora_http::ResponseHeader;
 
+use futures::FutureExt;
+
 use super::observe::FirstTokenObserver;
 use super::upstream::is_hop_by_hop;
+use crate::coalesce;
 use crate::error::GatewayError;
 use crate::sse::{usage_from_body, SseScanner, Usage};
 
@@ -60,7 +63,7 @@ pub fn client_response_head(
     upstream: &ResponseHeader,
     extra: &[(&'static str, String)],
 ) -> pingora_core::Result<ResponseHeader> {
-    let mut h = ResponseHeader::build(upstream.status, Some(upstream.headers.len() + 2))?;
+    let mut h = ResponseHeader::build_no_case(upstream.status, Some(upstream.headers.len() + 2))?;
     for (name, value) in upstream.headers.iter() {
         if !is_hop_by_hop(name) {
             h.append_header(name.clone(), value.clone())?;
@@ -125,10 +128,8 @@ impl Relay<'_> {
             .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
             .filter(|&n| n <= USAGE_BODY_LIMIT)
             .map(Vec::with_capacity);
-        if client.write_response_header(Box::new(head)).await.is_err() {
-            out.end = RelayEnd::ClientGone;
-            return out;
-        }
+        // The head goes out with the first chunk (or the end of the body), in one write.
+        let mut head = Some(head);
         let mut pending = first_chunk;
         loop {
             if let Some(chunk) = pending.take() {
@@ -151,12 +152,34 @@ impl Relay<'_> {
                         kept = None;
                     }
                 }
+                // What the backend has already sent after this chunk — the next chunk, or the
+                // end of the body — goes out in the same write; nothing is waited for.
+                let mut failed = None;
+                if !body_done {
+                    match tokio::task::unconstrained(up.read_response_body()).now_or_never() {
+                        Some(Ok(Some(next))) => pending = Some(next),
+                        Some(Ok(None)) => body_done = true,
+                        Some(Err(e)) => failed = Some(e),
+                        None => {}
+                    }
+                }
+                let more = pending.is_some() || body_done;
                 let len = chunk.len() as u64;
-                if client.write_response_body(chunk, false).await.is_err() {
+                if write_head(client, &mut head, true).await.is_err()
+                    || write_chunk(client, chunk, more).await.is_err()
+                {
                     out.end = RelayEnd::ClientGone;
                     return out;
                 }
                 out.bytes_sent += len;
+                if let Some(e) = failed {
+                    tracing::warn!(request_id, error = %e, "backend failed mid-response");
+                    out.end = RelayEnd::UpstreamFailed;
+                    break;
+                }
+                if pending.is_some() {
+                    continue;
+                }
             }
             if body_done {
                 break;
@@ -183,6 +206,12 @@ impl Relay<'_> {
                     return out;
                 }
             }
+        }
+        // A head still unsent: the body ended (or failed) before its first byte.
+        let ends_now = out.end == RelayEnd::Complete || sse;
+        if write_head(client, &mut head, ends_now).await.is_err() {
+            out.end = RelayEnd::ClientGone;
+            return out;
         }
         if out.end == RelayEnd::UpstreamFailed {
             if sse {
@@ -219,3 +248,40 @@ impl Relay<'_> {
         out
     }
 }
+
+/// Write the response head if it is still unsent. `more_now`: another write follows at once
+/// (a chunk in hand, or the end of the body), so the head waits in the connection's
+/// [`Coalesce`](crate::coalesce::Coalesce) buffer and goes out with it.
+async fn write_head(
+    client: &mut ServerSession,
+    head: &mut Option<ResponseHeader>,
+    more_now: bool,
+) -> pingora_core::Result<()> {
+    let Some(h) = head.take() else {
+        return Ok(());
+    };
+    let held = more_now && coalesce::hold(client.stream(), true);
+    let r = client.write_response_header(Box::new(h)).await;
+    if held {
+        coalesce::hold(client.stream(), false);
+    }
+    r
+}
+
+/// Write one body chunk; `more_now` as for [`write_head`].
+async fn write_chunk(
+    client: &mut ServerSession,
+    chunk: Bytes,
+    more_now: bool,
+) -> pingora_core::Result<()> {
+    let held = more_now && coalesce::hold(client.stream(), true);
+    let r = client.write_response_body(chunk, false).await;
+    if held {
+        coalesce::hold(client.stream(), false);
+    }
+    r
+}
+
+#[cfg(test)]
+#[path = "relay_tests.rs"]
+mod tests;

@@ -14,7 +14,7 @@ pub async fn json(
     body: Bytes,
     extra: &[(&'static str, String)],
 ) -> pingora_core::Result<()> {
-    let mut h = ResponseHeader::build(status, Some(4 + extra.len()))?;
+    let mut h = ResponseHeader::build_no_case(status, Some(4 + extra.len()))?;
     h.insert_header("content-type", "application/json")?;
     h.insert_header("content-length", body.len().to_string())?;
     for (k, v) in extra {

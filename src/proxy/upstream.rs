@@ -7,13 +7,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderName};
-use pingora_core::connectors::http::Connector;
 use pingora_core::connectors::TransportConnector;
 use pingora_core::protocols::http::client::HttpSession;
 use pingora_core::protocols::http::v1::client::HttpSession as Http1Session;
-use pingora_http::{RequestHeader, ResponseHeader};
+use pingora_core::protocols::Stream;
+use pingora_core::upstreams::peer::{HttpPeer, Peer};
+use pingora_http::RequestHeader;
 
 use crate::backend::{Backend, InflightGuard};
+use crate::coalesce::{self, Coalesce};
 use crate::telemetry::RetryReason;
 
 /// Headers that describe one connection, not the message: never forwarded (RFC 9110 §7.6.1).
@@ -40,10 +42,9 @@ pub fn is_hop_by_hop(name: &HeaderName) -> bool {
 pub enum Attempt {
     /// The backend answered in a way the client will get: stream it.
     Committed {
-        /// The upstream session, positioned after `first_chunk`.
+        /// The upstream session, positioned after `first_chunk`; its response head as received
+        /// is `upstream.response_header()`.
         upstream: Box<HttpSession>,
-        /// The response head as received.
-        head: Box<ResponseHeader>,
         /// The first body chunk, for streams (read under the first-token deadline).
         first_chunk: Option<Bytes>,
         /// The response body already ended.
@@ -100,13 +101,12 @@ pub fn upstream_request_head(
     client_auth_is_ours: bool,
     request_id: &str,
 ) -> pingora_core::Result<RequestHeader> {
-    let path = client
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_string();
+    let path = client.uri.path_and_query().map_or("/", |p| p.as_str());
     let drop_auth = client_auth_is_ours || backend.authorization.is_some();
-    let mut req = RequestHeader::build("POST", path.as_bytes(), Some(client.headers.len() + 3))?;
+    // Header names go out lowercase (no case map to build): HTTP/1.1 names are
+    // case-insensitive.
+    let mut req =
+        RequestHeader::build_no_case("POST", path.as_bytes(), Some(client.headers.len() + 3))?;
     for (name, value) in client.headers.iter() {
         if is_hop_by_hop(name)
             || name == header::HOST
@@ -118,7 +118,10 @@ pub fn upstream_request_head(
         }
         req.append_header(name.clone(), value.clone())?;
     }
-    req.insert_header(header::HOST, backend.authority.as_str())?;
+    match &backend.host_header {
+        Some(host) => req.insert_header(header::HOST, host.clone())?,
+        None => req.insert_header(header::HOST, backend.authority.as_str())?,
+    };
     req.insert_header(header::CONTENT_LENGTH, body_len.to_string())?;
     if let Some(auth) = &backend.authorization {
         req.insert_header(header::AUTHORIZATION, auth.clone())?;
@@ -137,12 +140,11 @@ pub fn retryable_status(status: u16) -> Option<(RetryReason, bool)> {
     }
 }
 
-/// Connections for attempts: pingora's pooled connector, and a transport connector for the
-/// fresh connection a stale pooled one is replaced by.
+/// Connections for attempts: pingora's transport connector and its pool of idle connections,
+/// each connection wrapped in a [`Coalesce`] so that a request's head and body go out in one
+/// write. (Upstreams speak HTTP/1.1: a backend's peer offers no other ALPN.)
 pub struct Connectors {
-    /// Pooled HTTP connections.
-    pub pooled: Connector,
-    fresh: TransportConnector,
+    transport: TransportConnector,
 }
 
 impl Connectors {
@@ -151,8 +153,41 @@ impl Connectors {
         let mut opts = pingora_core::connectors::ConnectorOptions::new(pool_size);
         opts.keepalive_pool_size = pool_size;
         Connectors {
-            pooled: Connector::new(Some(opts.clone())),
-            fresh: TransportConnector::new(Some(opts)),
+            transport: TransportConnector::new(Some(opts)),
+        }
+    }
+
+    /// A session to `peer` — an idle pooled connection when there is one, unless `fresh` — and
+    /// whether it was reused.
+    pub async fn session(
+        &self,
+        peer: &HttpPeer,
+        fresh: bool,
+    ) -> pingora_core::Result<(HttpSession, bool)> {
+        let (stream, reused) = if fresh {
+            (self.transport.new_stream(peer).await?, false)
+        } else {
+            self.transport.get_stream(peer).await?
+        };
+        // A pooled connection is wrapped already.
+        let stream: Stream = if (*stream).as_any().is::<Coalesce>() {
+            stream
+        } else {
+            Box::new(Coalesce::new(stream))
+        };
+        let session = HttpSession::H1(Http1Session::new_with_options(stream, peer));
+        Ok((session, reused))
+    }
+
+    /// Give a session back: its connection is pooled for `idle` when the exchange left it
+    /// reusable, closed otherwise.
+    pub async fn release(&self, session: HttpSession, peer: &HttpPeer, idle: Duration) {
+        if let HttpSession::H1(mut s) = session {
+            s.respect_keepalive();
+            if let Some(stream) = s.reuse().await {
+                self.transport
+                    .release_stream(stream, peer.reuse_hash(), Some(idle));
+            }
         }
     }
 }
@@ -182,20 +217,10 @@ pub async fn attempt(
 ) -> Attempt {
     let head_deadline = deadlines.first_answer(stream);
     let mut fresh = false;
-    let (mut up, sent_at, resp) = loop {
-        let (mut up, reused) = if fresh {
-            match connectors.fresh.new_stream(&backend.peer).await {
-                Ok(s) => (
-                    HttpSession::H1(Http1Session::new_with_options(s, &backend.peer)),
-                    false,
-                ),
-                Err(e) => return failed(RetryReason::Connect, backend, "connect to", &e),
-            }
-        } else {
-            match connectors.pooled.get_http_session(&backend.peer).await {
-                Ok(s) => s,
-                Err(e) => return failed(RetryReason::Connect, backend, "connect to", &e),
-            }
+    let (mut up, sent_at, status) = loop {
+        let (mut up, reused) = match connectors.session(&backend.peer, fresh).await {
+            Ok(s) => s,
+            Err(e) => return failed(RetryReason::Connect, backend, "connect to", &e),
         };
         let sent = send(&mut up, head.clone(), body).await;
         let sent_at = Instant::now();
@@ -208,7 +233,7 @@ pub async fn attempt(
             },
         };
         match result {
-            Ok(resp) => break (up, sent_at, resp),
+            Ok(status) => break (up, sent_at, status),
             Err(SendError(_)) if reused => {
                 tracing::debug!(backend = %backend.name(), "stale pooled connection; resending on a fresh one");
                 backend.count_upstream_error(RetryReason::StaleConnection.as_str());
@@ -220,7 +245,6 @@ pub async fn attempt(
     if !stream {
         guard.end_prefill();
     }
-    let status = resp.status.as_u16();
     if may_retry_status {
         if let Some((reason, backend_fault)) = retryable_status(status) {
             return Attempt::Failed {
@@ -242,7 +266,6 @@ pub async fn attempt(
     }
     Attempt::Committed {
         upstream: Box::new(up),
-        head: Box::new(resp),
         first_chunk,
         body_done,
         sent_at,
@@ -262,10 +285,15 @@ fn failed(
     }
 }
 
+/// Send the request: its head and body in one write (the head is held in the connection's
+/// [`Coalesce`] buffer until the body follows it).
 async fn send(up: &mut HttpSession, head: RequestHeader, body: &Bytes) -> Result<(), SendError> {
-    up.write_request_header(Box::new(head))
-        .await
-        .map_err(|e| SendError(format!("sending request: {e}")))?;
+    let held = !body.is_empty() && hold_upstream(up, true);
+    let r = up.write_request_header(Box::new(head)).await;
+    if held {
+        hold_upstream(up, false);
+    }
+    r.map_err(|e| SendError(format!("sending request: {e}")))?;
     up.write_request_body(body.clone(), true)
         .await
         .map_err(|e| SendError(format!("sending body: {e}")))?;
@@ -275,14 +303,22 @@ async fn send(up: &mut HttpSession, head: RequestHeader, body: &Bytes) -> Result
     Ok(())
 }
 
-/// Wait for the response head until `deadline` (`None`: it passed). A non-streamed request's
-/// prefill ends at its predicted TTFT if the head is not there by then.
+/// [`coalesce::hold`] on an upstream session's connection.
+fn hold_upstream(up: &HttpSession, on: bool) -> bool {
+    match up {
+        HttpSession::H1(s) => coalesce::hold(Some(s.stream()), on),
+        _ => false,
+    }
+}
+
+/// Wait for the response head until `deadline` (`None`: it passed); its status. A non-streamed
+/// request's prefill ends at its predicted TTFT if the head is not there by then.
 async fn read_head(
     up: &mut HttpSession,
     deadline: tokio::time::Instant,
     stream: bool,
     guard: &mut InflightGuard,
-) -> Option<Result<ResponseHeader, SendError>> {
+) -> Option<Result<u16, SendError>> {
     let prefill_ends = (!stream)
         .then(|| guard.booking().prefill_ends_by())
         .flatten()
@@ -311,7 +347,7 @@ async fn read_head(
         Err(e) => Err(SendError(format!("reading response: {e}"))),
         Ok(()) => up
             .response_header()
-            .cloned()
+            .map(|h| h.status.as_u16())
             .ok_or_else(|| SendError("no response header".into())),
     })
 }
@@ -325,6 +361,42 @@ mod tests {
         assert!(is_hop_by_hop(&HeaderName::from_static("connection")));
         assert!(is_hop_by_hop(&HeaderName::from_static("transfer-encoding")));
         assert!(!is_hop_by_hop(&HeaderName::from_static("authorization")));
+    }
+
+    #[test]
+    fn a_request_head_and_its_body_go_out_in_one_write() {
+        use crate::proxy::test_io::Recorder;
+        use std::sync::{Arc, Mutex};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let writes = Arc::new(Mutex::new(Vec::new()));
+            let recorder = Recorder {
+                reads: tokio::io::duplex(64).0,
+                writes: Arc::clone(&writes),
+                wrote: Arc::default(),
+            };
+            let stream: Stream = Box::new(recorder);
+            let mut up = HttpSession::H1(Http1Session::new(Box::new(Coalesce::new(stream))));
+            let body = Bytes::from_static(b"{\"model\":\"m\",\"prompt\":\"hi\"}");
+            let mut head = RequestHeader::build("POST", b"/v1/completions", None).unwrap();
+            head.insert_header("host", "b").unwrap();
+            head.insert_header("content-length", body.len().to_string())
+                .unwrap();
+            assert!(send(&mut up, head, &body).await.is_ok());
+            let writes = writes.lock().unwrap().clone();
+            assert_eq!(writes.len(), 1, "{writes:?}");
+            let text = String::from_utf8(writes[0].clone()).unwrap();
+            assert!(
+                text.starts_with("POST /v1/completions HTTP/1.1\r\n"),
+                "{text}"
+            );
+            assert!(
+                text.ends_with("\r\n\r\n{\"model\":\"m\",\"prompt\":\"hi\"}"),
+                "{text}"
+            );
+        });
     }
 
     #[test]
