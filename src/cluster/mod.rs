@@ -4,7 +4,7 @@
 //! both send it their next burst, and a prefix routed by one would be invisible to the other.
 //! With `cluster:` ([`crate::config::cluster`]) every replica tells the others what only it
 //! knows — its dispatches (backend, booked prefill and KV tokens, prompt block hashes), their
-//! first tokens (with the TTFT observed, at most one per backend per [`OBSERVE_EVERY`]) and
+//! first tokens (with the TTFT observed, within [`pronto_core::cluster::ObserveLimit::DEFAULT`]) and
 //! their releases — and folds theirs into its own ledger, prefix index and TTFT models. The
 //! folding is the routing core's ([`pronto_core::cluster`]): plain data operations, the same
 //! code the evaluator drives with a simulated channel.
@@ -51,4 +51,4 @@ mod service;
 
 pub use fold::{Target, Targets};
 pub use link::{Link, Tracked, MAX_SYNC_BLOCKS, QUEUE_EVENTS};
-pub use service::{ClusterService, OBSERVE_EVERY};
+pub use service::ClusterService;

@@ -8,7 +8,7 @@ use async_nats::connection::State;
 use futures::StreamExt;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
-use pronto_core::cluster::{wire, Outbox, Remote, ReplicaId, SyncEvent};
+use pronto_core::cluster::{wire, ObserveLimit, Outbox, Remote, ReplicaId, SyncEvent};
 use tokio::sync::{mpsc, watch};
 
 use super::fold::{Target, Targets};
@@ -22,8 +22,6 @@ use crate::telemetry::{ClusterMetrics, Metrics, SyncDirection, SyncDrop};
 const MAX_MESSAGE_BYTES: usize = 64 << 10;
 /// A publish that has not been handed to the connection by then is abandoned.
 const PUBLISH_TIMEOUT: Duration = Duration::from_millis(250);
-/// At most one TTFT observation per backend per this long goes out.
-pub const OBSERVE_EVERY: Duration = Duration::from_millis(50);
 /// Longest wait between two reconnection attempts.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
 /// Messages the client buffers for our subscription before it drops (a slow consumer).
@@ -134,7 +132,7 @@ impl BackgroundService for ClusterService {
             client: client.clone(),
             subject: cfg.own_subject(),
             incarnation: self.incarnation,
-            outbox: Outbox::new(OBSERVE_EVERY),
+            outbox: Outbox::new(ObserveLimit::DEFAULT),
             link: Arc::clone(&self.link),
             metrics: m.clone(),
             buf: Vec::new(),

@@ -22,7 +22,7 @@ use std::collections::BinaryHeap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use pronto_core::cluster::{wire, Observation, Outbox, Remote, ReplicaId, SyncEvent};
+use pronto_core::cluster::{wire, Observation, ObserveLimit, Outbox, Remote, ReplicaId, SyncEvent};
 use pronto_core::load::RequestLoad;
 use pronto_core::request::RequestFeatures;
 use pronto_core::routing::views::Dispatched;
@@ -34,8 +34,6 @@ use super::eval_router::{RouterSideState, ScrapedLoad};
 pub const HEARTBEAT_S: f64 = 1.0;
 /// A replica silent this long is expired (the gateway's default `cluster.peer_timeout`).
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(3);
-/// The gateway's rate limit on TTFT observations per backend.
-pub const OBSERVE_EVERY: Duration = Duration::from_millis(50);
 
 /// How arrivals are spread across replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -156,7 +154,7 @@ impl Replicas {
                 router: RouterSideState::new(names, capacities, base),
                 id: ReplicaId(i as u64),
                 remote: Remote::new(PEER_TIMEOUT),
-                outbox: Outbox::new(OBSERVE_EVERY),
+                outbox: Outbox::new(ObserveLimit::DEFAULT),
                 next_seq: 1,
                 next_heartbeat_s: HEARTBEAT_S,
             })

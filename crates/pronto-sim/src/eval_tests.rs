@@ -256,7 +256,23 @@ mod replicas {
             off.ttft_p99_ms,
             synced.sync_bytes_per_request,
         );
+        // Delivered at once, the four replicas know what one router knows (their TTFT models
+        // learn the same observations, in another order between backends).
+        let instant = replicated(4, Spread::Random, SyncMode::Delay(Duration::ZERO));
+        eprintln!(
+            "instant: {:.3} {:.1} {:.1}; one: {:.3} {:.1} {:.1}",
+            instant.prefix_hit_rate,
+            instant.ttft_mean_ms,
+            instant.ttft_p99_ms,
+            one.prefix_hit_rate,
+            one.ttft_mean_ms,
+            one.ttft_p99_ms
+        );
+        assert!((instant.prefix_hit_rate - one.prefix_hit_rate).abs() < 0.01);
+        assert!((instant.ttft_mean_ms / one.ttft_mean_ms - 1.0).abs() < 0.05);
+        assert!((instant.ttft_p99_ms / one.ttft_p99_ms - 1.0).abs() < 0.1);
         assert!(synced.prefix_hit_rate > off.prefix_hit_rate);
+        assert!(late.ttft_mean_ms > synced.ttft_mean_ms);
         assert!(synced.ttft_mean_ms < off.ttft_mean_ms);
         assert!(synced.sync_bytes_per_request > 0.0);
         assert_eq!(off.sync_bytes_per_request, 0.0);

@@ -39,7 +39,7 @@ mod outbox;
 mod tests;
 pub mod wire;
 
-pub use outbox::Outbox;
+pub use outbox::{ObserveLimit, Outbox};
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

@@ -1,28 +1,54 @@
 //! The sending side: what this replica has told the others and still holds.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{BackendRef, LiveBooking, SyncEvent};
 
 /// This replica's own bookings as the others know them, and the rate limit on TTFT
 /// observations. Every event goes through [`Outbox::note`] before it is sent, so
 /// [`Outbox::snapshot`] says exactly what the others should hold.
+///
+/// The rate limit is a token bucket per backend: `limit.per_second` observations on average,
+/// bursts of up to `limit.burst` (an engine step often ends several prefills at once, and
+/// each is worth learning from; a flood is not).
 #[derive(Debug)]
 pub struct Outbox {
     live: HashMap<u64, LiveBooking>,
-    observed_at: HashMap<BackendRef, Instant>,
-    observe_every: Duration,
+    buckets: HashMap<BackendRef, (f64, Instant)>,
+    limit: ObserveLimit,
+}
+
+/// How many TTFT observations per backend a replica sends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ObserveLimit {
+    /// On average, per second.
+    pub per_second: f64,
+    /// At once.
+    pub burst: f64,
+}
+
+impl ObserveLimit {
+    /// What the gateway and the evaluator send: 20 per backend per second, 20 at once.
+    pub const DEFAULT: ObserveLimit = ObserveLimit {
+        per_second: 20.0,
+        burst: 20.0,
+    };
+
+    /// No limit.
+    pub const NONE: ObserveLimit = ObserveLimit {
+        per_second: f64::INFINITY,
+        burst: f64::INFINITY,
+    };
 }
 
 impl Outbox {
-    /// Nothing sent yet; at most one TTFT observation per backend per `observe_every`
-    /// (`Duration::ZERO`: all of them).
-    pub fn new(observe_every: Duration) -> Outbox {
+    /// Nothing sent yet; observations limited by `limit`.
+    pub fn new(limit: ObserveLimit) -> Outbox {
         Outbox {
             live: HashMap::new(),
-            observed_at: HashMap::new(),
-            observe_every,
+            buckets: HashMap::new(),
+            limit,
         }
     }
 
@@ -52,12 +78,15 @@ impl Outbox {
                 Some(l) => {
                     l.decoding = true;
                     if observed.is_some() {
-                        let every = self.observe_every;
-                        let last = self.observed_at.get(&l.backend);
-                        if last.is_some_and(|&t| now.saturating_duration_since(t) < every) {
-                            *observed = None;
+                        let ObserveLimit { per_second, burst } = self.limit;
+                        let (tokens, at) = self.buckets.entry(l.backend).or_insert((burst, now));
+                        let refill = now.saturating_duration_since(*at).as_secs_f64() * per_second;
+                        *tokens = (*tokens + refill).min(burst);
+                        *at = now;
+                        if *tokens >= 1.0 {
+                            *tokens -= 1.0;
                         } else {
-                            self.observed_at.insert(l.backend, now);
+                            *observed = None;
                         }
                     }
                 }
