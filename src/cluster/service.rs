@@ -24,8 +24,9 @@ const MAX_MESSAGE_BYTES: usize = 64 << 10;
 const PUBLISH_TIMEOUT: Duration = Duration::from_millis(250);
 /// Longest wait between two reconnection attempts.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
-/// Messages the client buffers for our subscription before it drops (a slow consumer).
-const SUBSCRIPTION_CAPACITY: usize = 65_536;
+/// Messages the client buffers for our subscription before it drops (a slow consumer; the
+/// next snapshot repairs what was lost). Typically a few KiB each, 64 KiB at most.
+const SUBSCRIPTION_CAPACITY: usize = 8_192;
 
 /// The replica-sync service (see [`crate::cluster`]).
 #[derive(Debug)]
@@ -141,6 +142,8 @@ impl BackgroundService for ClusterService {
         let folder = Folder {
             state: Arc::clone(&self.state),
             own: cfg.own_subject(),
+            incarnation: self.incarnation,
+            twin_logged: false,
             prefix_len: cfg.subject.len() + 1,
             remote: Remote::new(cfg.peer_timeout),
             metrics: m.clone(),
@@ -287,6 +290,9 @@ impl Publisher {
 struct Folder {
     state: Arc<ArcSwap<GatewayState>>,
     own: String,
+    incarnation: u64,
+    /// Whether another process publishing under this replica's name was reported.
+    twin_logged: bool,
     prefix_len: usize,
     remote: Remote<Target>,
     metrics: ClusterMetrics,
@@ -331,6 +337,12 @@ impl Folder {
     fn fold(&mut self, targets: &Targets, msg: &async_nats::Message) {
         let subject = msg.subject.as_str();
         if subject == self.own {
+            // Our own echo; or another process configured with our name, whose events we
+            // cannot tell from ours (said once).
+            let twin = wire::incarnation(&msg.payload).is_some_and(|i| i != self.incarnation);
+            if twin && !std::mem::replace(&mut self.twin_logged, true) {
+                tracing::error!(subject, "cluster sync: another replica publishes under this replica's name; give each replica its own `cluster.replica`");
+            }
             return;
         }
         let started = Instant::now();

@@ -294,6 +294,8 @@ fn messages_round_trip_and_cost_what_the_docs_say() {
     let events = sample_events();
     let bytes = wire::encode(42, &events);
     assert_eq!(wire::decode(&bytes), Ok((42, events.clone())));
+    assert_eq!(wire::incarnation(&bytes), Some(42));
+    assert_eq!(wire::incarnation(&bytes[..8]), None);
     // A dispatch: tag, seq (2 bytes), backend, prefill (2), kv (2), count, 8 per hash.
     assert_eq!(wire::event_len(&events[0]), 1 + 2 + 8 + 2 + 2 + 1 + 3 * 8);
     assert_eq!(wire::event_len(&SyncEvent::Release { seq: 100 }), 2);

@@ -138,6 +138,14 @@ pub fn event_len(ev: &SyncEvent) -> usize {
     out.len()
 }
 
+/// The sender's incarnation, read from the header alone.
+pub fn incarnation(bytes: &[u8]) -> Option<u64> {
+    match bytes.split_first_chunk::<HEADER_BYTES>() {
+        Some((h, _)) if h[0] == VERSION => Some(u64::from_le_bytes(h[1..].try_into().ok()?)),
+        _ => None,
+    }
+}
+
 /// Read a message: its sender's incarnation and its events.
 pub fn decode(bytes: &[u8]) -> Result<(u64, Vec<SyncEvent>), WireError> {
     let mut r = Reader { b: bytes };
