@@ -3,8 +3,8 @@
 # toolchain and Python: cmake (pingora builds zlib-ng with it), the OpenAI Python SDK (the
 # end-to-end client test), and for the deployment tests: Prometheus and promtool (alert rule
 # unit tests, the dashboard's queries against a real server), headless Chromium (the status
-# page) and kubernetes-validate (the manifests under deploy/k8s). Safe to run again: it only
-# installs what is missing.
+# page), kubernetes-validate (the manifests under deploy/k8s) and nats-server (replica sync).
+# Safe to run again: it only installs what is missing.
 set -euo pipefail
 
 need_apt=()
@@ -13,6 +13,8 @@ command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 # `prometheus` brings both the server and promtool.
 { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# NATS for the replica-sync tests and scripts (`cluster:`); Debian installs it in /usr/sbin.
+{ command -v nats-server || [[ -x /usr/sbin/nats-server ]]; } >/dev/null 2>&1 || need_apt+=(nats-server)
 # `script` (a pseudo-terminal for the log colour test).
 command -v script >/dev/null 2>&1 || need_apt+=(bsdutils)
 if ((${#need_apt[@]})); then

@@ -36,11 +36,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use pronto_core::cluster::BackendRef;
 use pronto_core::ids::BackendId;
 use pronto_core::routing::views::{self, PoolRouting, Scratch};
 
 use crate::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
 use crate::backend::{Backend, InflightGuard};
+use crate::cluster::Link;
 use crate::config::{Config, Resources, Route};
 use crate::models::served::{Listed, ServedModels};
 use crate::predict::TtftInputs;
@@ -172,6 +174,10 @@ pub struct Pool {
     pub tokenizer: Option<Arc<ModelTokenizer>>,
     /// For a pool that serves its backends' models, which backend serves which.
     pub served: Option<ServedModels>,
+    /// Each backend's name among replicas (same order as `backends`).
+    pub sync_refs: Vec<BackendRef>,
+    /// Where dispatches are told to the other replicas (with `cluster:`).
+    pub cluster: Option<Arc<Link>>,
 }
 
 impl Pool {
@@ -255,8 +261,12 @@ impl Pool {
             streamed,
             now,
         );
+        let synced = self
+            .cluster
+            .as_ref()
+            .map(|c| c.dispatch(self.sync_refs[i], d.booking.load(), &features.block_hashes));
         Attempted {
-            guard: InflightGuard::new(Arc::clone(&self.backends[i]), d.booking),
+            guard: InflightGuard::new(Arc::clone(&self.backends[i]), d.booking).synced(synced),
             inputs: d.inputs,
             held_blocks: d.held_blocks,
         }
@@ -306,6 +316,8 @@ pub struct GatewayState {
     listed: HashMap<Arc<str>, Arc<Listed>>,
     /// The policy object of each route with its own `policy:`, in `config.routes` order.
     route_policies: Vec<Option<Arc<dyn Policy>>>,
+    /// Replica sync (with `cluster:`), carried over by every rebuild.
+    cluster: Option<Arc<Link>>,
 }
 
 /// What [`GatewayState::rebuild`] carried over from the previous state.
@@ -515,6 +527,10 @@ impl GatewayState {
                 ),
             };
             all.extend(backends.iter().cloned());
+            let sync_refs = backends
+                .iter()
+                .map(|b| BackendRef::of(&p.model, &b.config.name))
+                .collect();
             pools.insert(
                 p.model.clone(),
                 Pool {
@@ -531,6 +547,8 @@ impl GatewayState {
                         let none = Listed::new();
                         ServedModels::new(&backends, listed.get(&p.model).map_or(&none, |l| l))
                     }),
+                    sync_refs,
+                    cluster: previous.and_then(|prev| prev.cluster.clone()),
                     backends,
                 },
             );
@@ -571,8 +589,19 @@ impl GatewayState {
             discovered,
             listed,
             route_policies,
+            cluster: previous.and_then(|prev| prev.cluster.clone()),
         };
         (state, carried)
+    }
+
+    /// The same state, telling the other replicas of every dispatch through `link`; every
+    /// rebuild keeps it.
+    pub fn with_cluster(mut self, link: Arc<Link>) -> GatewayState {
+        for pool in self.pools.values_mut() {
+            pool.cluster = Some(Arc::clone(&link));
+        }
+        self.cluster = Some(link);
+        self
     }
 
     /// The pool serving `model`.

@@ -20,6 +20,7 @@ pub mod admin;
 pub mod admission;
 pub mod auth;
 pub mod backend;
+pub mod cluster;
 pub mod coalesce;
 pub mod config;
 #[cfg(feature = "tools")]

@@ -32,8 +32,9 @@
 //! rewritten still reloads (the watcher stats those files too), so a rotation is picked up by
 //! new connections ([`crate::tls`]).
 //!
-//! Some settings are bound at start: `listen`, `admin_listen`, `threads`, `grace_period` and
-//! whether the listener speaks TLS at all
+//! Some settings are bound at start: `listen`, `admin_listen`, `threads`, `grace_period`,
+//! `cluster` (the NATS connection and the replica's name) and whether the listener speaks TLS
+//! at all
 //! (the listeners, the worker pool and pingora's shutdown timer exist once). A reload that
 //! changes them applies everything else, keeps their running values in the effective
 //! config, and returns a warning naming each (they take effect at the next restart). They
@@ -135,8 +136,10 @@ pub struct Reloader {
 }
 
 /// Settings bound at start, as `(field path, differs)`.
-fn start_bound(old: &Config, new: &Config) -> [(&'static str, bool); 5] {
+fn start_bound(old: &Config, new: &Config) -> [(&'static str, bool); 6] {
     [
+        // The NATS connection and this replica's name.
+        ("cluster", old.cluster != new.cluster),
         // Whether the listener speaks TLS; its certificate itself reloads.
         ("tls", old.tls.is_some() != new.tls.is_some()),
         ("listen", old.listen != new.listen),
@@ -300,6 +303,7 @@ impl Reloader {
         effective.admin_listen = running.admin_listen;
         effective.threads = running.threads;
         effective.grace_period = running.grace_period;
+        effective.cluster = running.cluster.clone();
         let hash = effective.hash();
         let effective = Arc::new(effective);
         let (_, carried) = crate::gateway::update_state(&self.state, |current| {

@@ -189,11 +189,16 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {} (admin): {e}", config.admin_listen))?;
 
     let metrics = Metrics::new();
-    let state = Arc::new(ArcSwap::from_pointee(GatewayState::new(
-        Arc::new(config),
-        Arc::new(resources),
-        &metrics,
-    )));
+    let cluster = config.cluster.clone();
+    let state = GatewayState::new(Arc::new(config), Arc::new(resources), &metrics);
+    let (state, sync) = match cluster {
+        Some(c) => {
+            let (link, rx) = crate::cluster::Link::new(&metrics);
+            (state.with_cluster(Arc::clone(&link)), Some((c, link, rx)))
+        }
+        None => (state, None),
+    };
+    let state = Arc::new(ArcSwap::from_pointee(state));
     let active = Arc::new(ActiveRequests::default());
     for w in &state.load().config.warnings {
         tracing::warn!("config: {}", w.display(&state.load().config.origin));
@@ -274,7 +279,7 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
     });
     let mut admin_app = pingora_core::apps::http_app::HttpServer::new_app(Admin::new(
         Arc::clone(&state),
-        metrics,
+        metrics.clone(),
         reloader,
         decisions,
     ));
@@ -304,6 +309,18 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
         crate::kv_events::KvEventsService::new(Arc::clone(&state)),
     ));
     server.add_service(discovery);
+    if let Some((config, link, rx)) = sync {
+        server.add_service(background_service(
+            "pronto-cluster",
+            crate::cluster::ClusterService::new(
+                Arc::clone(&state),
+                config,
+                link,
+                rx,
+                metrics.clone(),
+            ),
+        ));
+    }
     if let Some(models) = models {
         server.add_service(models);
     }

@@ -136,7 +136,17 @@ fn annotated_example_sets_every_field() {
         admin,
         rate_limits,
         tls,
+        cluster,
     } = f;
+    let pronto::config::cluster::ClusterFile {
+        nats,
+        subject,
+        replica,
+        heartbeat,
+        peer_timeout,
+    } = cluster.expect("cluster");
+    assert!(nats.is_some() && subject.is_some() && replica.is_some());
+    assert!(heartbeat.is_some() && peer_timeout.is_some());
     let auth = auth.expect("auth");
     assert!(auth.keys_file.is_some());
     let tls = tls.expect("tls");

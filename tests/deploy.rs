@@ -310,6 +310,129 @@ fn the_configmap_config_passes_check_config() {
     assert!(!ok && text.contains("PRONTO_ADMIN_TOKEN"), "{text}");
 }
 
+// === The replicated variant (deploy/k8s/replicated) ===
+
+fn replicated_dir() -> std::path::PathBuf {
+    k8s_dir().join("replicated")
+}
+
+fn replicated(name: &str) -> Yaml {
+    let text = std::fs::read_to_string(replicated_dir().join(name)).unwrap();
+    serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("replicated/{name}: {e}"))
+}
+
+#[test]
+fn the_replicated_variant_validates_against_the_api_schemas() {
+    let Some(validate) = tool::find(&["kubernetes-validate"], "PyPI package kubernetes-validate")
+    else {
+        return;
+    };
+    // The whole resources (the Deployment patch is partial: checked field by field below).
+    let files = [
+        "nats-deployment.yaml",
+        "nats-service.yaml",
+        "pronto-config.yaml",
+    ];
+    let out = tool::run_ok(
+        Command::new(validate)
+            .arg("--strict")
+            .args(files)
+            .current_dir(replicated_dir()),
+    );
+    for f in files {
+        assert!(out.contains(&format!("INFO {f} passed")), "{f}: {out}");
+    }
+}
+
+#[test]
+fn the_replicated_variant_names_replicas_after_their_pods_and_finds_nats() {
+    let base = manifests();
+    let deploy = one(&base, "Deployment");
+    let k = replicated("kustomization.yaml");
+    let listed = |key: &str| -> Vec<String> {
+        k[key]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|r| s(if r.is_string() { r } else { &r["path"] }).to_string())
+            .collect()
+    };
+    assert_eq!(
+        listed("resources"),
+        ["..", "nats-deployment.yaml", "nats-service.yaml"]
+    );
+    assert_eq!(
+        listed("patches"),
+        ["pronto-config.yaml", "pronto-replica-id.yaml"]
+    );
+    // The Deployment patch: the base's Deployment and container, several replicas, POD_NAME
+    // from the downward API.
+    let patch = replicated("pronto-replica-id.yaml");
+    assert_eq!(patch["kind"], deploy["kind"]);
+    assert_eq!(patch["metadata"]["name"], deploy["metadata"]["name"]);
+    assert!(patch["spec"]["replicas"].as_u64().unwrap() >= 2);
+    let c = &patch["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        c["name"],
+        deploy["spec"]["template"]["spec"]["containers"][0]["name"]
+    );
+    let env = &c["env"][0];
+    assert_eq!(
+        s(&env["valueFrom"]["fieldRef"]["fieldPath"]),
+        "metadata.name"
+    );
+    // The config patch replaces the base's ConfigMap: the same config plus `cluster:`, whose
+    // replica name is that variable and whose server is the NATS Service.
+    let cm = replicated("pronto-config.yaml");
+    assert_eq!(
+        cm["metadata"]["name"],
+        one(&base, "ConfigMap")["metadata"]["name"]
+    );
+    let text = s(&cm["data"]["pronto.yaml"]);
+    let config: Yaml = serde_yaml_ng::from_str(text).unwrap();
+    let cluster = &config["cluster"];
+    assert_eq!(cluster["replica"]["env"], env["name"]);
+    let nats = s(&cluster["nats"]).strip_prefix("nats://").unwrap();
+    let (host, port) = nats.rsplit_once(':').unwrap();
+    let svc = replicated("nats-service.yaml");
+    assert_eq!(s(&svc["metadata"]["name"]), host);
+    assert_eq!(
+        svc["spec"]["ports"][0]["port"]
+            .as_u64()
+            .unwrap()
+            .to_string(),
+        port
+    );
+    let nats_deploy = replicated("nats-deployment.yaml");
+    let name = "app.kubernetes.io/name";
+    assert_eq!(
+        svc["spec"]["selector"][name],
+        nats_deploy["spec"]["template"]["metadata"]["labels"][name]
+    );
+    // Everything else is the base config, and it passes check-config in a pod.
+    let mut without: Yaml = config.clone();
+    without.as_mapping_mut().unwrap().remove("cluster");
+    let base_config: Yaml =
+        serde_yaml_ng::from_str(s(&one(&base, "ConfigMap")["data"]["pronto.yaml"])).unwrap();
+    assert_eq!(without, base_config);
+    let dir = std::env::temp_dir().join(format!("pronto-k8s-replicated-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("pronto.yaml");
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pronto"))
+        .arg("check-config")
+        .arg(&file)
+        .env("PRONTO_ADMIN_TOKEN", "a-token-from-the-secret-0123456789")
+        .env("POD_NAME", "pronto-7d9f8c6b5-x2k4p")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("warning"), "{text}");
+}
+
 // === Grafana ===
 
 #[test]

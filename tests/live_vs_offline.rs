@@ -100,6 +100,9 @@ async fn live_and_offline_agree_on_a_short_trace_slice() {
         seed: 1,
         json: true,
         requests_csv: None,
+        replicas: 1,
+        spread: pronto_sim::eval_replicas::Spread::RoundRobin,
+        sync: pronto_sim::eval_replicas::SyncMode::Off,
     };
     let fleet = load_fleet(&fleet_file).unwrap();
     let (reqs, _) = prepare_trace(&args, &fleet).unwrap();

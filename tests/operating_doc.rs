@@ -41,38 +41,57 @@ fn literals(args: &str) -> Vec<String> {
     out
 }
 
-/// The registration calls of `Metrics::new` in the telemetry source: `helper(&r, "name",
-/// "help", &[labels] ...)`.
+/// The registration calls in the telemetry source: `helper(&r, "name", "help", &[labels]
+/// ...)` (or `helper(r, ...)` in a submodule handed the registry), one line or several.
 fn registered(source: &str) -> Vec<Family> {
-    const HELPERS: [(&str, &str); 6] = [
-        ("counter(", "counter"),
-        ("gauge(", "gauge"),
-        ("plain_gauge(", "gauge"),
-        ("float_gauge(", "gauge"),
-        ("histogram(", "histogram"),
-        ("histogram_with(", "histogram"),
+    const HELPERS: [(&str, &str); 8] = [
+        ("counter", "counter"),
+        ("plain_counter", "counter"),
+        ("float_counter", "counter"),
+        ("gauge", "gauge"),
+        ("plain_gauge", "gauge"),
+        ("float_gauge", "gauge"),
+        ("histogram", "histogram"),
+        ("histogram_with", "histogram"),
     ];
+    let bytes = source.as_bytes();
     let mut out = Vec::new();
-    let mut rest = source;
-    while let Some(at) = rest.find("(\n") {
-        let before = &rest[..at + 1];
-        let call = before
-            .rsplit(|c: char| c.is_whitespace())
-            .next()
-            .unwrap_or("");
-        let end = at
-            + rest[at..]
-                .find("\n            ),")
-                .unwrap_or(rest.len() - at);
-        let args = &rest[at + 2..end];
-        rest = &rest[at + 2..];
-        let Some((_, kind)) = HELPERS.iter().find(|(h, _)| call == *h) else {
+    let mut i = 0;
+    while let Some(at) = source[i..].find('(') {
+        let open = i + at;
+        i = open + 1;
+        let start = source[..open]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(0, |p| p + 1);
+        let Some(&(_, kind)) = HELPERS.iter().find(|(h, _)| *h == &source[start..open]) else {
             continue;
         };
-        if !args.trim_start().starts_with("&r,") {
+        // A plain call: not a path (`Opts::new`) or a method.
+        if !source[..start].ends_with(char::is_whitespace) {
+            continue;
+        }
+        // The arguments, up to the matching parenthesis (skipping string literals).
+        let (mut depth, mut j, mut in_str) = (1, open + 1, false);
+        while j < bytes.len() && depth > 0 {
+            match (in_str, bytes[j]) {
+                (true, b'\\') => j += 1,
+                (_, b'"') => in_str = !in_str,
+                (false, b'(') => depth += 1,
+                (false, b')') => depth -= 1,
+                _ => {}
+            }
+            j += 1;
+        }
+        let args = &source[open + 1..j - 1];
+        let t = args.trim_start();
+        if !(t.starts_with("&r,") || t.starts_with("r,")) {
             continue;
         }
         let lits = literals(args);
+        // A helper forwarding its own parameters (`histogram_with(r, name, ...)`).
+        if lits.len() < 2 {
+            continue;
+        }
         let (name, help, labels) = (lits[0].clone(), lits[1].clone(), lits[2..].to_vec());
         out.push(Family {
             name,
@@ -137,11 +156,18 @@ fn table(families: &[Family]) -> String {
 
 #[test]
 fn the_metrics_reference_lists_every_registered_family() {
-    let source = std::fs::read_to_string(Path::new(ROOT).join("src/telemetry/mod.rs")).unwrap();
-    let mut families = registered(&source);
+    // The families registered by `Metrics::new` and the submodules it hands the registry.
+    let code: String = ["src/telemetry/mod.rs", "src/telemetry/cluster.rs"]
+        .iter()
+        .map(|f| {
+            let source = std::fs::read_to_string(Path::new(ROOT).join(f)).unwrap();
+            let end = source.find("#[cfg(test)]").unwrap_or(source.len());
+            source[..end].to_string()
+        })
+        .collect();
+    let mut families = registered(&code);
     // The parser found every registration: as many as the family names the source
     // registers, and the families a fresh registry renders.
-    let code = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
     let mut names_in_source: Vec<&str> = code
         .split('"')
         .skip(1)

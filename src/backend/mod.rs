@@ -378,13 +378,25 @@ impl RoutingBackend for Backend {
 pub struct InflightGuard {
     backend: Arc<Backend>,
     booking: Booking,
+    /// The other replicas' view of this booking (with `cluster:`); dropped after the release.
+    synced: Option<crate::cluster::Tracked>,
 }
 
 impl InflightGuard {
     /// A guard over `booking`, made in `backend`'s ledger.
     pub fn new(backend: Arc<Backend>, booking: Booking) -> InflightGuard {
         backend.publish_inflight();
-        InflightGuard { backend, booking }
+        InflightGuard {
+            backend,
+            booking,
+            synced: None,
+        }
+    }
+
+    /// Tell the other replicas of this booking's life through `synced`.
+    pub fn synced(mut self, synced: Option<crate::cluster::Tracked>) -> InflightGuard {
+        self.synced = synced;
+        self
     }
 
     /// The backend this guard accounts on.
@@ -400,7 +412,11 @@ impl InflightGuard {
     /// The request's prefill is over without a first token to learn from (a non-streamed
     /// response head, or its predicted TTFT passed). Idempotent.
     pub fn end_prefill(&mut self) {
-        self.backend.state.ledger.end_prefill(&mut self.booking);
+        if self.backend.state.ledger.end_prefill(&mut self.booking) {
+            if let Some(s) = &self.synced {
+                s.first_token(None);
+            }
+        }
     }
 
     /// The first token arrived at `at`, `actual_s` after the request was sent: end the prefill
@@ -412,9 +428,17 @@ impl InflightGuard {
         actual_s: f64,
         at: Instant,
     ) -> Option<f64> {
-        self.backend
-            .state
-            .observe_first_token(&mut self.booking, inputs, actual_s, at)
+        let predicted =
+            self.backend
+                .state
+                .observe_first_token(&mut self.booking, inputs, actual_s, at);
+        if let (Some(_), Some(s)) = (predicted, &self.synced) {
+            s.first_token(Some(pronto_core::cluster::Observation {
+                inputs: *inputs,
+                ttft_s: actual_s,
+            }));
+        }
+        predicted
     }
 }
 

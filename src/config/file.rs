@@ -60,6 +60,8 @@ pub struct ConfigFile {
     pub rate_limits: Option<super::edge::RateLimitsFile>,
     /// TLS on the client listener.
     pub tls: Option<super::tls::TlsFile>,
+    /// Replica sync over NATS.
+    pub cluster: Option<super::cluster::ClusterFile>,
 }
 
 /// `access_log:` section.

@@ -19,6 +19,7 @@
 //! through the same validation. [`check_config`] is the `pronto check-config FILE` command.
 
 mod check;
+pub mod cluster;
 mod discover;
 pub mod duration;
 pub mod edge;

@@ -127,6 +127,8 @@ pub struct Config {
     pub rate_limits: super::edge::RateLimits,
     /// TLS on the client listener; `None`: plain HTTP (h2c allowed).
     pub tls: Option<super::tls::TlsListener>,
+    /// Replica sync over NATS; `None`: this replica routes on its own state.
+    pub cluster: Option<super::cluster::Cluster>,
     /// Where the config came from (a file path, or `--backend` for the quick start).
     pub origin: String,
     /// The file this config was read from by [`Config::load`]; `None` for a config built from

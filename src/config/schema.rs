@@ -207,6 +207,7 @@ fn schema_value() -> Value {
                     "type": "string",
                 },
             })),
+            "cluster": cluster_schema(),
             "pools": {
                 "description": "Backend pools keyed by the model name clients send",
                 "type": "object",
@@ -532,6 +533,39 @@ fn section(description: &str, properties: Value) -> Value {
         "additionalProperties": false,
         "properties": properties,
     })
+}
+
+/// `cluster:` (its own function: one `json!` this deep exceeds the macro recursion limit).
+fn cluster_schema() -> Value {
+    section(
+        "Replica sync over NATS: several Pronto replicas that route as one",
+        json!({
+            "nats": {
+                "description": "NATS server URL(s), nats://host:port, comma-separated",
+                "type": "string",
+            },
+            "subject": {
+                "description": "Subject prefix; a replica publishes on <subject>.<replica>",
+                "type": "string", "default": "pronto.cluster",
+            },
+            "replica": {
+                "description": "This replica's name (letters, digits, _ and -): a string, {env: NAME} (e.g. the pod name) or {file: PATH}",
+                "oneOf": [
+                    { "type": "string", "minLength": 1 },
+                    {
+                        "type": "object", "additionalProperties": false, "required": ["env"],
+                        "properties": { "env": { "description": "Environment variable holding the name", "type": "string" } },
+                    },
+                    {
+                        "type": "object", "additionalProperties": false, "required": ["file"],
+                        "properties": { "file": { "description": "File holding the name (trimmed)", "type": "string" } },
+                    },
+                ],
+            },
+            "heartbeat": { "$ref": "#/$defs/duration", "description": "How often this replica publishes the snapshot of its bookings", "default": "1s" },
+            "peer_timeout": { "$ref": "#/$defs/duration", "description": "A replica silent this long has its bookings released (default 3 heartbeats)", "default": "3s" },
+        }),
+    )
 }
 
 /// A policy name, or a map with `name` and that policy's parameters (one branch per policy).

@@ -221,6 +221,10 @@ impl Checker {
         }
         let rate_limits = self.rate_limits(f.rate_limits.as_ref(), auth.as_ref(), &routes);
         let tls = self.tls(f.tls.as_ref());
+        let cluster = self.cluster(
+            f.cluster.as_ref(),
+            self.env.unwrap_or(super::edge::process_env),
+        );
         Config {
             listen,
             admin_listen,
@@ -240,6 +244,7 @@ impl Checker {
             admin,
             rate_limits,
             tls,
+            cluster,
             origin: String::new(),
             source_path: None,
             warnings: Vec::new(),

@@ -18,7 +18,9 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+mod cluster;
 mod labels;
+pub use cluster::{ClusterMetrics, SyncDirection, SyncDrop};
 pub use labels::*;
 
 /// The version and git revision this binary was built from (`build.rs`).
@@ -143,6 +145,8 @@ pub struct Metrics {
     pub pool_backends: IntGaugeVec,
     /// `pronto_pool_healthy_backends{pool}`: of those, the ones eligible for routing.
     pub pool_healthy_backends: IntGaugeVec,
+    /// The replica-sync families (`pronto_cluster_*`).
+    pub cluster: ClusterMetrics,
 }
 
 /// A family with a `backend` label: removes every series of one backend, whatever its other
@@ -579,6 +583,7 @@ impl Metrics {
                 "Backends of each pool eligible for routing, as of the scrape",
                 &["pool"],
             ),
+            cluster: ClusterMetrics::new(&r),
             per_backend: Arc::new(r.per_backend.take()),
             registry: r.registry,
         }

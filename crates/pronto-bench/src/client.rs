@@ -29,7 +29,8 @@ const ERROR_BODY_BYTES: usize = 300;
 #[derive(Debug, Clone)]
 pub struct Sender {
     client: reqwest::Client,
-    url: String,
+    /// One URL per target; request `i` goes to `urls[i % len]`.
+    urls: Vec<String>,
     model: String,
     timeout: Duration,
     ignore_eos: bool,
@@ -96,7 +97,9 @@ fn ms(d: Duration) -> f64 {
 }
 
 impl Sender {
-    /// A sender of streaming chat completions for `model` to `target` (a base URL).
+    /// A sender of streaming chat completions for `model` to `target`: a base URL, or several
+    /// separated by commas (several replicas of one router behind no load balancer: request
+    /// `i` of the trace goes to the `i mod n`-th).
     pub fn new(
         client: reqwest::Client,
         target: &str,
@@ -106,7 +109,10 @@ impl Sender {
     ) -> Sender {
         Sender {
             client,
-            url: format!("{}/v1/chat/completions", base(target)),
+            urls: target
+                .split(',')
+                .map(|t| format!("{}/v1/chat/completions", base(t.trim())))
+                .collect(),
             model,
             timeout,
             ignore_eos,
@@ -197,7 +203,7 @@ impl Sender {
     ) -> Result<(), String> {
         let resp = self
             .client
-            .post(&self.url)
+            .post(&self.urls[rec.index as usize % self.urls.len()])
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(http::header::ACCEPT, "text/event-stream")
             .body(body)

@@ -51,7 +51,8 @@ pub struct ReplayArgs {
     /// Trace format.
     #[arg(long, value_enum, default_value_t = TraceFormat::Mooncake)]
     pub format: TraceFormat,
-    /// Base URL of the OpenAI-compatible endpoint (e.g. http://127.0.0.1:8080).
+    /// Base URL of the OpenAI-compatible endpoint (e.g. http://127.0.0.1:8080); several,
+    /// comma-separated, spread the requests round robin (replicas of one router).
     #[arg(long)]
     pub target: String,
     /// Model to request (default: the first one `GET /v1/models` lists).
@@ -254,7 +255,7 @@ pub async fn replay_to_dir(args: &ReplayArgs) -> anyhow::Result<Summary> {
     let client = http_client(pool)?;
     let model = match &args.model {
         Some(m) => m.clone(),
-        None => discover_model(&client, &args.target).await?,
+        None => discover_model(&client, args.target.split(',').next().unwrap_or("")).await?,
     };
     let sender = Arc::new(Sender::new(
         client,

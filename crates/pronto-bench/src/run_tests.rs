@@ -303,3 +303,26 @@ async fn a_refused_target_fails_the_run_with_the_reason() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_targets_take_the_requests_in_turn() {
+    let (a, b) = (Arc::<Script>::default(), Arc::<Script>::default());
+    let (url_a, url_b) = (serve(a.clone()).await, serve(b.clone()).await);
+    // The third target refuses connections: requests 2 and 5 are its turn.
+    let targets = format!("{url_a}, {url_b},http://127.0.0.1:1");
+    let client = http_client(8).unwrap();
+    let sender = Arc::new(Sender::new(
+        client,
+        &targets,
+        "m1".into(),
+        Duration::from_secs(10),
+        false,
+    ));
+    let reqs: Vec<_> = (0..6).map(|i| (i, request(0.01 * i as f64, OK))).collect();
+    let recs = replay(reqs, sender, None, Arc::default()).await;
+    let failed: Vec<u64> = recs.iter().filter(|r| !r.ok()).map(|r| r.index).collect();
+    assert_eq!(failed, [2, 5]);
+    for s in [&a, &b] {
+        assert!(s.max_in_flight.load(Ordering::Relaxed) >= 1);
+    }
+}

@@ -14,6 +14,7 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 pub mod affinity;
+pub mod cluster;
 pub mod engine;
 pub mod fuzzing;
 pub mod ids;

@@ -35,6 +35,12 @@ pub struct RunReport {
     pub rejected: u64,
     /// Preemptions across the fleet.
     pub preemptions: u64,
+    /// Router replicas the requests were spread across (1: one router).
+    pub replicas: u32,
+    /// How they synced (`off`, or the delay of every message).
+    pub sync: String,
+    /// Sync bytes the replicas published per request (the gateway's wire format; 0 unsynced).
+    pub sync_bytes_per_request: f64,
     /// Every request's outcome, in trace order (written by `--requests-csv`).
     #[serde(skip)]
     pub outcomes: Vec<RequestOutcome>,
@@ -182,6 +188,9 @@ mod tests {
             shed: 0,
             rejected: 0,
             preemptions: 0,
+            replicas: 1,
+            sync: "off".into(),
+            sync_bytes_per_request: 0.0,
             outcomes: vec![],
         };
         let v: serde_json::Value =

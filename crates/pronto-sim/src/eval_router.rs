@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use pronto_core::affinity::{IndexConfig, PrefixIndex};
+use pronto_core::cluster::{BackendRef, Local};
 use pronto_core::engine::{stale_after, EngineFlavor, EngineSample, DEFAULT_SCRAPE_INTERVAL};
 use pronto_core::ids::BackendId;
 use pronto_core::load::Plain;
@@ -24,6 +25,7 @@ use pronto_core::request::{RequestFeatures, TokenRatio};
 use pronto_core::routing::views::{self, Dispatched, PoolRouting, RoutingBackend, Scratch};
 use pronto_core::routing::BackendView;
 use pronto_core::state::{BackendState, Settings};
+use pronto_core::tokens::BlockHash;
 
 /// One simulated backend as the router sees it.
 #[derive(Debug)]
@@ -65,6 +67,9 @@ pub struct ScrapedLoad {
 #[derive(Debug)]
 pub struct RouterSideState {
     names: Vec<Arc<str>>,
+    /// Each backend's name among replicas, in pool order (pool `"m"`: every replica of one
+    /// evaluation shares the fleet).
+    refs: Vec<BackendRef>,
     backends: Vec<SimRouterBackend>,
     slots: Vec<usize>,
     index: PrefixIndex,
@@ -99,6 +104,10 @@ impl RouterSideState {
             .collect();
         RouterSideState {
             names: names.iter().map(|n| Arc::from(n.as_ref())).collect(),
+            refs: names
+                .iter()
+                .map(|n| BackendRef::of("m", n.as_ref()))
+                .collect(),
             slots: (0..backends.len()).collect(),
             index: PrefixIndex::new(IndexConfig {
                 max_backends: backends.len().max(1),
@@ -123,6 +132,11 @@ impl RouterSideState {
     /// Backend names, in pool order.
     pub fn names(&self) -> impl Iterator<Item = &Arc<str>> {
         self.names.iter()
+    }
+
+    /// Backend `index`'s name among replicas.
+    pub fn sync_ref(&self, index: usize) -> BackendRef {
+        self.refs[index]
     }
 
     fn pool(&self) -> PoolRouting<'_, SimRouterBackend> {
@@ -213,6 +227,25 @@ impl RouterSideState {
     /// A request's stream on `backend` ended (or it was rejected): released.
     pub fn on_finish(&mut self, backend: usize, d: &mut Dispatched) {
         self.backends[backend].state.ledger.release(&mut d.booking);
+    }
+}
+
+/// Other replicas' events change this state through the same core code as the gateway's
+/// ([`pronto_core::cluster::Remote`]); a remote booking keeps the backend's position.
+impl Local for RouterSideState {
+    type Handle = usize;
+    type Storage = Plain;
+
+    fn resolve(&self, backend: BackendRef) -> Option<usize> {
+        self.refs.iter().position(|&r| r == backend)
+    }
+
+    fn state<'a>(&'a self, h: &'a usize) -> &'a BackendState<Plain> {
+        &self.backends[*h].state
+    }
+
+    fn record(&self, h: &usize, hashes: &[BlockHash], now: Instant) {
+        self.index.record(self.slots[*h], hashes, now);
     }
 }
 

@@ -134,6 +134,9 @@ fn mooncake_conversation_prefix_when_present() {
         seed: 1,
         json: false,
         requests_csv: None,
+        replicas: 1,
+        spread: crate::eval_replicas::Spread::RoundRobin,
+        sync: crate::eval_replicas::SyncMode::Off,
     };
     let fleet = load_fleet(&args.fleet).unwrap();
     let (reqs, cap) = prepare_trace(&args, &fleet).unwrap();
@@ -196,4 +199,83 @@ fn per_request_outcomes_match_the_summary_and_write_as_csv() {
         .nth(1)
         .unwrap()
         .contains(",,"));
+}
+
+mod replicas {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::eval_replicas::{Replication, Spread, SyncMode};
+
+    fn replicated(n: usize, spread: Spread, sync: SyncMode) -> crate::eval_report::RunReport {
+        let rep = Replication {
+            replicas: n,
+            spread,
+            sync,
+            seed: 3,
+        };
+        evaluate_replicated(&small_fleet(), "m", &workload(0.8), "predicted_ttft", rep).unwrap()
+    }
+
+    #[test]
+    fn one_replica_is_the_single_router() {
+        let one = evaluate(&small_fleet(), "m", &workload(0.8), "predicted_ttft").unwrap();
+        let synced = replicated(1, Spread::Random, SyncMode::Delay(Duration::from_millis(5)));
+        assert_eq!(one.outcomes, synced.outcomes);
+        assert_eq!(synced.sync_bytes_per_request, 0.0, "nobody to tell");
+    }
+
+    #[test]
+    fn synced_replicas_route_like_one_and_unsynced_ones_lose_prefix_hits() {
+        let one = replicated(1, Spread::RoundRobin, SyncMode::Off);
+        let off = replicated(4, Spread::RoundRobin, SyncMode::Off);
+        let synced = replicated(
+            4,
+            Spread::RoundRobin,
+            SyncMode::Delay(Duration::from_millis(5)),
+        );
+        let late = replicated(
+            4,
+            Spread::RoundRobin,
+            SyncMode::Delay(Duration::from_millis(500)),
+        );
+        eprintln!(
+            "hit rate / mean / p99 TTFT ms: one {:.3} {:.0} {:.0}; 4 synced {:.3} {:.0} {:.0}; \
+             4 late {:.3} {:.0} {:.0}; 4 unsynced {:.3} {:.0} {:.0}; {:.0} sync bytes/request",
+            one.prefix_hit_rate,
+            one.ttft_mean_ms,
+            one.ttft_p99_ms,
+            synced.prefix_hit_rate,
+            synced.ttft_mean_ms,
+            synced.ttft_p99_ms,
+            late.prefix_hit_rate,
+            late.ttft_mean_ms,
+            late.ttft_p99_ms,
+            off.prefix_hit_rate,
+            off.ttft_mean_ms,
+            off.ttft_p99_ms,
+            synced.sync_bytes_per_request,
+        );
+        // Delivered at once, the four replicas know what one router knows (their TTFT models
+        // learn the same observations, in another order between backends).
+        let instant = replicated(4, Spread::Random, SyncMode::Delay(Duration::ZERO));
+        eprintln!(
+            "instant: {:.3} {:.1} {:.1}; one: {:.3} {:.1} {:.1}",
+            instant.prefix_hit_rate,
+            instant.ttft_mean_ms,
+            instant.ttft_p99_ms,
+            one.prefix_hit_rate,
+            one.ttft_mean_ms,
+            one.ttft_p99_ms
+        );
+        assert!((instant.prefix_hit_rate - one.prefix_hit_rate).abs() < 0.01);
+        assert!((instant.ttft_mean_ms / one.ttft_mean_ms - 1.0).abs() < 0.05);
+        assert!((instant.ttft_p99_ms / one.ttft_p99_ms - 1.0).abs() < 0.1);
+        assert!(synced.prefix_hit_rate > off.prefix_hit_rate);
+        assert!(late.ttft_mean_ms > synced.ttft_mean_ms);
+        assert!(synced.ttft_mean_ms < off.ttft_mean_ms);
+        assert!(synced.sync_bytes_per_request > 0.0);
+        assert_eq!(off.sync_bytes_per_request, 0.0);
+        assert_eq!(synced.completed, synced.requests);
+    }
 }

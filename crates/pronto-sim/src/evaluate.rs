@@ -52,13 +52,13 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use super::engine::{Engine, EngineConfig, EngineEvent, SimRequest};
+use super::eval_replicas::{Replicas, Replication, Spread, SyncMode, Tracked};
 use super::eval_report::{percentile, RequestOutcome, RunReport};
-use super::eval_router::{RouterSideState, ScrapedLoad};
+use super::eval_router::ScrapedLoad;
 use super::fleet_config::FleetConfig;
 use super::profile::StepWork;
 use crate::workload::{self as trace, spread_ties, SyntheticWorkload, TraceFormat, TraceRequest};
 use pronto_core::request::RequestFeatures;
-use pronto_core::routing::views::Dispatched;
 use pronto_core::routing::{Policy, PolicyKind};
 use pronto_core::tokens::{block_hashes, BlockHash, BLOCK_TOKENS};
 
@@ -111,6 +111,28 @@ pub struct EvaluateArgs {
     /// make a tail.
     #[arg(long, value_name = "DIR")]
     pub requests_csv: Option<PathBuf>,
+    /// Router replicas in front of the fleet, each with its own ledger, index and models
+    /// (`crate::eval_replicas`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub replicas: u32,
+    /// How arrivals are spread across replicas.
+    #[arg(long, value_enum, default_value_t = Spread::RoundRobin)]
+    pub spread: Spread,
+    /// How replicas sync: `off`, or the delay of every message (`5ms`).
+    #[arg(long, default_value = "off")]
+    pub sync: SyncMode,
+}
+
+impl EvaluateArgs {
+    /// The replica set-up these arguments ask for.
+    pub fn replication(&self) -> Replication {
+        Replication {
+            replicas: self.replicas as usize,
+            spread: self.spread,
+            sync: self.sync,
+            seed: self.seed,
+        }
+    }
 }
 
 /// One simulated backend: a name and its engine configuration.
@@ -222,12 +244,23 @@ enum Chooser {
     Oracle,
 }
 
-/// Replay `reqs` through a fresh fleet under `policy`; deterministic.
+/// Replay `reqs` through a fresh fleet under `policy`, one router; deterministic.
 pub fn evaluate(
     fleet: &[SimBackend],
     model: &str,
     reqs: &[TraceRequest],
     policy: &str,
+) -> anyhow::Result<RunReport> {
+    evaluate_replicated(fleet, model, reqs, policy, Replication::default())
+}
+
+/// [`evaluate`] with the router replicated as `rep` says ([`crate::eval_replicas`]).
+pub fn evaluate_replicated(
+    fleet: &[SimBackend],
+    model: &str,
+    reqs: &[TraceRequest],
+    policy: &str,
+    rep: Replication,
 ) -> anyhow::Result<RunReport> {
     anyhow::ensure!(!fleet.is_empty(), "the fleet has no backends");
     let chooser = if policy == ORACLE {
@@ -253,9 +286,9 @@ pub fn evaluate(
         .map(|b| Some((b.config.num_kv_blocks * b.config.block_size) as u64))
         .collect();
     let base = Instant::now();
-    let mut router = RouterSideState::new(&names, &capacities, base);
+    let mut router = Replicas::new(&names, &capacities, base, rep);
     // Each request's booking and prediction inputs, while it is in flight.
-    let mut dispatched: Vec<Option<Dispatched>> = Vec::with_capacity(reqs.len());
+    let mut dispatched: Vec<Option<Tracked>> = Vec::with_capacity(reqs.len());
     let mut backends: Vec<Backend> = fleet
         .iter()
         .map(|b| Backend {
@@ -284,6 +317,7 @@ pub fn evaluate(
         match (step_end, arrival) {
             (None, None) => break,
             (Some((t, b)), a) if a.is_none_or(|a| t <= a) => {
+                router.deliver_until(t);
                 let events = std::mem::take(&mut backends[b].pending);
                 for ev in events {
                     match ev {
@@ -296,16 +330,15 @@ pub fn evaluate(
                             ttft.push(t - tr.arrival_s);
                             hit_tokens += u64::from(cached_tokens);
                             prompt_tokens += u64::from(tr.prompt_tokens);
-                            let now = base + Duration::from_secs_f64(t);
                             if let Some(d) = dispatched[id as usize].as_mut() {
-                                router.on_first_token(b, d, t - tr.arrival_s, now);
+                                router.on_first_token(d, b, t - tr.arrival_s, t);
                             }
                         }
                         EngineEvent::Token { .. } => {}
                         EngineEvent::Finished { id, output_tokens } => {
                             let tr = tracks[id as usize];
-                            if let Some(mut d) = dispatched[id as usize].take() {
-                                router.on_finish(b, &mut d);
+                            if let Some(d) = dispatched[id as usize].take() {
+                                router.on_finish(d, b, t);
                             }
                             if output_tokens == 0 {
                                 rejected += 1;
@@ -319,6 +352,7 @@ pub fn evaluate(
                 start_step(&mut backends[b], t);
             }
             (_, Some(t)) => {
+                router.deliver_until(t);
                 if t >= next_scrape_s {
                     // The gateway scrapes every backend's /metrics every SCRAPE_INTERVAL_S.
                     let at = base + Duration::from_secs_f64(t);
@@ -353,7 +387,8 @@ pub fn evaluate(
                     Chooser::Policy(p, _) => p.limits_prefix_credit_to_residency(),
                     Chooser::Oracle => true,
                 };
-                let views = router.views(&features, now, residency);
+                let replica = router.pick(id as usize);
+                let views = router.router(replica).views(&features, now, residency);
                 let chosen = match &chooser {
                     Chooser::Oracle => {
                         let b = oracle_pick(&backends, &ids, id, r, t);
@@ -385,7 +420,7 @@ pub fn evaluate(
                 tracks[id as usize].reason = reason;
                 per_backend[b] += 1;
                 dispatched[id as usize] =
-                    Some(router.on_dispatch(b, predicted, &view, &features, now));
+                    Some(router.on_dispatch(replica, b, predicted, &view, &features, t));
                 // Block hashes at the gateway's block size, reused by engines of that size.
                 let hashes = std::mem::take(&mut features.block_hashes);
                 let engine = &mut backends[b].engine;
@@ -451,6 +486,9 @@ pub fn evaluate(
         shed,
         rejected,
         preemptions,
+        replicas: rep.replicas.max(1) as u32,
+        sync: rep.sync.to_string(),
+        sync_bytes_per_request: router.sync_bytes() as f64 / reqs.len().max(1) as f64,
         outcomes: tracks
             .iter()
             .map(|t| RequestOutcome {
@@ -603,7 +641,7 @@ pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for p in &args.policies() {
         let started = Instant::now();
-        let report = evaluate(&fleet, &model, &reqs, p)?;
+        let report = evaluate_replicated(&fleet, &model, &reqs, p, args.replication())?;
         let wall = started.elapsed().as_secs_f64();
         if !args.json {
             eprintln!(

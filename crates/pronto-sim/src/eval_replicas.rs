@@ -1,0 +1,330 @@
+//! R router replicas in the offline evaluator: what a fleet behind several Pronto replicas
+//! sees, with the replicas synced after a delay, or not at all.
+//!
+//! Each replica is a whole [`RouterSideState`] (its own ledger, prefix index, TTFT models and
+//! scrapes of every engine). Arrivals are spread across replicas by [`Spread`] (a load
+//! balancer in front: round robin, or seeded random). What a replica dispatches, the first
+//! tokens and finishes of its requests and, every [`HEARTBEAT_S`], the snapshot of its live
+//! bookings go through the routing core's replica sync exactly as in the gateway —
+//! [`Outbox::note`] on the way out, [`Remote::apply`] on the way in — except that the channel
+//! is a queue delivering each message to every other replica [`SyncMode::Delay`] later
+//! (NATS's fan-out) instead of a socket. [`SyncMode::Off`]: no messages, R independent
+//! routers. Messages are delivered before any simulated event at or after their delivery
+//! time ([`Replicas::deliver_until`]), so every decision sees exactly the messages delivered
+//! by its arrival.
+//!
+//! One replica (`R = 1`) behaves exactly as the single router. The bytes a replica would
+//! publish (the gateway's wire format, [`wire`], one message per event, no batching) are
+//! counted: [`Replicas::sync_bytes`].
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use pronto_core::cluster::{wire, Observation, ObserveLimit, Outbox, Remote, ReplicaId, SyncEvent};
+use pronto_core::load::RequestLoad;
+use pronto_core::request::RequestFeatures;
+use pronto_core::routing::views::Dispatched;
+use pronto_core::routing::BackendView;
+
+use super::eval_router::{RouterSideState, ScrapedLoad};
+
+/// Seconds between two snapshots of a replica (the gateway's default `cluster.heartbeat`).
+pub const HEARTBEAT_S: f64 = 1.0;
+/// A replica silent this long is expired (the gateway's default `cluster.peer_timeout`).
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How arrivals are spread across replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Spread {
+    /// Request `i` to replica `i mod R`.
+    RoundRobin,
+    /// Each request to a replica drawn from a seeded hash of its index.
+    Random,
+}
+
+/// Whether and how late replicas hear of each other.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SyncMode {
+    /// Never: R independent routers.
+    Off,
+    /// Every message reaches every other replica this much later.
+    Delay(Duration),
+}
+
+impl std::str::FromStr for SyncMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<SyncMode, String> {
+        if s == "off" {
+            return Ok(SyncMode::Off);
+        }
+        humantime::parse_duration(s)
+            .map(SyncMode::Delay)
+            .map_err(|e| format!("`{s}`: `off` or a delay such as `5ms` ({e})"))
+    }
+}
+
+impl std::fmt::Display for SyncMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SyncMode::Off => f.write_str("off"),
+            SyncMode::Delay(d) => write!(f, "{}", humantime::format_duration(*d)),
+        }
+    }
+}
+
+/// The replica set-up of one evaluation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Replication {
+    /// Router replicas (≥ 1).
+    pub replicas: usize,
+    /// How arrivals reach them.
+    pub spread: Spread,
+    /// How they sync.
+    pub sync: SyncMode,
+    /// Seed of [`Spread::Random`].
+    pub seed: u64,
+}
+
+impl Default for Replication {
+    fn default() -> Self {
+        Replication {
+            replicas: 1,
+            spread: Spread::RoundRobin,
+            sync: SyncMode::Off,
+            seed: 1,
+        }
+    }
+}
+
+/// One dispatched request: its booking on the replica that routed it.
+#[derive(Debug)]
+pub struct Tracked {
+    /// The booking and prediction inputs.
+    pub dispatched: Dispatched,
+    replica: usize,
+    seq: u64,
+}
+
+struct Replica {
+    router: RouterSideState,
+    id: ReplicaId,
+    remote: Remote<usize>,
+    outbox: Outbox,
+    next_seq: u64,
+    next_heartbeat_s: f64,
+}
+
+/// A message on its way: delivered at `.0`, in sending order `.1`.
+type InFlight = Reverse<(OrdF64, u64, usize, usize)>;
+
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+struct OrdF64(f64);
+impl Eq for OrdF64 {}
+#[allow(clippy::derive_ord_xor_partial_ord)]
+impl Ord for OrdF64 {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// The R replicas of one evaluation (see the module docs).
+pub struct Replicas {
+    replicas: Vec<Replica>,
+    cfg: Replication,
+    base: Instant,
+    queue: BinaryHeap<InFlight>,
+    /// Payloads of the messages in `queue`, by sending order, with the deliveries left.
+    payloads: std::collections::HashMap<u64, (Rc<Vec<SyncEvent>>, usize)>,
+    sent: u64,
+    sync_bytes: u64,
+}
+
+impl Replicas {
+    /// `cfg.replicas` idle routers over backends `names` (see [`RouterSideState::new`]).
+    pub fn new<S: AsRef<str>>(
+        names: &[S],
+        capacities: &[Option<u64>],
+        base: Instant,
+        cfg: Replication,
+    ) -> Replicas {
+        let replicas = (0..cfg.replicas.max(1))
+            .map(|i| Replica {
+                router: RouterSideState::new(names, capacities, base),
+                id: ReplicaId(i as u64),
+                remote: Remote::new(PEER_TIMEOUT),
+                outbox: Outbox::new(ObserveLimit::DEFAULT),
+                next_seq: 1,
+                next_heartbeat_s: HEARTBEAT_S,
+            })
+            .collect();
+        Replicas {
+            replicas,
+            cfg,
+            base,
+            queue: BinaryHeap::new(),
+            payloads: std::collections::HashMap::new(),
+            sent: 0,
+            sync_bytes: 0,
+        }
+    }
+
+    /// The replica the load balancer sends request `index` to.
+    pub fn pick(&self, index: usize) -> usize {
+        let r = self.replicas.len();
+        match self.cfg.spread {
+            Spread::RoundRobin => index % r,
+            Spread::Random => {
+                let mut z = (index as u64) ^ self.cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                ((z ^ (z >> 31)) % r as u64) as usize
+            }
+        }
+    }
+
+    /// Replica `r`'s router.
+    pub fn router(&mut self, r: usize) -> &mut RouterSideState {
+        &mut self.replicas[r].router
+    }
+
+    /// Every replica scrapes every engine.
+    pub fn on_scrape(&mut self, backend: usize, load: ScrapedLoad, at: Instant) {
+        for rep in &mut self.replicas {
+            rep.router.on_scrape(backend, load, at);
+        }
+    }
+
+    /// Replica `r` dispatches `features` to backend `index` at `t` (see
+    /// [`RouterSideState::on_dispatch`]) and tells the others.
+    pub fn on_dispatch(
+        &mut self,
+        r: usize,
+        index: usize,
+        predicted_ttft_s: Option<f64>,
+        chosen: &BackendView,
+        features: &RequestFeatures,
+        t: f64,
+    ) -> Tracked {
+        let now = self.at(t);
+        let rep = &mut self.replicas[r];
+        let dispatched = rep
+            .router
+            .on_dispatch(index, predicted_ttft_s, chosen, features, now);
+        let seq = rep.next_seq;
+        rep.next_seq += 1;
+        let load: RequestLoad = dispatched.booking.load();
+        let ev = SyncEvent::Dispatch {
+            seq,
+            backend: rep.router.sync_ref(index),
+            load,
+            hashes: features.block_hashes.clone(),
+        };
+        self.send(r, ev, t);
+        Tracked {
+            dispatched,
+            replica: r,
+            seq,
+        }
+    }
+
+    /// The first token of `tr` came back from `backend`, `ttft_s` after dispatch, at `t`.
+    pub fn on_first_token(&mut self, tr: &mut Tracked, backend: usize, ttft_s: f64, t: f64) {
+        let now = self.at(t);
+        let rep = &mut self.replicas[tr.replica];
+        if rep
+            .router
+            .on_first_token(backend, &mut tr.dispatched, ttft_s, now)
+            .is_some()
+        {
+            let observed = Some(Observation {
+                inputs: tr.dispatched.inputs,
+                ttft_s,
+            });
+            let seq = tr.seq;
+            self.send(tr.replica, SyncEvent::FirstToken { seq, observed }, t);
+        }
+    }
+
+    /// `tr`'s stream on `backend` ended at `t`.
+    pub fn on_finish(&mut self, mut tr: Tracked, backend: usize, t: f64) {
+        self.replicas[tr.replica]
+            .router
+            .on_finish(backend, &mut tr.dispatched);
+        self.send(tr.replica, SyncEvent::Release { seq: tr.seq }, t);
+    }
+
+    /// Send the snapshots due and deliver every message due by `t`; expire silent replicas.
+    pub fn deliver_until(&mut self, t: f64) {
+        if self.replicas.len() < 2 || self.cfg.sync == SyncMode::Off {
+            return;
+        }
+        for r in 0..self.replicas.len() {
+            while self.replicas[r].next_heartbeat_s <= t {
+                let at = self.replicas[r].next_heartbeat_s;
+                self.replicas[r].next_heartbeat_s += HEARTBEAT_S;
+                let snap = self.replicas[r].outbox.snapshot();
+                self.send(r, snap, at);
+            }
+        }
+        while let Some(&Reverse((OrdF64(at), order, to, from))) = self.queue.peek() {
+            if at > t {
+                break;
+            }
+            self.queue.pop();
+            let now = self.at(at);
+            let Some((events, left)) = self.payloads.get_mut(&order) else {
+                continue;
+            };
+            let events = Rc::clone(events);
+            *left -= 1;
+            if *left == 0 {
+                self.payloads.remove(&order);
+            }
+            let sender = self.replicas[from].id;
+            let rep = &mut self.replicas[to];
+            rep.remote.apply(&rep.router, sender, 1, &events, now);
+        }
+        let now = self.at(t);
+        for rep in &mut self.replicas {
+            rep.remote.expire(&rep.router, now);
+        }
+    }
+
+    /// Bytes the replicas published in all (the gateway's wire format; each message counted
+    /// once, as NATS's fan-out to the other replicas is not the sender's).
+    pub fn sync_bytes(&self) -> u64 {
+        self.sync_bytes
+    }
+
+    /// Backend names, in pool order.
+    pub fn names(&self) -> impl Iterator<Item = &std::sync::Arc<str>> {
+        self.replicas[0].router.names()
+    }
+
+    fn at(&self, t: f64) -> Instant {
+        self.base + Duration::from_secs_f64(t.max(0.0))
+    }
+
+    fn send(&mut self, from: usize, ev: SyncEvent, t: f64) {
+        let SyncMode::Delay(delay) = self.cfg.sync else {
+            return;
+        };
+        if self.replicas.len() < 2 {
+            return;
+        }
+        let now = self.at(t);
+        let ev = self.replicas[from].outbox.note(ev, now);
+        self.sync_bytes += (wire::HEADER_BYTES + wire::event_len(&ev)) as u64;
+        let order = self.sent;
+        self.sent += 1;
+        let at = t + delay.as_secs_f64();
+        let events = Rc::new(vec![ev]);
+        for to in (0..self.replicas.len()).filter(|&to| to != from) {
+            self.queue.push(Reverse((OrdF64(at), order, to, from)));
+        }
+        self.payloads
+            .insert(order, (events, self.replicas.len() - 1));
+    }
+}

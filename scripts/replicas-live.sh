@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Several Pronto replicas live (issue 19): nats-server, a simulated fleet and Pronto replicas on
+# loopback; one Mooncake trace slice spread round robin across the replicas (`pronto replay
+# --target A,B,C`), in three scenarios, each in front of a FRESH fleet:
+#   one       one replica
+#   synced    REPLICAS replicas with `cluster:` over NATS
+#   unsynced  REPLICAS replicas, each on its own state
+# Prints TTFT (mean / p90 / p99), errors and the prefix-cache hit ratio per scenario; for the
+# synced one the sync traffic per request (pronto_cluster_bytes_total) and the CPU it costs
+# (pronto_cluster_work_seconds_total, and each scenario's replica CPU from /proc).
+#
+# Usage: ./scripts/replicas-live.sh
+# Environment (all optional):
+#   TRACE=../shared/traces/mooncake/conversation_trace.jsonl   LIMIT=480   LOAD=0.8
+#   REPLICAS=3  BACKENDS=8  PROFILE=h100-llama3-8b  KV_BLOCKS=24000  POLICY=predicted_ttft
+#   OUT=DIR (default target/replicas-live/<UTC time>)
+#   BIN=PATH pronto (default target/release/pronto, built unless SKIP_BUILD=1)
+#   NATS=PATH nats-server (default: on PATH, else /usr/sbin/nats-server)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# Children never read the terminal (a background job that does is stopped by job control).
+TRACE=${TRACE:-../shared/traces/mooncake/conversation_trace.jsonl}
+LIMIT=${LIMIT:-480}
+LOAD=${LOAD:-0.8}
+REPLICAS=${REPLICAS:-3}
+BACKENDS=${BACKENDS:-8}
+PROFILE=${PROFILE:-h100-llama3-8b}
+KV_BLOCKS=${KV_BLOCKS:-24000}
+POLICY=${POLICY:-predicted_ttft}
+MODEL=llama-3-8b
+BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/pronto}
+OUT=${OUT:-target/replicas-live/$(date -u +%Y%m%dT%H%M%SZ)}
+NATS=${NATS:-$(command -v nats-server || echo /usr/sbin/nats-server)}
+CLK_TCK=$(getconf CLK_TCK)
+[[ -f $TRACE ]] || { echo "replicas-live: $TRACE not found" >&2; exit 1; }
+[[ -x $NATS ]] || { echo "replicas-live: nats-server not found (apt-get install nats-server)" >&2; exit 1; }
+if [[ -z "${SKIP_BUILD:-}" ]]; then cargo build --release --locked --bin pronto; fi
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+
+PIDS=()
+stop_all() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    PIDS=()
+}
+trap 'stop_all; [[ -n ${NATS_PID:-} ]] && kill "$NATS_PID" 2>/dev/null; true' EXIT
+trap 'exit 130' INT TERM
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+free_port() {
+    local p
+    for _ in $(seq 50); do
+        p=$((20000 + RANDOM % 20000))
+        listening "$p" || { echo "$p"; return; }
+    done
+    echo "replicas-live: no free port" >&2; return 1
+}
+cpu_s() { awk -v hz="$CLK_TCK" '{ sub(/^.*\) /, ""); printf "%.2f\n", ($12 + $13) / hz }' "/proc/$1/stat"; }
+
+# The fleet file the capacity calibration of `replay --load` reads (the same engines).
+fleet_file=$OUT/fleet.yaml
+{
+    echo "model: $MODEL"
+    echo "backends:"
+    for i in $(seq 0 $((BACKENDS - 1))); do
+        echo "  - { name: b$i, profile: $PROFILE, num_kv_blocks: $KV_BLOCKS, port: $((9000 + i)) }"
+    done
+} >"$fleet_file"
+
+nats_port=$(free_port)
+"$NATS" -a 127.0.0.1 -p "$nats_port" </dev/null >"$OUT/nats.log" 2>&1 &
+NATS_PID=$!
+for _ in $(seq 100); do listening "$nats_port" && break; sleep 0.1; done
+listening "$nats_port" || { echo "replicas-live: nats-server did not start" >&2; exit 1; }
+
+run_scenario() { # name replicas synced(0/1)
+    local name=$1 n=$2 synced=$3 dir="$OUT/$1"
+    mkdir -p "$dir"
+    RUST_LOG=warn "$BIN" sim-fleet --backends "$BACKENDS" --profile "$PROFILE" --base-port 0 \
+        --num-kv-blocks "$KV_BLOCKS" --model "$MODEL" </dev/null >"$dir/fleet.log" 2>&1 &
+    local fleet_pid=$!
+    PIDS+=("$fleet_pid")
+    for _ in $(seq 300); do
+        grep -E $'^[^\t]+\thttp://[^\t]+\t' "$dir/fleet.log" >"$dir/fleet.tsv" 2>/dev/null || true
+        [[ $(wc -l <"$dir/fleet.tsv") -ge $BACKENDS ]] && break
+        sleep 0.1
+    done
+    [[ $(wc -l <"$dir/fleet.tsv") -ge $BACKENDS ]] || { echo "replicas-live: sim-fleet not up" >&2; exit 1; }
+    local backends=""
+    while IFS=$'\t' read -r bname burl _; do
+        backends+="      - { name: $bname, url: \"$burl\" }"$'\n'
+    done <"$dir/fleet.tsv"
+    local targets="" admins=() pids=()
+    for r in $(seq 0 $((n - 1))); do
+        local port admin cluster=""
+        port=$(free_port); admin=$(free_port)
+        [[ $synced == 1 ]] && cluster="cluster: { nats: \"nats://127.0.0.1:$nats_port\", subject: \"pronto.$name\", replica: r$r }"
+        cat >"$dir/pronto-$r.yaml" <<EOF
+listen: 127.0.0.1:$port
+admin_listen: 127.0.0.1:$admin
+threads: 2
+$cluster
+pools:
+  $MODEL:
+    policy: $POLICY
+    backends:
+$backends
+EOF
+        RUST_LOG=warn "$BIN" serve --config "$dir/pronto-$r.yaml" </dev/null >"$dir/router-$r.log" 2>&1 &
+        pids+=($!); PIDS+=($!)
+        admins+=("$admin")
+        targets+="${targets:+,}http://127.0.0.1:$port"
+        for _ in $(seq 300); do
+            curl -sf -m 2 "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1 && break
+            sleep 0.1
+        done
+    done
+    if [[ $synced == 1 ]]; then
+        # Every replica hears the others before the load starts.
+        for a in "${admins[@]}"; do
+            for _ in $(seq 100); do
+                curl -s "http://127.0.0.1:$a/metrics" | grep -q "^pronto_cluster_peers $((n - 1))\$" && break
+                sleep 0.1
+            done
+        done
+    fi
+    local cpu0=0 c
+    for p in "${pids[@]}"; do c=$(cpu_s "$p"); cpu0=$(awk -v a="$cpu0" -v b="$c" 'BEGIN { print a + b }'); done
+    echo "replicas-live: $name: $n replica(s) at $targets" >&2
+    "$BIN" replay --target "$targets" --model "$MODEL" --trace "$TRACE" --spread --limit "$LIMIT" \
+        --load "$LOAD" --fleet "$fleet_file" --seed 1 --out "$dir" </dev/null 2>"$dir/replay.log" ||
+        echo "replicas-live: $name: replay exited non-zero (see replay.log)" >&2
+    local cpu1=0
+    for p in "${pids[@]}"; do c=$(cpu_s "$p"); cpu1=$(awk -v a="$cpu1" -v b="$c" 'BEGIN { print a + b }'); done
+    : >"$dir/metrics.txt"
+    for a in "${admins[@]}"; do curl -s "http://127.0.0.1:$a/metrics" | grep '^pronto_cluster' >>"$dir/metrics.txt" || true; done
+    echo "{\"replicas\": $n, \"synced\": $synced, \"cpu_s\": $(awk -v a="$cpu1" -v b="$cpu0" 'BEGIN { printf "%.2f", a - b }')}" >"$dir/scenario.json"
+    stop_all
+}
+
+run_scenario one 1 0
+run_scenario synced "$REPLICAS" 1
+run_scenario unsynced "$REPLICAS" 0
+
+python3 - "$OUT" "$LIMIT" "$LOAD" "$REPLICAS" "$BACKENDS" "$PROFILE" <<'PY'
+import json, sys
+out, limit, load, n, backends, profile = sys.argv[1:]
+rows = {}
+for s in ("one", "synced", "unsynced"):
+    summ = json.load(open(f"{out}/{s}/summary.json"))
+    scen = json.load(open(f"{out}/{s}/scenario.json"))
+    metrics = {}
+    for line in open(f"{out}/{s}/metrics.txt"):
+        k, v = line.rsplit(" ", 1)
+        metrics[k] = metrics.get(k, 0.0) + float(v)
+    rows[s] = (summ, scen, metrics)
+one = rows["one"][0]
+print(f"Live: {n} Pronto replicas vs one; first {limit} requests of the Mooncake conversation trace "
+      f"(ties spread), spread round robin across the replicas, at {load} × the capacity of "
+      f"{backends} × sim-fleet {profile}; a fresh fleet per scenario.\n")
+print("| scenario | TTFT mean / p90 / p99 ms | mean × one | p99 × one | errors | cached token ratio | replicas' CPU s |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+for s, (summ, scen, _) in rows.items():
+    print(f"| {s} ({scen['replicas']}) | {summ['ttft_mean_ms']:.0f} / {summ['ttft_p90_ms']:.0f} / "
+          f"{summ['ttft_p99_ms']:.0f} | {summ['ttft_mean_ms'] / one['ttft_mean_ms']:.2f} | "
+          f"{summ['ttft_p99_ms'] / one['ttft_p99_ms']:.2f} | {summ['errors']} | "
+          f"{summ['cached_token_ratio'] or 0:.3f} | {scen['cpu_s']:.1f} |")
+summ, scen, m = rows["synced"]
+reqs = summ["requests"]
+sent = m.get('pronto_cluster_bytes_total{direction="sent"}', 0.0)
+recv = m.get('pronto_cluster_bytes_total{direction="received"}', 0.0)
+msgs = m.get('pronto_cluster_messages_total{direction="sent"}', 0.0)
+work = (m.get('pronto_cluster_work_seconds_total{direction="sent"}', 0.0)
+        + m.get('pronto_cluster_work_seconds_total{direction="received"}', 0.0))
+dropped = sum(v for k, v in m.items() if k.startswith("pronto_cluster_dropped_total"))
+print(f"\nSync traffic (synced): {sent / reqs:.0f} bytes published per request ({msgs:.0f} messages, "
+      f"{sent / max(msgs, 1):.0f} bytes each), {recv / reqs:.0f} bytes received per request over "
+      f"all replicas; {dropped:.0f} events dropped or unapplied. Sync tasks' time: {work:.2f} s over "
+      f"all replicas ({work / reqs * 1e6:.0f} µs per request); replicas' CPU synced "
+      f"{rows['synced'][1]['cpu_s']:.1f} s vs unsynced {rows['unsynced'][1]['cpu_s']:.1f} s.")
+PY

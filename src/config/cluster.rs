@@ -1,0 +1,184 @@
+//! `cluster:` — several Pronto replicas that route as one, synced over NATS
+//! ([`crate::cluster`]): the file struct, its validation with field paths, the typed model.
+//!
+//! ```yaml
+//! cluster:
+//!   nats: nats://nats:4222        # core NATS (no JetStream); several: comma-separated
+//!   subject: pronto.cluster       # subject prefix; a replica publishes on `<subject>.<replica>`
+//!   replica: {env: POD_NAME}      # this replica's name: a string, {env: NAME} or {file: PATH}
+//!   heartbeat: 1s                 # snapshot of this replica's bookings (the heartbeat)
+//!   peer_timeout: 3s              # a replica silent this long has its bookings released
+//! ```
+//!
+//! Absent: one replica, routing on its own state, exactly as before. Bound at start: a reload
+//! that changes it keeps the running settings and warns.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::edge::{EnvLookup, SecretFile};
+use super::file::Quantity;
+use super::validate::Checker;
+
+/// The default subject prefix.
+pub const DEFAULT_SUBJECT: &str = "pronto.cluster";
+/// The default heartbeat.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+/// Heartbeats a replica may miss before it is expired (the default `peer_timeout`).
+pub const DEFAULT_MISSED_HEARTBEATS: u32 = 3;
+/// Longest replica name (it is a NATS subject token and appears in logs).
+const MAX_REPLICA_NAME: usize = 128;
+
+/// `cluster:` as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    /// NATS server URL(s), `nats://host:port`, comma-separated.
+    pub nats: Option<String>,
+    /// Subject prefix.
+    pub subject: Option<String>,
+    /// This replica's name (inline, `{env: NAME}` or `{file: PATH}`).
+    pub replica: Option<SecretFile>,
+    /// How often this replica publishes the snapshot of its bookings.
+    pub heartbeat: Option<Quantity>,
+    /// How long a silent replica still counts.
+    pub peer_timeout: Option<Quantity>,
+}
+
+/// The validated `cluster:` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cluster {
+    /// NATS server URLs as given (validated).
+    pub nats: String,
+    /// Subject prefix (dot-separated tokens).
+    pub subject: String,
+    /// This replica's name (a subject token).
+    pub replica: String,
+    /// Snapshot period.
+    pub heartbeat: Duration,
+    /// Silence after which a replica's bookings are released.
+    pub peer_timeout: Duration,
+}
+
+impl Cluster {
+    /// The subject this replica publishes on.
+    pub fn own_subject(&self) -> String {
+        format!("{}.{}", self.subject, self.replica)
+    }
+
+    /// The subject every replica's messages match.
+    pub fn all_subjects(&self) -> String {
+        format!("{}.*", self.subject)
+    }
+}
+
+/// A NATS subject token Pronto accepts: `[A-Za-z0-9_-]+`.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+impl Checker {
+    /// `cluster:`; `None` when absent or invalid (errors recorded).
+    pub(super) fn cluster(&mut self, f: Option<&ClusterFile>, env: EnvLookup) -> Option<Cluster> {
+        let f = f?;
+        let errors = self.error_count();
+        let nats = match f.nats.as_deref() {
+            None => {
+                self.error(
+                    "cluster.nats",
+                    "missing; the NATS server, e.g. `nats://nats:4222`",
+                );
+                String::new()
+            }
+            Some(s) => {
+                for part in s.split(',').map(str::trim) {
+                    if let Err(m) = nats_url(part) {
+                        self.error("cluster.nats", m);
+                    }
+                }
+                s.to_string()
+            }
+        };
+        let subject = f.subject.clone().unwrap_or_else(|| DEFAULT_SUBJECT.into());
+        if !subject.split('.').all(is_token) {
+            self.error(
+                "cluster.subject",
+                format!(
+                    "`{subject}` is not a subject prefix: dot-separated tokens of letters, \
+                     digits, `_` and `-` (no wildcards)"
+                ),
+            );
+        }
+        let replica = match &f.replica {
+            None => {
+                self.error(
+                    "cluster.replica",
+                    "missing; this replica's name, e.g. `{env: POD_NAME}`",
+                );
+                None
+            }
+            Some(r) => self.secret("cluster.replica", r, env),
+        };
+        let replica = replica.and_then(|(at, name)| {
+            let name = name.trim().to_string();
+            if is_token(&name) && name.len() <= MAX_REPLICA_NAME {
+                Some(name)
+            } else {
+                self.error(
+                    at,
+                    format!(
+                        "`{name}` is not a replica name: 1 to {MAX_REPLICA_NAME} letters, \
+                         digits, `_` and `-` (it is a NATS subject token)"
+                    ),
+                );
+                None
+            }
+        });
+        let heartbeat = self.duration(f.heartbeat.as_ref(), "cluster.heartbeat", DEFAULT_HEARTBEAT);
+        let peer_timeout = self.duration(
+            f.peer_timeout.as_ref(),
+            "cluster.peer_timeout",
+            heartbeat * DEFAULT_MISSED_HEARTBEATS,
+        );
+        if peer_timeout <= heartbeat {
+            self.error(
+                "cluster.peer_timeout",
+                format!(
+                    "must be longer than `heartbeat` ({heartbeat:?}), or every replica expires \
+                     between two heartbeats"
+                ),
+            );
+        }
+        (self.error_count() == errors).then(|| Cluster {
+            nats,
+            subject,
+            replica: replica.unwrap_or_default(),
+            heartbeat,
+            peer_timeout,
+        })
+    }
+}
+
+/// Whether `s` is a `nats://host:port` URL (port optional).
+fn nats_url(s: &str) -> Result<(), String> {
+    let url = url::Url::parse(s).map_err(|e| format!("`{s}` is not a URL: {e}"))?;
+    if url.scheme() != "nats" {
+        return Err(format!(
+            "`{s}`: the scheme must be `nats` (e.g. `nats://nats:4222`)"
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("`{s}` has no host"));
+    }
+    if !matches!(url.path(), "" | "/") || url.query().is_some() {
+        return Err(format!("`{s}`: give only `nats://host:port`"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "cluster_tests.rs"]
+mod tests;
