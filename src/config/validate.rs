@@ -34,6 +34,7 @@ use super::model::*;
 use crate::routing::PolicySpec;
 
 mod limits;
+mod pools;
 
 /// Smallest accepted `limits.max_body_bytes`.
 pub const MIN_BODY_BYTES: u64 = 1 << 10;
@@ -424,31 +425,6 @@ impl Checker {
         }
     }
 
-    fn pools(&mut self, f: &ConfigFile, retry: Retry) -> Vec<Pool> {
-        let entries = f.pools.as_ref().map(|p| p.0.as_slice()).unwrap_or(&[]);
-        if entries.is_empty() {
-            self.error(
-                "pools",
-                "at least one pool is required (a map from model name to backends)",
-            );
-        }
-        let mut pools = Vec::with_capacity(entries.len());
-        let mut pool_names: HashSet<&str> = HashSet::new();
-        // Backend name → path of its first use, for duplicate messages.
-        let mut backend_names: HashMap<String, String> = HashMap::new();
-        for (model, pool) in entries {
-            let path = key_path("pools", model);
-            if model.trim().is_empty() {
-                self.error(&path, "model name must not be empty");
-            }
-            if !pool_names.insert(model) {
-                self.error(&path, format!("pool `{model}` is defined more than once"));
-            }
-            pools.push(self.pool(&path, model, pool, retry, &mut backend_names));
-        }
-        pools
-    }
-
     /// The `name` of the `what` at `path`: present and a valid metric label value; `None`
     /// (error recorded) otherwise.
     pub(super) fn label_name<'n>(
@@ -490,264 +466,6 @@ impl Checker {
             PolicySpec::default()
         })
     }
-
-    fn pool(
-        &mut self,
-        path: &str,
-        model: &str,
-        pool: &PoolFile,
-        retry: Retry,
-        backend_names: &mut HashMap<String, String>,
-    ) -> Pool {
-        let policy = match &pool.policy {
-            None => PolicySpec::default(),
-            Some(file) => self.policy_spec(&format!("{path}.policy"), file),
-        };
-        let entries = pool.backends.as_deref().unwrap_or(&[]);
-        let backends_path = format!("{path}.backends");
-        let discover = pool
-            .discover
-            .as_ref()
-            .and_then(|d| self.discover(&format!("{path}.discover"), d));
-        let profile = pool
-            .profile
-            .as_ref()
-            .map(|p| self.profile(&format!("{path}.profile"), p));
-        let tokenizer = self.tokenizer(path, model, pool);
-        let api_key = pool
-            .api_key
-            .as_ref()
-            .and_then(|k| self.upstream_key(&format!("{path}.api_key"), k));
-        let scrape = self.scrape(path, pool);
-        if pool.discover.is_none() {
-            self.backend_count_checks(path, pool, retry);
-        }
-        let mut urls: HashMap<String, usize> = HashMap::new();
-        let mut backends = Vec::with_capacity(entries.len());
-        for (i, b) in entries.iter().enumerate() {
-            let bpath = format!("{backends_path}[{i}]");
-            if let Some(backend) = self.backend(&bpath, b, profile, &api_key, backend_names) {
-                if let Some(first) = urls.insert(backend.base_url(), i) {
-                    self.warn(
-                        format!("{bpath}.url"),
-                        format!(
-                            "same server as {backends_path}[{first}]: it will get a double share"
-                        ),
-                    );
-                }
-                backends.push(backend);
-            }
-        }
-        Pool {
-            model: Arc::from(model),
-            policy,
-            backends,
-            discover,
-            profile,
-            tokenizer,
-            serve_listed_models: false,
-            api_key,
-            scrape,
-        }
-    }
-
-    /// A backend key as written; `None` when unreadable or not a valid header token (errors
-    /// recorded).
-    fn upstream_key(&mut self, path: &str, f: &super::edge::SecretFile) -> Option<UpstreamKey> {
-        let env = self.env.unwrap_or(super::edge::process_env);
-        let (at, text) = self.secret(path, f, env)?;
-        let key = text.trim();
-        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()) {
-            self.error(
-                at,
-                "must be a non-empty key of visible ASCII characters (no spaces)",
-            );
-            return None;
-        }
-        Some(UpstreamKey::new(key))
-    }
-
-    /// Checks on the number of static backends, for a pool without `discover` (a discovered
-    /// pool's size is only known at run time).
-    fn backend_count_checks(&mut self, path: &str, pool: &PoolFile, retry: Retry) {
-        let entries = pool.backends.as_deref().unwrap_or(&[]);
-        let backends_path = format!("{path}.backends");
-        if entries.is_empty() {
-            self.error(
-                &backends_path,
-                "pool has no backends; at least one is required (or a `discover:` section)",
-            );
-        }
-        if entries.len() == 1 && retry.max_retries > 0 {
-            self.warn(
-                &backends_path,
-                format!(
-                    "only one backend, so retry.max_retries = {} has no other backend to try",
-                    retry.max_retries
-                ),
-            );
-        }
-        if entries.len() > 1 && retry.max_retries as usize > entries.len() {
-            self.warn(
-                &backends_path,
-                format!(
-                    "retry.max_retries = {} exceeds the pool's {} backends: each retry goes to a \
-                     backend not yet tried, so at most {} can happen",
-                    retry.max_retries,
-                    entries.len(),
-                    entries.len() - 1
-                ),
-            );
-        }
-        if let (1, Some(file)) = (entries.len(), &pool.policy) {
-            self.warn(
-                format!("{path}.policy"),
-                format!(
-                    "policy `{}` balances between backends, but the pool has only one",
-                    file.name
-                ),
-            );
-        }
-    }
-
-    /// One backend; `None` when a required part is missing or invalid (errors recorded).
-    fn backend(
-        &mut self,
-        path: &str,
-        b: &BackendFile,
-        pool_profile: Option<ProfileHint>,
-        pool_key: &Option<UpstreamKey>,
-        names: &mut HashMap<String, String>,
-    ) -> Option<Backend> {
-        let name = match self.label_name(path, "backend", b.name.as_deref()) {
-            None => None,
-            Some(n) => match names.get(n) {
-                Some(first) => {
-                    self.error(
-                        format!("{path}.name"),
-                        format!("duplicate backend name `{n}` (first used at {first})"),
-                    );
-                    None
-                }
-                None => {
-                    names.insert(n.to_string(), path.to_string());
-                    Some(Arc::<str>::from(n))
-                }
-            },
-        };
-        let endpoint = match &b.url {
-            None => {
-                self.error(
-                    format!("{path}.url"),
-                    "missing; e.g. `http://10.0.0.1:8000`",
-                );
-                None
-            }
-            Some(u) => match parse_backend_url(u) {
-                Ok(e) => Some(e),
-                Err(message) => {
-                    self.error(format!("{path}.url"), message);
-                    None
-                }
-            },
-        };
-        let weight = self.count(b.weight, &format!("{path}.weight"), 1, DEFAULT_WEIGHT);
-        let max_inflight = b
-            .max_inflight
-            .map(|n| self.count(Some(n), &format!("{path}.max_inflight"), 1, 1));
-        let mut labels = BTreeMap::new();
-        for (k, v) in b.labels.iter().flatten() {
-            if valid_label_name(k) {
-                labels.insert(k.clone(), v.0.clone());
-            } else {
-                self.error(
-                    key_path(&format!("{path}.labels"), k),
-                    format!(
-                        "`{k}` is not a valid label name: start with a letter or `_`, then \
-                         letters, digits or `_`"
-                    ),
-                );
-            }
-        }
-        let kv_events = b
-            .kv_events
-            .as_ref()
-            .and_then(|k| self.kv_events(&format!("{path}.kv_events"), k));
-        let own = b
-            .profile
-            .as_ref()
-            .map(|p| self.profile(&format!("{path}.profile"), p));
-        let profile = match (own, pool_profile) {
-            (Some(own), Some(pool)) => Some(own.or(pool)),
-            (own, pool) => own.or(pool),
-        };
-        let api_key = match &b.api_key {
-            Some(k) => self.upstream_key(&format!("{path}.api_key"), k),
-            None => pool_key.clone(),
-        };
-        let (host, port, tls) = endpoint?;
-        let ca = self.ca_file(&format!("{path}.ca_file"), b.ca_file.as_deref(), tls);
-        if b.ca_file.is_some() && ca.is_none() {
-            return None;
-        }
-        Some(Backend {
-            name: name?,
-            host,
-            port,
-            tls,
-            weight,
-            max_inflight,
-            labels,
-            kv_events,
-            profile,
-            ca,
-            api_key,
-        })
-    }
-
-    /// A backend's `kv_events`; `None` when invalid (errors recorded).
-    fn kv_events(&mut self, path: &str, k: &KvEventsFile) -> Option<KvEvents> {
-        let endpoint = match &k.endpoint {
-            None => {
-                self.error(
-                    format!("{path}.endpoint"),
-                    "missing; e.g. `tcp://10.0.0.1:5557`",
-                );
-                None
-            }
-            Some(e) => match valid_kv_endpoint(e) {
-                true => Some(e.clone()),
-                false => {
-                    self.error(
-                        format!("{path}.endpoint"),
-                        format!("`{e}` is not `tcp://HOST:PORT`"),
-                    );
-                    None
-                }
-            },
-        };
-        let block_size = match k.block_size {
-            None => {
-                self.error(
-                    format!("{path}.block_size"),
-                    "missing; the engine's tokens per KV block (16 on GPU, 128 for vLLM on CPU)",
-                );
-                None
-            }
-            Some(n) if !(1..=1 << 16).contains(&n) => {
-                self.error(
-                    format!("{path}.block_size"),
-                    format!("{n} is not a block size (1 to 65536 tokens)"),
-                );
-                None
-            }
-            Some(n) => Some(n as usize),
-        };
-        Some(KvEvents {
-            endpoint: endpoint?,
-            block_size: block_size?,
-        })
-    }
 }
 
 /// Whether two listeners would bind the same socket. Port 0 never collides.
@@ -757,32 +475,12 @@ fn collide(a: SocketAddr, b: SocketAddr) -> bool {
         && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
-/// `tcp://HOST:PORT` with a non-empty host and a port number.
-fn valid_kv_endpoint(e: &str) -> bool {
-    let Some(rest) = e.strip_prefix("tcp://") else {
-        return false;
-    };
-    match rest.rsplit_once(':') {
-        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
-        None => false,
-    }
-}
-
 /// `[A-Za-z0-9_.-]+`.
 pub(super) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-}
-
-/// `[A-Za-z_][A-Za-z0-9_]*`, Prometheus' label-name rule.
-fn valid_label_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    bytes
-        .next()
-        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// `(host, port, tls)` from a backend base URL, or why it is not acceptable.

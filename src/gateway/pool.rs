@@ -1,0 +1,196 @@
+//! One model's pool: its backends, prefix index and policy, and the routing decision on it
+//! (the core's view builder and [`decide`], then the dispatch that books and records).
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Instant;
+
+use pronto_core::cluster::BackendRef;
+use pronto_core::ids::BackendId;
+use pronto_core::routing::views::{self, PoolRouting, Scratch};
+
+use crate::affinity::PrefixIndex;
+use crate::backend::{Backend, InflightGuard};
+use crate::cluster::Link;
+use crate::models::served::ServedModels;
+use crate::predict::TtftInputs;
+use crate::request::{RequestFeatures, TokenRatio};
+use crate::routing::{decide, runner_up, BackendView, Decision, NoBackend, Policy, RunnerUp};
+use crate::tokenizer::ModelTokenizer;
+
+thread_local! {
+    /// Each proxy thread's view buffers: building views allocates nothing after warm-up.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// One routing decision on a pool, with what dispatching it needs.
+#[derive(Debug, Clone, Copy)]
+pub struct Routed {
+    /// The decision (its index is the backend's position in [`Pool::backends`]).
+    pub decision: Decision,
+    /// The chosen backend's view, as the policy saw it.
+    pub chosen: BackendView,
+    /// Leading prompt blocks the index already held for it (what an undo leaves).
+    pub held_blocks: u32,
+    /// Whether another backend was eligible (a retry has somewhere to go).
+    pub others_left: bool,
+    /// The other eligible backend predicted soonest, and its prediction (the explain
+    /// headers; [`crate::routing::runner_up`]); `None` unless routed with `explain`.
+    pub runner_up: Option<RunnerUp>,
+}
+
+/// A dispatched attempt: its load booked, its prefix recorded.
+#[derive(Debug)]
+pub struct Attempted {
+    /// The booking, released when dropped.
+    pub guard: InflightGuard,
+    /// The prediction inputs it was routed on.
+    pub inputs: TtftInputs,
+    /// See [`Routed::held_blocks`].
+    pub held_blocks: u32,
+}
+
+/// One model's pool.
+#[derive(Debug)]
+pub struct Pool {
+    /// The model name clients send (also the pool's metric label).
+    pub model: Arc<str>,
+    /// The routing policy.
+    pub policy: Arc<dyn Policy>,
+    /// Backends, in config order.
+    pub backends: Vec<Arc<Backend>>,
+    /// Each backend's slot in `index` (kept for as long as the backend lives).
+    pub slots: Vec<usize>,
+    /// Which backend was sent which prompt prefixes (by slot); shared with the previous state
+    /// when a reload keeps it.
+    pub index: Arc<PrefixIndex>,
+    /// Engine tokens per Pronto token for this model, learned from `usage`; kept across
+    /// reloads with the pool's model name (and tokenizer).
+    pub token_ratio: Arc<TokenRatio>,
+    /// The model's tokenizer (`tokenizer:`): exact prompt tokens and engine-matching block
+    /// hashes instead of the estimate.
+    pub tokenizer: Option<Arc<ModelTokenizer>>,
+    /// For a pool that serves its backends' models, which backend serves which.
+    pub served: Option<ServedModels>,
+    /// Each backend's name among replicas (same order as `backends`).
+    pub sync_refs: Vec<BackendRef>,
+    /// Where dispatches are told to the other replicas (with `cluster:`).
+    pub cluster: Option<Arc<Link>>,
+}
+
+impl Pool {
+    fn routing(&self) -> PoolRouting<'_, Arc<Backend>> {
+        PoolRouting {
+            backends: &self.backends,
+            slots: &self.slots,
+            index: &self.index,
+            token_ratio: self.token_ratio.ratio(),
+        }
+    }
+
+    /// Routing views of every backend at `now` for `features` (the core's view builder),
+    /// `tried` backends excluded, for a decision by `policy` (a route's own may differ from the
+    /// pool's; it decides whether prefix credit expires with cache residency).
+    /// `features.prompt_tokens` is in the engine's tokens (see [`Pool::token_ratio`]).
+    pub fn views(
+        &self,
+        policy: &dyn Policy,
+        features: &RequestFeatures,
+        now: Instant,
+        tried: &[BackendId],
+    ) -> Vec<BackendView> {
+        let mut scratch = Scratch::default();
+        let limit = policy.limits_prefix_credit_to_residency();
+        views::build(&self.routing(), features, now, limit, tried, &mut scratch).to_vec()
+    }
+
+    /// Decide where `features` goes at `now` with `policy` ([`decide`]: the decision carries
+    /// its prediction), `tried` backends excluded. `explain`: also find the runner-up (for the
+    /// explain headers; a second prediction per backend, so only when they are on).
+    pub fn route(
+        &self,
+        policy: &dyn Policy,
+        features: &RequestFeatures,
+        now: Instant,
+        tried: &[BackendId],
+        explain: bool,
+    ) -> Result<Routed, NoBackend> {
+        SCRATCH.with_borrow_mut(|scratch| {
+            let limit = policy.limits_prefix_credit_to_residency();
+            let views = views::build(&self.routing(), features, now, limit, tried, scratch);
+            let decision = decide(policy, features, views, now)?;
+            let others_left = views
+                .iter()
+                .enumerate()
+                .any(|(i, v)| i != decision.index && v.eligible());
+            let chosen = views[decision.index];
+            let runner_up = explain
+                .then(|| runner_up(features, views, decision.index))
+                .flatten();
+            Ok(Routed {
+                decision,
+                chosen,
+                held_blocks: scratch.held_blocks(decision.index),
+                others_left,
+                runner_up,
+            })
+        })
+    }
+
+    /// Send the request as `routed` decided, at `now`: its load booked in the backend's
+    /// ledger until the returned guard drops, its prefix recorded in the index at once
+    /// ([`views::dispatch`]). `streamed: false` arms the non-streamed prefill deadline at the
+    /// decision's prediction.
+    pub fn dispatch(
+        &self,
+        routed: &Routed,
+        features: &RequestFeatures,
+        streamed: bool,
+        now: Instant,
+    ) -> Attempted {
+        let i = routed.decision.index;
+        let d = views::dispatch(
+            &self.routing(),
+            i,
+            &routed.chosen,
+            routed.held_blocks,
+            features,
+            routed.decision.predicted_ttft_s,
+            streamed,
+            now,
+        );
+        let synced = self
+            .cluster
+            .as_ref()
+            .map(|c| c.dispatch(self.sync_refs[i], d.booking.load(), &features.block_hashes));
+        Attempted {
+            guard: InflightGuard::new(Arc::clone(&self.backends[i]), d.booking).synced(synced),
+            inputs: d.inputs,
+            held_blocks: d.held_blocks,
+        }
+    }
+
+    /// The attempt on backend `i` (a position) failed before the backend accepted the
+    /// request: take back the prefix its dispatch recorded.
+    pub fn undo_record(&self, i: usize, features: &RequestFeatures, held_blocks: u32) {
+        views::undo_record(&self.routing(), i, features, held_blocks);
+    }
+
+    /// Forget what the index believes `backend` (a position) holds (it was ejected or
+    /// restarted). The scan visits every shard under its write lock, so inside a tokio
+    /// runtime it runs on the blocking pool, never on the proxy thread that saw the failure;
+    /// the backend is not routed to meanwhile, so nothing new is recorded for it.
+    pub fn forget(&self, backend: usize) {
+        let index = Arc::clone(&self.index);
+        let slot = self.slots[backend];
+        let name = self.backends[backend].config.name.clone();
+        let forget = move || {
+            let n = index.forget_backend(slot);
+            tracing::info!(backend = %name, entries = n, "prefix index forgot backend");
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(forget)),
+            Err(_) => forget(),
+        }
+    }
+}
