@@ -477,8 +477,8 @@ impl GatewayState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
     use crate::tokens::BlockHash;
+    use std::time::Instant;
 
     fn config(policy: &str, backends: &[(&str, u16)]) -> Arc<Config> {
         let mut yaml = format!(
