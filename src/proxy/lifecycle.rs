@@ -381,6 +381,10 @@ impl Proxy {
                     access.upstream_ttft = outcome
                         .first_token_at
                         .map(|t| t.saturating_duration_since(sent_at));
+                    access.ttfa = outcome
+                        .first_answer_at
+                        .map(|t| t.saturating_duration_since(arrived));
+                    access.reasoning_tokens = is_sse.then_some(outcome.reasoning_events);
                     drop(attempted);
                     if outcome.reusable {
                         self.connectors

@@ -52,6 +52,12 @@ pub struct Metrics {
     pub e2e_seconds: HistogramVec,
     /// `pronto_client_ttft_seconds{pool}`: client request arrival → first token forwarded.
     pub client_ttft_seconds: HistogramVec,
+    /// `pronto_ttfa_seconds{backend}`: upstream send → first answer token (content or a tool
+    /// call, after any reasoning).
+    pub ttfa_seconds: HistogramVec,
+    /// `pronto_client_ttfa_seconds{pool}`: client request arrival → first answer token
+    /// forwarded.
+    pub client_ttfa_seconds: HistogramVec,
     /// `pronto_client_disconnects_total{pool}`: clients that hung up before the response ended.
     pub client_disconnects_total: IntCounterVec,
     /// `pronto_upstream_errors_total{backend,kind}`: failures talking to a backend.
@@ -367,6 +373,18 @@ impl Metrics {
                 &r,
                 "pronto_client_ttft_seconds",
                 "Client request arrival to first generated token forwarded",
+                &["pool"],
+            ),
+            ttfa_seconds: histogram(
+                &r,
+                "pronto_ttfa_seconds",
+                "Upstream request sent to first answer token (content or tool call, after any reasoning), per backend",
+                &["backend"],
+            ),
+            client_ttfa_seconds: histogram(
+                &r,
+                "pronto_client_ttfa_seconds",
+                "Client request arrival to first answer token (after any reasoning) forwarded",
                 &["pool"],
             ),
             client_disconnects_total: counter(

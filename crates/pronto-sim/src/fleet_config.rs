@@ -6,7 +6,9 @@
 //!   - { name: h100-0, profile: h100-llama3-8b, port: 8201, num_kv_blocks: 25000 }
 //! ```
 //! `profile` is a built-in profile name or a path to a profile YAML file; `num_kv_blocks`
-//! overrides the profile's capacity; `faults` holds the live fleet's fault knobs.
+//! overrides the profile's capacity; `faults` holds the live fleet's fault knobs. An optional
+//! top-level `reasoning: { mean_tokens, sigma, max_tokens, seed }` makes the model a reasoning
+//! model ([`super::reasoning`]).
 
 use std::time::Duration;
 
@@ -14,6 +16,7 @@ use serde::Deserialize;
 
 use super::engine::EngineConfig;
 use super::profile::{Profile, ProfileError};
+use super::reasoning::ReasoningConfig;
 
 /// Fault-injection knobs of one live backend (owned by the live fleet; see
 /// [`super::fleet_faults`] for what each does). Durations are human strings (`250ms`, `2s`)
@@ -137,6 +140,9 @@ pub struct SimBackendConfig {
 pub struct FleetConfig {
     /// Model name every backend serves.
     pub model: String,
+    /// The model reasons before it answers ([`super::reasoning`]); absent: it does not.
+    #[serde(default)]
+    pub reasoning: Option<ReasoningConfig>,
     /// The backends, in pool order.
     pub backends: Vec<SimBackendConfig>,
 }
@@ -204,6 +210,9 @@ impl FleetConfig {
             field,
             reason: reason.to_string(),
         };
+        if let Some(Err((field, reason))) = cfg.reasoning.as_ref().map(ReasoningConfig::validate) {
+            return Err(invalid(format!("reasoning.{field}"), reason));
+        }
         if cfg.backends.is_empty() {
             return Err(invalid(
                 "backends".into(),

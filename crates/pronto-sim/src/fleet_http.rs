@@ -10,7 +10,8 @@
 //!
 //! A generation request is parsed ([`super::fleet_openai`]), checked (model name → 404,
 //! `error_rate` fault → 500, prompt + `max_tokens` over `max_model_len` → 400, as vLLM), turned
-//! into token ids and sent to the engine task. Its response is driven by the [`Progress`]
+//! into token ids and sent to the engine task; a reasoning model's chat request generates its
+//! reasoning tokens first ([`crate::reasoning`]). Its response is driven by the [`Progress`]
 //! messages the task delivers at the end of each step. Dropping the response (the client hung
 //! up) drops an [`AbortGuard`], which aborts the request in the engine at once. A progress
 //! channel that closes before the last token (crash, shutdown) makes the response body fail,
@@ -76,6 +77,8 @@ pub(crate) struct BackendShared {
     pub tokenizer: Option<Arc<ModelTokenizer>>,
     /// Every sleep of this backend's simulated time (right on average).
     pub timer: Timer,
+    /// The model's reasoning, if it reasons ([`crate::reasoning`]).
+    pub reasoning: Option<crate::reasoning::ReasoningConfig>,
 }
 
 impl BackendShared {
@@ -254,7 +257,13 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
     if prompt.is_empty() {
         return error(ApiError::bad_request("the prompt must not be empty"));
     }
-    let wanted = prompt.len() as u64 + u64::from(req.max_tokens);
+    // A reasoning model reasons before it answers (chat only; see crate::reasoning).
+    let reasoning = match (kind, &s.reasoning) {
+        (ApiKind::Chat, Some(r)) => r.tokens_for(&prompt),
+        _ => 0,
+    };
+    let generated = req.max_tokens.saturating_add(reasoning);
+    let wanted = prompt.len() as u64 + u64::from(generated);
     if wanted > s.max_model_len() {
         return error(ApiError::bad_request(format!(
             "This model's maximum context length is {} tokens. However, you requested {} \
@@ -262,7 +271,7 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
             s.max_model_len(),
             wanted,
             prompt.len(),
-            req.max_tokens
+            generated
         )));
     }
     let id = s.next_id.fetch_add(1, Ordering::Relaxed);
@@ -270,7 +279,7 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
     let sim = SimRequest {
         id,
         prompt,
-        max_tokens: req.max_tokens,
+        max_tokens: generated,
     };
     let add = Cmd::Add {
         req: sim,
@@ -301,7 +310,10 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
         stall: s.faults.stall_first_token(),
         shared: s,
         start,
-        usage: Usage::default(),
+        usage: Usage {
+            reasoning_tokens: reasoning,
+            ..Usage::default()
+        },
     };
     if req.stream {
         stream_response(flight, req.include_usage)
@@ -371,7 +383,9 @@ impl SseState {
         let base = self.flight.usage.completion_tokens;
         for i in 0..p.tokens {
             let last = p.finished && i + 1 == p.tokens;
-            r.push_token_chunk(base + i, last, &mut frame);
+            let index = base + i;
+            let reasoning = index < self.flight.usage.reasoning_tokens;
+            r.push_token_chunk(index, last, reasoning, &mut frame);
         }
         self.flight.usage.completion_tokens += p.tokens;
         if p.finished {
