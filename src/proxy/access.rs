@@ -23,6 +23,7 @@
 //! | `reasoning_tokens` | reasoning-only events relayed (≈ reasoning tokens; streams) |
 //! | `duration_ms` | arrival to the end of the response |
 //! | `reason`, `predicted_ttft_ms` | the last attempt's routing decision: its reason and prediction |
+//! | `race`, `race_winner` | a failover or hedge raced a second backend before the first token (`failover`, `hedge`), and which copy was relayed (`first`, `second`); `backend` is the one relayed |
 //! | `error` | the error code of a response Pronto wrote itself (`model_not_found`, …) |
 //! | `end` | how a relayed response ended: `complete`, `client_gone`, `upstream_failed` |
 //!
@@ -70,6 +71,7 @@ pub(super) struct Access {
     pub predicted_ttft_s: Option<f64>,
     pub error: Option<&'static str>,
     pub end: Option<RelayEnd>,
+    pub race: Option<super::race::Raced>,
 }
 
 impl Access {
@@ -97,6 +99,7 @@ impl Access {
             predicted_ttft_s: None,
             error: None,
             end: None,
+            race: None,
         }
     }
 
@@ -143,6 +146,11 @@ impl Access {
             predicted_ttft_ms = self.predicted_ttft_s.map(|s| round_ms(s * 1e3)),
             error = self.error,
             end = self.end.map(end_str),
+            race = self.race.as_ref().map(|r| r.kind.label()),
+            race_winner = self
+                .race
+                .as_ref()
+                .map(|r| if r.second_won { "second" } else { "first" }),
             "access"
         );
     }

@@ -20,8 +20,10 @@ use prometheus::{
 
 mod cluster;
 mod labels;
+mod race;
 pub use cluster::{ClusterMetrics, SyncDirection, SyncDrop};
 pub use labels::*;
+pub use race::{FailoverReason, RaceKind, RaceMetrics};
 
 /// The version and git revision this binary was built from (`build.rs`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -153,6 +155,8 @@ pub struct Metrics {
     pub pool_healthy_backends: IntGaugeVec,
     /// The replica-sync families (`pronto_cluster_*`).
     pub cluster: ClusterMetrics,
+    /// The failover and hedge families.
+    pub race: RaceMetrics,
 }
 
 /// A family with a `backend` label: removes every series of one backend, whatever its other
@@ -602,6 +606,7 @@ impl Metrics {
                 &["pool"],
             ),
             cluster: ClusterMetrics::new(&r),
+            race: RaceMetrics::new(&r),
             per_backend: Arc::new(r.per_backend.take()),
             registry: r.registry,
         }
@@ -639,6 +644,7 @@ impl Metrics {
     pub fn publish_config(&self, config: &crate::config::Config) {
         self.route_ttft_slo_seconds.reset();
         for route in &config.routes {
+            self.race.publish_route(route);
             if let Some(slo) = &route.slo {
                 self.route_ttft_slo_seconds
                     .with_label_values(&[&*route.name, &*route.pool])

@@ -23,7 +23,7 @@ use super::reasoning::ReasoningConfig;
 /// or numbers of seconds.
 ///
 /// ```yaml
-/// faults: { error_rate: 0.1, stall_first_token: 2s, slowdown: 1.5,
+/// faults: { error_rate: 0.1, stall_first_token: 2s, stall_probability: 0.05, slowdown: 1.5,
 ///           crash_after: 30s, crash_every: 60s, restart_after: 5s, seed: 7 }
 /// ```
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -34,6 +34,8 @@ pub struct FaultConfig {
     /// Hold each request's first token back this long (wall time).
     #[serde(deserialize_with = "de_opt_duration")]
     pub stall_first_token: Option<Duration>,
+    /// Probability (0–1) that a request is stalled (`stall_first_token`); 1: every request.
+    pub stall_probability: f64,
     /// Factor multiplying every engine step's duration (> 0; 1 = nominal speed).
     pub slowdown: f64,
     /// How long a crashed backend answers 503 before serving again (wall time).
@@ -54,6 +56,7 @@ impl Default for FaultConfig {
         FaultConfig {
             error_rate: 0.0,
             stall_first_token: None,
+            stall_probability: 1.0,
             slowdown: 1.0,
             restart_after: Duration::from_secs(5),
             crash_after: None,
@@ -68,6 +71,9 @@ impl FaultConfig {
     pub fn validate(&self) -> Result<(), (&'static str, &'static str)> {
         if !(0.0..=1.0).contains(&self.error_rate) {
             return Err(("error_rate", "must be between 0 and 1"));
+        }
+        if !(0.0..=1.0).contains(&self.stall_probability) {
+            return Err(("stall_probability", "must be between 0 and 1"));
         }
         if !(self.slowdown.is_finite() && self.slowdown > 0.0) {
             return Err(("slowdown", "must be a positive number"));

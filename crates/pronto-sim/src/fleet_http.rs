@@ -162,16 +162,19 @@ async fn completions(State(s): State<Shared>, body: Bytes) -> Response {
     generate(s, ApiKind::Completion, &body).await
 }
 
-/// Aborts its request in the engine when dropped before the request finished.
+/// Aborts its request in the engine when dropped before the request finished (and counts the
+/// cancellation).
 struct AbortGuard {
     id: u64,
     cmd: mpsc::UnboundedSender<Cmd>,
+    cancelled: prometheus::IntCounter,
     armed: bool,
 }
 
 impl Drop for AbortGuard {
     fn drop(&mut self) {
         if self.armed {
+            self.cancelled.inc();
             // The engine task is gone only at shutdown, when there is nothing left to abort.
             let _ = self.cmd.send(Cmd::Abort(self.id));
         }
@@ -200,7 +203,11 @@ enum Cut {
 impl Flight {
     /// Next progress message; first-token bookkeeping (stall, TTFT, usage) is done here.
     async fn next(&mut self) -> Result<Progress, Cut> {
-        let p = self.rx.recv().await.ok_or(Cut::Crashed)?;
+        let Some(p) = self.rx.recv().await else {
+            // The engine dropped the request (crash, shutdown): nothing left to cancel.
+            self.guard.armed = false;
+            return Err(Cut::Crashed);
+        };
         if let Some(at) = p.release_at {
             // The profile's output latency (see fleet_driver).
             self.shared.timer.sleep_until(at).await;
@@ -211,6 +218,7 @@ impl Flight {
         }
         if let Some(f) = p.first {
             if let Some(d) = self.stall {
+                self.shared.metrics.stalled.inc();
                 tokio::time::sleep(d).await;
             }
             self.shared
@@ -297,6 +305,7 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
         guard: AbortGuard {
             id,
             cmd: s.cmd.clone(),
+            cancelled: s.metrics.cancelled.clone(),
             armed: true,
         },
         responder: Responder::new(
@@ -307,7 +316,7 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
         ),
-        stall: s.faults.stall_first_token(),
+        stall: s.faults.roll_stall(),
         shared: s,
         start,
         usage: Usage {
