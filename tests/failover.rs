@@ -231,3 +231,50 @@ async fn a_stalled_first_token_fails_over_and_the_late_copy_is_cancelled() {
     drop(gw);
     fleet.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hedge_races_a_slow_first_token_within_its_budget() {
+    let fleet = fleet().await;
+    // The budget grants the first hedge (a fresh route banks one) and then 1 % of requests.
+    let gw = gateway(&fleet, ", hedge: {after: 100ms, budget: 0.01}");
+    let (mut hedged, mut waited) = (0, 0);
+    for i in 0..8 {
+        let s = stream(&gw, &format!("h{i}")).await;
+        clean(&s);
+        match (s.race_first.as_deref(), s.backend.as_str()) {
+            (Some("b0"), "b1") => {
+                assert_eq!(s.race.as_deref(), Some("hedge"), "{s:?}");
+                assert!(s.first_token < STALL, "{s:?}");
+                hedged += 1;
+            }
+            // The budget is spent: the stalled backend is waited for.
+            (None, "b0") => {
+                assert!(s.first_token >= STALL, "{s:?}");
+                waited += 1;
+            }
+            (None, "b1") => {}
+            _ => panic!("unexpected race: {s:?}"),
+        }
+        if hedged > 0 && waited > 0 {
+            break;
+        }
+    }
+    assert_eq!((hedged, waited), (1, 1), "one hedge, then none");
+    assert_eq!(cancelled(&fleet, 0, 1.0).await, 1.0);
+    let m = metrics_when(&gw, |m| {
+        metric_value(m, "pronto_hedges_won_total{route=\"chat\"}") == Some(1.0)
+    })
+    .await;
+    let get = |k: &str| metric_value(&m, k).unwrap_or_else(|| panic!("no {k} in\n{m}"));
+    assert_eq!(get("pronto_hedges_sent_total{route=\"chat\"}"), 1.0);
+    assert_eq!(get("pronto_hedges_won_total{route=\"chat\"}"), 1.0);
+    assert!(get("pronto_race_wasted_prompt_tokens_total{kind=\"hedge\",route=\"chat\"}") > 0.0);
+    // A route without a deadline has no failover series.
+    assert_eq!(
+        metric_value(&m, "pronto_failovers_won_total{route=\"chat\"}"),
+        None
+    );
+    inflight_is_released(&gw).await;
+    drop(gw);
+    fleet.shutdown().await;
+}
