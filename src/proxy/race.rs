@@ -376,6 +376,63 @@ impl Race<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::routing::{BackendView, Decision, Reason};
+
+    fn routed(predicted: Option<f64>) -> Routed {
+        Routed {
+            decision: Decision {
+                index: 0,
+                predicted_ttft_s: predicted,
+                reason: Reason::PredictedBest,
+            },
+            chosen: BackendView::idle("b"),
+            held_blocks: 0,
+            others_left: true,
+            runner_up: None,
+        }
+    }
+
+    fn route(extra: &str) -> Route {
+        let yaml = format!(
+            "routes:\n  - {{name: r, pool: p{extra}}}\npools:\n  p: {{backends: [{{name: a, url: 'http://h:1'}}]}}\n"
+        );
+        crate::config::Config::from_yaml_str(&yaml, "t.yaml")
+            .unwrap()
+            .routes[0]
+            .clone()
+    }
+
+    #[test]
+    fn a_plan_needs_a_stream_and_a_racing_route() {
+        let r = route(", first_token_deadline: {factor: 3, floor: 100ms}");
+        assert_eq!(
+            Plan::of(Some(&r), &routed(Some(0.2)), false),
+            None,
+            "streams only"
+        );
+        assert_eq!(Plan::of(None, &routed(Some(0.2)), true), None);
+        assert_eq!(Plan::of(Some(&route("")), &routed(Some(0.2)), true), None);
+        let p = Plan::of(Some(&r), &routed(Some(0.2)), true).unwrap();
+        assert_eq!(p.hedge, None);
+        let (d, reason) = p.deadline.unwrap();
+        assert!((d.as_secs_f64() - 0.6).abs() < 1e-9, "{d:?}");
+        assert_eq!(reason, FailoverReason::RelativeDeadline);
+        // Without a prediction, the floor.
+        let p = Plan::of(Some(&r), &routed(None), true).unwrap();
+        assert_eq!(p.deadline.unwrap().0, Duration::from_millis(100));
+        // A saturated fleet gets no hedge (and a route with only a hedge, no plan).
+        let h = route(", hedge: {after: 50ms, max_predicted_ttft: 1s}");
+        let p = Plan::of(Some(&h), &routed(Some(0.2)), true).unwrap();
+        assert_eq!(p.hedge, Some(Duration::from_millis(50)));
+        assert_eq!(p.deadline, None);
+        assert_eq!(Plan::of(Some(&h), &routed(Some(1.5)), true), None);
+        let abs = route(", first_token_deadline: {after: 2s}");
+        let p = Plan::of(Some(&abs), &routed(Some(0.2)), true).unwrap();
+        assert_eq!(
+            p.deadline,
+            Some((Duration::from_secs(2), FailoverReason::AbsoluteDeadline))
+        );
+    }
 
     #[test]
     fn the_hedge_budget_is_a_token_bucket() {
