@@ -24,13 +24,18 @@ const TOKENS: u32 = 12;
 
 /// `b0` stalls every first token by STALL; `b1` is healthy.
 async fn fleet() -> SimFleet {
+    fleet_at(0.05).await
+}
+
+/// [`fleet`] with engine steps at `scale` × the profile's.
+async fn fleet_at(scale: f64) -> SimFleet {
     let yaml = format!(
         "model: {MODEL}\nbackends:\n  \
          - {{ name: b0, profile: h100-llama3-8b, num_kv_blocks: 4000, port: 0, faults: {{ stall_first_token: {}ms }} }}\n  \
          - {{ name: b1, profile: h100-llama3-8b, num_kv_blocks: 4000, port: 0 }}\n",
         STALL.as_millis()
     );
-    SimFleet::start(&FleetConfig::parse(&yaml, "failover").unwrap(), 0.05)
+    SimFleet::start(&FleetConfig::parse(&yaml, "failover").unwrap(), scale)
         .await
         .unwrap()
 }
@@ -274,6 +279,65 @@ async fn a_hedge_races_a_slow_first_token_within_its_budget() {
         metric_value(&m, "pronto_failovers_won_total{route=\"chat\"}"),
         None
     );
+    inflight_is_released(&gw).await;
+    drop(gw);
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_backend_learns_from_its_misses_and_is_avoided() {
+    // Real-time steps: TTFTs well above loopback noise, so the healthy backend's model is
+    // trusted.
+    let fleet = fleet_at(1.0).await;
+    let urls = fleet.urls();
+    // predicted_ttft: the deadline is relative to the decision's prediction.
+    let pools = format!(
+        "  {MODEL}:\n    policy: predicted_ttft\n    backends:\n      \
+         - {{name: b0, url: '{}'}}\n      - {{name: b1, url: '{}'}}\n",
+        urls[0], urls[1]
+    );
+    let gw = Gateway::start(&config_yaml(
+        &pools,
+        &format!(
+            "explain_headers: true\nroutes:\n  - {{name: chat, pool: {MODEL}, \
+             first_token_deadline: {{factor: 2, floor: 200ms}}}}\n"
+        ),
+    ));
+    let mut seen = Vec::new();
+    for i in 0..24 {
+        let s = stream(&gw, &format!("l{i}")).await;
+        clean(&s);
+        assert_eq!(s.backend, "b1", "the stalled backend never serves: {s:?}");
+        seen.push(s.race.is_some());
+    }
+    let failovers = seen.iter().filter(|&&r| r).count();
+    // The policy probes a cold backend until its model has `min_samples` (3) observations.
+    // Each miss is one — a TTFT of at least the deadline — so b0 is probed at most three
+    // times, then trusted to be slow and avoided; were misses not learned from, it would stay
+    // cold and be probed again and again.
+    assert!(
+        (1..=3).contains(&failovers),
+        "probes of the late backend: {seen:?}"
+    );
+    let b0 = admin_backends(&gw).await;
+    let b0 = b0.iter().find(|b| b["name"] == "b0").unwrap();
+    assert_eq!(b0["ttft_samples"], failovers, "{b0:#}");
+    let m = metrics_when(&gw, |m| {
+        metric_value(
+            m,
+            "pronto_failovers_total{reason=\"relative_deadline\",route=\"chat\"}",
+        ) == Some(failovers as f64)
+    })
+    .await;
+    assert_eq!(
+        metric_value(
+            &m,
+            "pronto_failovers_total{reason=\"relative_deadline\",route=\"chat\"}"
+        ),
+        Some(failovers as f64)
+    );
+    let want = failovers as f64;
+    assert_eq!(cancelled(&fleet, 0, want).await, want);
     inflight_is_released(&gw).await;
     drop(gw);
     fleet.shutdown().await;

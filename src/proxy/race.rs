@@ -209,6 +209,8 @@ impl Race<'_> {
         }
         tracing::info!(
             request_id = self.request_id, kind = kind.label(), first = %backend_a.name(),
+            first_reason = a.routed.decision.reason.as_str(),
+            first_predicted_s = a.routed.decision.predicted_ttft_s,
             second = %self.pool.backends[b.routed.decision.index].name(),
             "first token late: racing a second backend"
         );
