@@ -14,6 +14,7 @@ fn bench(c: &mut Criterion) {
         .map(|i| SimBackend {
             name: format!("b{i}"),
             config: cfg.clone(),
+            reasoning: None,
         })
         .collect();
     let mut reqs = SyntheticWorkload {

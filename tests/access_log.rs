@@ -120,6 +120,9 @@ async fn the_json_access_log_has_every_field() {
         0.0 < upstream && upstream <= ttft && ttft <= total,
         "{upstream} {ttft} {total}"
     );
+    // No reasoning: the first answer is the first token.
+    assert_eq!(ms(&v, "ttfa_ms"), ttft, "{v}");
+    assert_eq!(v["reasoning_tokens"], 0, "{v}");
     assert!(["predicted_best", "explore", "fallback"].contains(&v["reason"].as_str().unwrap()));
     assert!(ms(&v, "predicted_ttft_ms") > 0.0, "{v}");
     assert!(v.get("error").is_none(), "{v}");
@@ -144,6 +147,8 @@ async fn the_json_access_log_has_every_field() {
         "predicted_ttft_ms",
         "ttft_ms",
         "upstream_ttft_ms",
+        "ttfa_ms",
+        "reasoning_tokens",
         "end",
     ] {
         assert!(v.get(absent).is_none(), "{absent} in {v}");

@@ -200,7 +200,22 @@ fn annotated_example_sets_every_field() {
         max_retries,
         first_token_timeout,
         idle_timeout,
+        first_token_deadline,
+        hedge,
     } = routes.expect("routes").remove(0);
+    let pronto::config::race::DeadlineFile {
+        after: _,
+        factor,
+        floor,
+    } = first_token_deadline.expect("first_token_deadline");
+    assert!(factor.is_some() && floor.is_some());
+    let pronto::config::race::HedgeFile {
+        after: _,
+        quantile,
+        budget,
+        max_predicted_ttft,
+    } = hedge.expect("hedge");
+    assert!(quantile.is_some() && budget.is_some() && max_predicted_ttft.is_some());
     assert!(policy.is_some());
     assert!(name.is_some() && pool.is_some() && ttft_slo.is_some() && priority.is_some());
     assert!(on_slo_miss.is_some() && fallback_pool.is_some() && max_retries.is_some());

@@ -134,3 +134,71 @@ async fn synthetic_replay_through_the_gateway_records_every_request() {
     }
     fleet.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reasoning_model_replay_records_time_to_first_answer() {
+    let yaml = format!(
+        "model: {MODEL}\nreasoning: {{ mean_tokens: 30, sigma: 0.5, seed: 3 }}\nbackends:\n  \
+         - {{ name: s0, profile: h100-llama3-8b, num_kv_blocks: 4000, port: 0 }}\n  \
+         - {{ name: s1, profile: h100-llama3-8b, num_kv_blocks: 4000, port: 0 }}\n"
+    );
+    let fleet = SimFleet::start(&FleetConfig::parse(&yaml, "test").unwrap(), 0.05)
+        .await
+        .unwrap();
+    let gw = Gateway::start(&config_yaml(
+        &pool(MODEL, "predicted_ttft", &fleet.urls()),
+        "explain_headers: true\n",
+    ));
+    let out = OutDir(std::env::temp_dir().join(format!("pronto-replay-r-{}", std::process::id())));
+    let target = gw.url("");
+    let args = Cli::try_parse_from([
+        "replay",
+        "--target",
+        &target,
+        "--limit",
+        "20",
+        "--load-scale",
+        "8",
+        "--timeout",
+        "20s",
+        "--out",
+        out.0.to_str().unwrap(),
+    ])
+    .unwrap()
+    .args;
+    tokio::task::spawn_blocking(move || run_replay(args))
+        .await
+        .unwrap()
+        .unwrap();
+    let records: Vec<RequestRecord> = std::fs::read_to_string(out.0.join("results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 20);
+    for r in &records {
+        assert!(r.ok(), "request {} failed: {:?}", r.index, r.error);
+        assert!(r.reasoning_events > 0, "{r:?}");
+        // The answer comes after the reasoning; usage counts both.
+        assert!(r.ttfa_ms.unwrap() > r.ttft_ms.unwrap(), "{r:?}");
+        assert_eq!(
+            r.completion_tokens,
+            Some(r.max_tokens + r.reasoning_events),
+            "{r:?}"
+        );
+    }
+    let summary = read_json(&out.0.join("summary.json"));
+    let p = |k: &str| {
+        summary[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k}: {summary}"))
+    };
+    assert!(p("ttfa_p50_ms") > p("ttft_p50_ms"));
+    assert!(p("ttfa_p99_ms") >= p("ttfa_p50_ms"));
+    assert!(p("reasoning_tokens_mean") > 0.0);
+    let cdf = std::fs::read_to_string(out.0.join("ttft_cdf.svg")).unwrap();
+    assert!(cdf.contains("TTFA"), "the CDF plots TTFA beside TTFT");
+    let md = std::fs::read_to_string(out.0.join("summary.md")).unwrap();
+    assert!(md.contains("TTFA p99 (ms)"), "{md}");
+    fleet.shutdown().await;
+}

@@ -109,6 +109,10 @@ pub struct RouteFile {
     pub first_token_timeout: Option<Quantity>,
     /// Overrides `limits.idle_timeout`.
     pub idle_timeout: Option<Quantity>,
+    /// Fail over to the next-best backend when the first token is this late.
+    pub first_token_deadline: Option<super::race::DeadlineFile>,
+    /// Send a second copy of a slow request (bounded).
+    pub hedge: Option<super::race::HedgeFile>,
 }
 
 /// A route's `match:` section; every condition given must hold.

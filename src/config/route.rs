@@ -23,6 +23,9 @@
 //! no `match:` matches everything. Without `routes:` a request goes to the pool named by its
 //! model, as before routes existed; with `routes:`, a request no route matches is a 404.
 //!
+//! **Before the first byte**: `first_token_deadline` (failover) and `hedge` are described,
+//! validated and resolved in [`super::race`].
+//!
 //! **Admission settings** are validated here and enforced by [`crate::admission`]. A route
 //! without `ttft_slo` is not admission-controlled. `on_slo_miss` defaults to `queue`;
 //! `priority` defaults to the first class.
@@ -107,6 +110,10 @@ pub struct Route {
     pub first_token_timeout: Option<Duration>,
     /// Overrides `limits.idle_timeout`.
     pub idle_timeout: Option<Duration>,
+    /// Failover when a backend's first token is this late ([`super::race`]).
+    pub first_token_deadline: Option<super::race::FirstTokenDeadline>,
+    /// Bounded hedging ([`super::race`]).
+    pub hedge: Option<super::race::Hedge>,
     /// Routing policy for this route's requests (the pool's when absent).
     pub policy: Option<PolicySpec>,
 }
@@ -474,6 +481,8 @@ impl Checker {
                 Duration::from_secs(1),
             )
         });
+        let first_token_deadline = self.first_token_deadline(path, r.first_token_deadline.as_ref());
+        let hedge = self.hedge(path, r.hedge.as_ref());
         Some(Route {
             name: name?,
             matcher: matcher?,
@@ -485,6 +494,8 @@ impl Checker {
             max_retries,
             first_token_timeout,
             idle_timeout,
+            first_token_deadline,
+            hedge,
             policy,
         })
     }

@@ -249,3 +249,87 @@ fn a_route_policy_is_validated_like_a_pools() {
     let e = load("routes:\n  - {name: r, pool: fast, policy: fastest}\n").unwrap_err();
     assert!(e.contains("routes[0].policy"), "{e}");
 }
+
+#[test]
+fn deadlines_and_hedges_load_and_their_errors_name_the_field() {
+    use crate::config::race::{FirstTokenDeadline, Hedge, HedgeDelay};
+    let c = load(
+        "routes:\n  - {name: a, pool: fast, first_token_deadline: {factor: 3, floor: 100ms}, hedge: {quantile: 0.9, budget: 0.1, max_predicted_ttft: 2s}}\n  - {name: b, pool: spare, first_token_deadline: {after: 2s}, hedge: {after: 300ms}}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.routes[0].first_token_deadline,
+        Some(FirstTokenDeadline::Predicted {
+            factor: 3.0,
+            floor: Duration::from_millis(100)
+        })
+    );
+    assert_eq!(
+        c.routes[0].hedge,
+        Some(Hedge {
+            delay: HedgeDelay::Quantile(0.9),
+            budget: 0.1,
+            max_predicted_ttft: Some(Duration::from_secs(2)),
+        })
+    );
+    assert_eq!(
+        c.routes[1].first_token_deadline,
+        Some(FirstTokenDeadline::After(Duration::from_secs(2)))
+    );
+    let h = c.routes[1].hedge.unwrap();
+    assert_eq!(
+        (h.delay, h.budget, h.max_predicted_ttft),
+        (HedgeDelay::After(Duration::from_millis(300)), 0.05, None)
+    );
+    let default_floor =
+        load("routes:\n  - {name: a, pool: fast, first_token_deadline: {factor: 2}}\n").unwrap();
+    assert_eq!(
+        default_floor.routes[0].first_token_deadline,
+        Some(FirstTokenDeadline::Predicted {
+            factor: 2.0,
+            floor: Duration::from_millis(250)
+        })
+    );
+    for (bad, expected) in [
+        (
+            "first_token_deadline: {}",
+            "routes[0].first_token_deadline: needs `after`",
+        ),
+        (
+            "first_token_deadline: {after: 1s, factor: 2}",
+            "routes[0].first_token_deadline: set either",
+        ),
+        (
+            "first_token_deadline: {factor: 0.5}",
+            "routes[0].first_token_deadline.factor: must be a number >= 1",
+        ),
+        (
+            "first_token_deadline: {after: 1s, floor: 1s}",
+            "routes[0].first_token_deadline.floor: only applies",
+        ),
+        (
+            "first_token_deadline: {after: 0s}",
+            "routes[0].first_token_deadline.after: must be greater than zero",
+        ),
+        (
+            "first_token_deadline: {factor: 2, flor: 1s}",
+            "unknown field `flor`",
+        ),
+        ("hedge: {}", "routes[0].hedge: needs `after`"),
+        (
+            "hedge: {quantile: 1.5}",
+            "routes[0].hedge.quantile: must be between 0 and 1",
+        ),
+        (
+            "hedge: {after: 1s, budget: 0}",
+            "routes[0].hedge.budget: must be a fraction",
+        ),
+        (
+            "hedge: {after: 1s, quantile: 0.9}",
+            "routes[0].hedge: set either",
+        ),
+    ] {
+        let err = load(&format!("routes:\n  - {{name: a, pool: fast, {bad}}}\n")).unwrap_err();
+        assert!(err.contains(expected), "{bad}: {err}");
+    }
+}

@@ -510,6 +510,23 @@ fn route_schema() -> Value {
                 "description": "Overrides limits.idle_timeout for this route",
                 "$ref": "#/$defs/duration",
             },
+            "first_token_deadline": section(
+                "Streams: a backend without a first token by then also gets the request sent to the next-best backend; the first to answer is relayed, the other cancelled. Either after, or factor (with floor)",
+                json!({
+                    "after": { "description": "Absolute deadline from sending the request", "$ref": "#/$defs/duration" },
+                    "factor": { "description": "Deadline as this many times the decision's predicted TTFT", "type": "number", "minimum": 1 },
+                    "floor": { "description": "With factor: the shortest deadline, and the deadline without a prediction", "$ref": "#/$defs/duration", "default": "250ms" },
+                }),
+            ),
+            "hedge": section(
+                "Streams: send a second copy to the next-best backend after a delay (after, or quantile of the predicted TTFT); the first to answer is relayed, the other cancelled",
+                json!({
+                    "after": { "description": "Delay of the second copy", "$ref": "#/$defs/duration" },
+                    "quantile": { "description": "Delay as this quantile (0-1) of the first backend's predicted TTFT", "type": "number", "minimum": 0 },
+                    "budget": { "description": "Hedged requests at most, as a fraction of the route's requests (token bucket)", "type": "number", "minimum": 0, "default": 0.05 },
+                    "max_predicted_ttft": { "description": "No hedge while the best predicted TTFT is above this (saturated fleet)", "$ref": "#/$defs/duration" },
+                }),
+            ),
         },
     })
 }

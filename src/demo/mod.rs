@@ -115,6 +115,7 @@ fn sim_backends(cfg: &FleetConfig) -> anyhow::Result<Vec<SimBackend>> {
         .map(|(b, config)| SimBackend {
             name: b.name.clone(),
             config,
+            reasoning: cfg.reasoning,
         })
         .collect())
 }

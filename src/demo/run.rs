@@ -217,6 +217,7 @@ mod tests {
             .map(|(b, config)| SimBackend {
                 name: b.name.clone(),
                 config,
+                reasoning: fleet_cfg.reasoning,
             })
             .collect();
         let window = Duration::from_secs(10);

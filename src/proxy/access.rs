@@ -19,8 +19,11 @@
 //! | `request_bytes`, `response_bytes` | the request body read; the response body sent |
 //! | `ttft_ms` | arrival at the gateway to the first token forwarded (streams) |
 //! | `upstream_ttft_ms` | request sent to the backend to its first token: what `predicted_ttft_ms` predicts |
+//! | `ttfa_ms` | arrival at the gateway to the first answer token forwarded — content or a tool call, after any reasoning (streams; equals `ttft_ms` without reasoning) |
+//! | `reasoning_tokens` | reasoning-only events relayed (≈ reasoning tokens; streams) |
 //! | `duration_ms` | arrival to the end of the response |
 //! | `reason`, `predicted_ttft_ms` | the last attempt's routing decision: its reason and prediction |
+//! | `race`, `race_winner` | a failover or hedge raced a second backend before the first token (`failover`, `hedge`), and which copy was relayed (`first`, `second`); `backend` is the one relayed |
 //! | `error` | the error code of a response Pronto wrote itself (`model_not_found`, …) |
 //! | `end` | how a relayed response ended: `complete`, `client_gone`, `upstream_failed` |
 //!
@@ -62,10 +65,13 @@ pub(super) struct Access {
     pub response_bytes: u64,
     pub ttft: Option<Duration>,
     pub upstream_ttft: Option<Duration>,
+    pub ttfa: Option<Duration>,
+    pub reasoning_tokens: Option<u32>,
     pub reason: Option<Reason>,
     pub predicted_ttft_s: Option<f64>,
     pub error: Option<&'static str>,
     pub end: Option<RelayEnd>,
+    pub race: Option<super::race::Raced>,
 }
 
 impl Access {
@@ -87,10 +93,13 @@ impl Access {
             response_bytes: 0,
             ttft: None,
             upstream_ttft: None,
+            ttfa: None,
+            reasoning_tokens: None,
             reason: None,
             predicted_ttft_s: None,
             error: None,
             end: None,
+            race: None,
         }
     }
 
@@ -130,11 +139,18 @@ impl Access {
             response_bytes = self.response_bytes,
             ttft_ms = self.ttft.map(ms),
             upstream_ttft_ms = self.upstream_ttft.map(ms),
+            ttfa_ms = self.ttfa.map(ms),
+            reasoning_tokens = self.reasoning_tokens,
             duration_ms = ms(duration),
             reason = self.reason.map(Reason::as_str),
             predicted_ttft_ms = self.predicted_ttft_s.map(|s| round_ms(s * 1e3)),
             error = self.error,
             end = self.end.map(end_str),
+            race = self.race.as_ref().map(|r| r.kind.label()),
+            race_winner = self
+                .race
+                .as_ref()
+                .map(|r| if r.second_won { "second" } else { "first" }),
             "access"
         );
     }

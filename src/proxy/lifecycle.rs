@@ -18,6 +18,7 @@ use pingora_core::protocols::http::ServerSession;
 use super::access::Access;
 use super::gate::Pass;
 use super::observe::{self, FirstTokenObserver};
+use super::race;
 use super::relay::{client_response_head, Relay, RelayEnd, RelayOutcome};
 use super::retry::{Next, Retries};
 use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
@@ -236,6 +237,9 @@ impl Proxy {
             .and_then(|r| r.max_retries)
             .unwrap_or(state.config.retry.max_retries);
         let mut retries = Retries::excluding(excluded);
+        if let Some((r, h)) = route.and_then(|r| Some((r, r.hedge?))) {
+            self.hedges.earn(&r.name, h.budget);
+        }
         loop {
             let now = Instant::now();
             let routed = match admitted.take() {
@@ -272,17 +276,53 @@ impl Proxy {
             .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
             let mut attempted = pool.dispatch(&routed, features, features.stream, now);
             let may_retry = retries.may_retry(max_retries, routed.others_left);
-            let outcome = attempt(
-                &self.connectors,
-                backend,
-                head,
-                body,
-                features.stream,
-                deadlines,
-                may_retry,
-                &mut attempted.guard,
-            )
-            .await;
+            // A streamed request on a route with a first-token deadline or hedging may race
+            // a second backend until one produces its first token (super::race).
+            let (routed, mut attempted, outcome) =
+                match (race::Plan::of(*route, &routed, features.stream), route) {
+                    (Some(plan), Some(r)) => {
+                        let race = race::Race {
+                            proxy: self,
+                            state,
+                            pool,
+                            route: r,
+                            policy: &**policy,
+                            features,
+                            body,
+                            client_head: session.req_header(),
+                            request_id: &access.id,
+                            deadlines,
+                            may_retry,
+                        };
+                        let entrant = race::Entrant {
+                            routed,
+                            attempted,
+                            at: now,
+                        };
+                        let f = race.run(entrant, head, plan, &mut retries.tried).await;
+                        access.race = f.raced;
+                        (f.entrant.routed, f.entrant.attempted, f.outcome)
+                    }
+                    _ => {
+                        let outcome = attempt(
+                            &self.connectors,
+                            backend,
+                            head,
+                            body,
+                            features.stream,
+                            deadlines,
+                            may_retry,
+                            &mut attempted.guard,
+                        )
+                        .await;
+                        (routed, attempted, outcome)
+                    }
+                };
+            let i = routed.decision.index;
+            let backend = &pool.backends[i];
+            access.backend = Some(backend.config.name.clone());
+            access.reason = Some(routed.decision.reason);
+            access.predicted_ttft_s = routed.decision.predicted_ttft_s;
             match outcome {
                 Attempt::Failed {
                     reason,
@@ -346,6 +386,10 @@ impl Proxy {
                     extra.push((request_id::HEADER, access.id.clone()));
                     if state.config.explain_headers {
                         self.explain(&mut extra, pool, &routed, retries.attempts());
+                        if let Some(r) = &access.race {
+                            extra.push(("x-pronto-race", r.kind.label().to_string()));
+                            extra.push(("x-pronto-race-first", r.first.to_string()));
+                        }
                     }
                     let client_head = client_response_head(head, &extra)
                         .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
@@ -381,6 +425,10 @@ impl Proxy {
                     access.upstream_ttft = outcome
                         .first_token_at
                         .map(|t| t.saturating_duration_since(sent_at));
+                    access.ttfa = outcome
+                        .first_answer_at
+                        .map(|t| t.saturating_duration_since(arrived));
+                    access.reasoning_tokens = is_sse.then_some(outcome.reasoning_events);
                     drop(attempted);
                     if outcome.reusable {
                         self.connectors

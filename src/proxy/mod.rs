@@ -19,6 +19,7 @@ mod gate;
 mod lifecycle;
 mod local;
 mod observe;
+mod race;
 mod relay;
 pub mod request_id;
 mod respond;
@@ -73,6 +74,8 @@ pub struct Proxy {
     ids: RequestIds,
     /// The last decisions, for the admin listener.
     decisions: Arc<RecentDecisions>,
+    /// Hedge credit per route; outlives reloads.
+    hedges: race::HedgeBudgets,
 }
 
 impl Proxy {
@@ -94,6 +97,7 @@ impl Proxy {
             budget: budget::BufferBudget::default(),
             ids: RequestIds::from_entropy(),
             decisions,
+            hedges: race::HedgeBudgets::default(),
         }
     }
 

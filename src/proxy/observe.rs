@@ -1,4 +1,5 @@
-//! Observations of one request: at its first token (once), and when its response ends.
+//! Observations of one request: at its first token (once), at its first answer token (once:
+//! the first content or tool call after any reasoning), and when its response ends.
 //!
 //! The first token is *the* observation (see [`pronto_core::state`]): the booking leaves
 //! prefill, the backend's TTFT model learns from the inputs the request was routed on, and the
@@ -49,6 +50,19 @@ impl FirstTokenObserver<'_> {
                 .observe((p - actual).abs());
         }
         m.client_ttft_seconds
+            .with_label_values(&[self.pool])
+            .observe(at.saturating_duration_since(self.arrived).as_secs_f64());
+    }
+
+    /// The first answer token (content or a tool call, after any reasoning) passed through
+    /// at `at`: the time to first answer, upstream and as the client saw it.
+    pub fn first_answer(&mut self, at: Instant) {
+        let backend = self.guard.backend().name();
+        let m = self.metrics;
+        m.ttfa_seconds
+            .with_label_values(&[backend])
+            .observe(at.saturating_duration_since(self.sent_at).as_secs_f64());
+        m.client_ttfa_seconds
             .with_label_values(&[self.pool])
             .observe(at.saturating_duration_since(self.arrived).as_secs_f64());
     }

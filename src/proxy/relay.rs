@@ -41,10 +41,15 @@ pub struct RelayOutcome {
     pub end: RelayEnd,
     /// When the first generated token passed through (streams only).
     pub first_token_at: Option<Instant>,
+    /// When the first answer token — content or a tool call, not reasoning — passed through
+    /// (streams only): the time to first answer.
+    pub first_answer_at: Option<Instant>,
     /// When the last output-carrying event passed through (streams only).
     pub last_token_at: Option<Instant>,
     /// Output-carrying events relayed (≈ output tokens; streams only).
     pub output_events: u32,
+    /// Of those, reasoning-only events (≈ reasoning tokens; streams only).
+    pub reasoning_events: u32,
     /// Body bytes written to the client (an error event included).
     pub bytes_sent: u64,
     /// The upstream connection is clean and may be pooled.
@@ -115,8 +120,10 @@ impl Relay<'_> {
         let mut out = RelayOutcome {
             end: RelayEnd::Complete,
             first_token_at: None,
+            first_answer_at: None,
             last_token_at: None,
             output_events: 0,
+            reasoning_events: 0,
             bytes_sent: 0,
             reusable: false,
             usage: None,
@@ -139,9 +146,14 @@ impl Relay<'_> {
                         let at = Instant::now();
                         out.last_token_at = Some(at);
                         out.output_events += update.output_events;
+                        out.reasoning_events += update.reasoning_events;
                         if update.first_token {
                             out.first_token_at = Some(at);
                             observer.first_token(at);
+                        }
+                        if update.first_answer {
+                            out.first_answer_at = Some(at);
+                            observer.first_answer(at);
                         }
                     }
                 }

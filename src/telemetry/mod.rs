@@ -20,8 +20,10 @@ use prometheus::{
 
 mod cluster;
 mod labels;
+mod race;
 pub use cluster::{ClusterMetrics, SyncDirection, SyncDrop};
 pub use labels::*;
+pub use race::{FailoverReason, RaceKind, RaceMetrics};
 
 /// The version and git revision this binary was built from (`build.rs`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -52,6 +54,12 @@ pub struct Metrics {
     pub e2e_seconds: HistogramVec,
     /// `pronto_client_ttft_seconds{pool}`: client request arrival → first token forwarded.
     pub client_ttft_seconds: HistogramVec,
+    /// `pronto_ttfa_seconds{backend}`: upstream send → first answer token (content or a tool
+    /// call, after any reasoning).
+    pub ttfa_seconds: HistogramVec,
+    /// `pronto_client_ttfa_seconds{pool}`: client request arrival → first answer token
+    /// forwarded.
+    pub client_ttfa_seconds: HistogramVec,
     /// `pronto_client_disconnects_total{pool}`: clients that hung up before the response ended.
     pub client_disconnects_total: IntCounterVec,
     /// `pronto_upstream_errors_total{backend,kind}`: failures talking to a backend.
@@ -147,6 +155,8 @@ pub struct Metrics {
     pub pool_healthy_backends: IntGaugeVec,
     /// The replica-sync families (`pronto_cluster_*`).
     pub cluster: ClusterMetrics,
+    /// The failover and hedge families.
+    pub race: RaceMetrics,
 }
 
 /// A family with a `backend` label: removes every series of one backend, whatever its other
@@ -369,6 +379,18 @@ impl Metrics {
                 "Client request arrival to first generated token forwarded",
                 &["pool"],
             ),
+            ttfa_seconds: histogram(
+                &r,
+                "pronto_ttfa_seconds",
+                "Upstream request sent to first answer token (content or tool call, after any reasoning), per backend",
+                &["backend"],
+            ),
+            client_ttfa_seconds: histogram(
+                &r,
+                "pronto_client_ttfa_seconds",
+                "Client request arrival to first answer token (after any reasoning) forwarded",
+                &["pool"],
+            ),
             client_disconnects_total: counter(
                 &r,
                 "pronto_client_disconnects_total",
@@ -584,6 +606,7 @@ impl Metrics {
                 &["pool"],
             ),
             cluster: ClusterMetrics::new(&r),
+            race: RaceMetrics::new(&r),
             per_backend: Arc::new(r.per_backend.take()),
             registry: r.registry,
         }
@@ -621,6 +644,7 @@ impl Metrics {
     pub fn publish_config(&self, config: &crate::config::Config) {
         self.route_ttft_slo_seconds.reset();
         for route in &config.routes {
+            self.race.publish_route(route);
             if let Some(slo) = &route.slo {
                 self.route_ttft_slo_seconds
                     .with_label_values(&[&*route.name, &*route.pool])

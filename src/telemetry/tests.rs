@@ -26,6 +26,7 @@ fn touch_every_backend_family(m: &Metrics, backend: &str) {
     m.backend_inflight.with_label_values(&[backend]).set(1);
     m.backend_healthy.with_label_values(&[backend]).set(1);
     m.ttft_seconds.with_label_values(&[backend]).observe(0.1);
+    m.ttfa_seconds.with_label_values(&[backend]).observe(0.2);
     m.tpot_seconds.with_label_values(&[backend]).observe(0.01);
     m.e2e_seconds.with_label_values(&[backend]).observe(1.0);
     m.upstream_errors_total
@@ -85,7 +86,7 @@ fn forgetting_a_backend_removes_every_series_with_its_label() {
         .with_label_values(&["p", NONE, "404"])
         .inc();
     let before = families_with(&m.render(), "b1");
-    assert_eq!(before.len(), 19, "{before:?}");
+    assert_eq!(before.len(), 20, "{before:?}");
     assert_eq!(
         m.per_backend_families(),
         before.len(),

@@ -6,7 +6,8 @@
 //! `ignore_eos: true` when asked, so real vLLM/SGLang engines generate the full length). The
 //! body is built before the clock starts; TTFT runs from handing the request to the HTTP
 //! client to the first SSE event that carries output, as judged by [`SseScanner`] (the role-only
-//! chunk does not count).
+//! chunk does not count); TTFA to the first event carrying an answer (content or a tool call,
+//! after any reasoning).
 //!
 //! A request **fails** when it cannot be sent or its body breaks off (transport error), the
 //! status is not 2xx, the stream carries an error event, ends without `data: [DONE]`, carries no
@@ -189,6 +190,7 @@ impl Sender {
             // A failed request ends when its error arrives; no latency is kept for it.
             rec.e2e_ms = Some(ms(sent.elapsed()));
             rec.ttft_ms = None;
+            rec.ttfa_ms = None;
             rec.tpot_ms = None;
             rec.error = error;
         }
@@ -224,20 +226,25 @@ impl Sender {
             return Err(format!("status {}: {}", status.as_u16(), &text[..cut]));
         }
         let mut scanner = SseScanner::new();
-        let mut first = None;
+        let (mut first, mut answer) = (None, None);
         let mut stream = resp.bytes_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| format!("body: {}", error_chain(&e)))?;
-            if scanner.feed(&chunk).first_token {
+        let mut seen = |up: pronto_core::sse::ScanUpdate| {
+            if up.first_token {
                 first = Some(sent.elapsed());
             }
+            if up.first_answer {
+                answer = Some(sent.elapsed());
+            }
+        };
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| format!("body: {}", error_chain(&e)))?;
+            seen(scanner.feed(&chunk));
         }
-        if scanner.finish().first_token {
-            first = Some(sent.elapsed());
-        }
+        seen(scanner.finish());
         let e2e = sent.elapsed();
         rec.e2e_ms = Some(ms(e2e));
         rec.output_events = scanner.output_events();
+        rec.reasoning_events = scanner.reasoning_events();
         if let Some(u) = scanner.usage() {
             rec.completion_tokens = Some(u.completion_tokens);
             rec.prompt_tokens = Some(u.prompt_tokens);
@@ -256,6 +263,7 @@ impl Sender {
             return Err("stream carried no output".into());
         };
         rec.ttft_ms = Some(ms(ttft));
+        rec.ttfa_ms = answer.map(ms);
         let tokens = rec.output_tokens();
         if tokens > 1 {
             rec.tpot_ms = Some(ms(e2e - ttft) / f64::from(tokens - 1));

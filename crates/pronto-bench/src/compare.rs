@@ -109,6 +109,9 @@ pub struct ComparisonRow {
     pub ttft_mean_ratio: Option<f64>,
     /// TTFT p99 / the baseline's TTFT p99.
     pub ttft_p99_ratio: Option<f64>,
+    /// TTFA p99 / the baseline's TTFA p99 (runs whose summaries have TTFA).
+    #[serde(default)]
+    pub ttfa_p99_ratio: Option<f64>,
     /// Why there are no numbers (copied from `router.json`).
     pub skipped: Option<String>,
 }
@@ -154,6 +157,7 @@ fn load_run(spec: &RunSpec) -> anyhow::Result<LoadedRun> {
                 router,
                 ttft_mean_ratio: None,
                 ttft_p99_ratio: None,
+                ttfa_p99_ratio: None,
                 skipped,
             },
             ttft_ms: Vec::new(),
@@ -178,6 +182,7 @@ fn load_run(spec: &RunSpec) -> anyhow::Result<LoadedRun> {
             router,
             ttft_mean_ratio: None,
             ttft_p99_ratio: None,
+            ttfa_p99_ratio: None,
             skipped,
         },
         ttft_ms: records
@@ -226,15 +231,14 @@ fn build(args: &CompareReportArgs) -> anyhow::Result<(Comparison, Vec<Vec<f64>>)
             .iter()
             .find(|r| &r.row.name == base)
             .with_context(|| format!("--baseline {base:?} is not one of the --run names"))?;
-        let (mean, p99) = b
-            .row
-            .summary
-            .as_ref()
-            .map_or((None, None), |s| (s.ttft_mean_ms, s.ttft_p99_ms));
+        let (mean, p99, ttfa_p99) = b.row.summary.as_ref().map_or((None, None, None), |s| {
+            (s.ttft_mean_ms, s.ttft_p99_ms, s.ttfa_p99_ms)
+        });
         for r in &mut loaded {
             if let Some(s) = &r.row.summary {
                 r.row.ttft_mean_ratio = ratio(s.ttft_mean_ms, mean);
                 r.row.ttft_p99_ratio = ratio(s.ttft_p99_ms, p99);
+                r.row.ttfa_p99_ratio = ratio(s.ttfa_p99_ms, ttfa_p99);
             }
         }
     }
@@ -277,9 +281,22 @@ impl Comparison {
             "router CPU s",
             "router peak RSS",
         ];
+        // Time to first answer, only when some run's model reasoned (else it equals TTFT).
+        let reasoning = self.rows.iter().any(|r| {
+            r.summary
+                .as_ref()
+                .and_then(|s| s.reasoning_tokens_mean)
+                .is_some_and(|n| n > 0.0)
+        });
+        if reasoning {
+            head.extend(["TTFA mean", "TTFA p99"]);
+        }
         let base = self.baseline.as_deref();
         if base.is_some() {
             head.extend(["mean vs base", "p99 vs base"]);
+            if reasoning {
+                head.push("TTFA p99 vs base");
+            }
         }
         s.push_str(&format!("| {} |\n", head.join(" | ")));
         s.push_str(&format!(
@@ -301,28 +318,44 @@ impl Comparison {
                     c.resize(head.len(), "-".into());
                     c
                 }
-                (Some(sm), _) => vec![
-                    row.name.clone(),
-                    sm.requests.to_string(),
-                    format!("{} ({})", sm.errors, row.sheds),
-                    ms(sm.ttft_mean_ms),
-                    ms(sm.ttft_p50_ms),
-                    ms(sm.ttft_p90_ms),
-                    ms(sm.ttft_p99_ms),
-                    sm.tpot_p50_ms
-                        .map_or_else(|| "-".into(), |x| format!("{x:.1}")),
-                    sm.cached_token_ratio
-                        .map_or_else(|| "-".into(), |x| format!("{:.1}", 100.0 * x)),
-                    format!("{:.2}", sm.throughput_rps),
-                    cpu,
-                    rss,
-                ],
+                (Some(sm), _) => {
+                    let mut c = vec![
+                        row.name.clone(),
+                        sm.requests.to_string(),
+                        format!("{} ({})", sm.errors, row.sheds),
+                        ms(sm.ttft_mean_ms),
+                        ms(sm.ttft_p50_ms),
+                        ms(sm.ttft_p90_ms),
+                        ms(sm.ttft_p99_ms),
+                        sm.tpot_p50_ms
+                            .map_or_else(|| "-".into(), |x| format!("{x:.1}")),
+                        sm.cached_token_ratio
+                            .map_or_else(|| "-".into(), |x| format!("{:.1}", 100.0 * x)),
+                        format!("{:.2}", sm.throughput_rps),
+                        cpu,
+                        rss,
+                    ];
+                    if reasoning {
+                        c.push(ms(sm.ttfa_mean_ms));
+                        c.push(ms(sm.ttfa_p99_ms));
+                    }
+                    c
+                }
             };
             if base.is_some() && row.summary.is_some() {
                 cells.push(times(row.ttft_mean_ratio));
                 cells.push(times(row.ttft_p99_ratio));
+                if reasoning {
+                    cells.push(times(row.ttfa_p99_ratio));
+                }
             }
             s.push_str(&format!("| {} |\n", cells.join(" | ")));
+        }
+        if reasoning {
+            s.push_str(
+                "\nTTFA: time to the first answer token (content or a tool call, after the \
+                 model's reasoning), in ms.",
+            );
         }
         s.push_str(
             "\nTTFT and TPOT in ms over successful requests; sheds are 429/503 answers, \
@@ -567,6 +600,35 @@ mod tests {
         let err =
             write_comparison(&args(&root.join("out"), &[("r", &run)], Some("nope"))).unwrap_err();
         assert!(format!("{err:#}").contains("nope"), "{err:#}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn reasoning_runs_get_ttfa_columns() {
+        let root = tmp("ttfa");
+        let think = |index, ttfa| RequestRecord {
+            ttfa_ms: Some(ttfa),
+            reasoning_events: 100,
+            ..rec(index, Some(10.0), 200)
+        };
+        let (a, b) = (root.join("a"), root.join("b"));
+        write_report(&a, &[think(0, 400.0), think(1, 600.0)], "a").unwrap();
+        write_report(&b, &[think(0, 800.0), think(1, 1200.0)], "b").unwrap();
+        let c =
+            write_comparison(&args(&root.join("out"), &[("a", &a), ("b", &b)], Some("b"))).unwrap();
+        assert_eq!(c.rows[0].ttfa_p99_ratio, Some(0.5));
+        let md = c.markdown();
+        let header = md.lines().find(|l| l.starts_with("| router |")).unwrap();
+        assert!(header.contains("| TTFA mean | TTFA p99 |"), "{md}");
+        assert!(header.ends_with("| TTFA p99 vs base |"), "{md}");
+        assert!(md.contains("| 500 | 600 | 1.00× | 1.00× | 0.50× |"), "{md}");
+        for line in md.lines().filter(|l| l.starts_with("| ")) {
+            assert_eq!(
+                line.matches(" | ").count(),
+                header.matches(" | ").count(),
+                "{line}"
+            );
+        }
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

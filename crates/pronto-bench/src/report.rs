@@ -4,6 +4,9 @@
 //! ## Definitions
 //! - **TTFT**: from the moment the request is handed to the HTTP client to the first SSE event
 //!   that carries output (see [`pronto_core::sse`]); the role-only first chunk does not count.
+//! - **TTFA** (time to first answer): the same clock to the first event carrying an *answer*
+//!   — content or a tool call — after any reasoning (`reasoning_content` / `reasoning`); equal
+//!   to TTFT for a model that does not reason (AIPerf's `time_to_first_output_token`).
 //! - **TPOT**: `(e2e − ttft) / (tokens − 1)`, defined only for successful requests with at least
 //!   two output tokens; `tokens` is the server's `usage.completion_tokens` when it reports it,
 //!   else the number of output events.
@@ -42,6 +45,13 @@ pub struct RequestRecord {
     pub status: Option<u16>,
     /// Time to first output token, ms (successful requests).
     pub ttft_ms: Option<f64>,
+    /// Time to the first answer token (content or tool call, after any reasoning), ms
+    /// (successful requests).
+    #[serde(default)]
+    pub ttfa_ms: Option<f64>,
+    /// Reasoning-only output events received (≈ reasoning tokens).
+    #[serde(default)]
+    pub reasoning_events: u32,
     /// Time per output token after the first, ms (successful requests with ≥ 2 tokens).
     pub tpot_ms: Option<f64>,
     /// Send to end of the response body, ms (whenever the body ended).
@@ -89,6 +99,21 @@ pub struct Summary {
     pub ttft_p90_ms: Option<f64>,
     /// 99th-percentile TTFT, ms.
     pub ttft_p99_ms: Option<f64>,
+    /// Mean TTFA, ms (older summaries lack the TTFA fields: `null`).
+    #[serde(default)]
+    pub ttfa_mean_ms: Option<f64>,
+    /// Median TTFA, ms.
+    #[serde(default)]
+    pub ttfa_p50_ms: Option<f64>,
+    /// 90th-percentile TTFA, ms.
+    #[serde(default)]
+    pub ttfa_p90_ms: Option<f64>,
+    /// 99th-percentile TTFA, ms.
+    #[serde(default)]
+    pub ttfa_p99_ms: Option<f64>,
+    /// Mean reasoning tokens (output events) per successful request.
+    #[serde(default)]
+    pub reasoning_tokens_mean: Option<f64>,
     /// Median TPOT, ms.
     pub tpot_p50_ms: Option<f64>,
     /// 90th-percentile TPOT, ms.
@@ -139,6 +164,8 @@ impl Summary {
     pub fn of(records: &[RequestRecord]) -> Summary {
         let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
         let ttft = sorted(ok.iter().filter_map(|r| r.ttft_ms));
+        let ttfa = sorted(ok.iter().filter_map(|r| r.ttfa_ms));
+        let reasoning: Vec<f64> = ok.iter().map(|r| f64::from(r.reasoning_events)).collect();
         let tpot = sorted(ok.iter().filter_map(|r| r.tpot_ms));
         let e2e = sorted(ok.iter().filter_map(|r| r.e2e_ms));
         let lag = sorted(records.iter().map(|r| r.send_lag_ms));
@@ -188,6 +215,11 @@ impl Summary {
             ttft_p50_ms: percentile(&ttft, 50.0),
             ttft_p90_ms: percentile(&ttft, 90.0),
             ttft_p99_ms: percentile(&ttft, 99.0),
+            ttfa_mean_ms: mean(&ttfa),
+            ttfa_p50_ms: percentile(&ttfa, 50.0),
+            ttfa_p90_ms: percentile(&ttfa, 90.0),
+            ttfa_p99_ms: percentile(&ttfa, 99.0),
+            reasoning_tokens_mean: mean(&reasoning),
             tpot_p50_ms: percentile(&tpot, 50.0),
             tpot_p90_ms: percentile(&tpot, 90.0),
             e2e_p50_ms: percentile(&e2e, 50.0),
@@ -206,11 +238,12 @@ impl Summary {
     /// One line for logs: requests, errors, TTFT p50/p99, throughput.
     pub fn one_line(&self) -> String {
         format!(
-            "{} requests, {} errors, TTFT p50 {} ms p99 {} ms, {:.2} req/s over {:.1} s",
+            "{} requests, {} errors, TTFT p50 {} ms p99 {} ms, TTFA p99 {} ms, {:.2} req/s over {:.1} s",
             self.requests,
             self.errors,
             fmt_ms(self.ttft_p50_ms),
             fmt_ms(self.ttft_p99_ms),
+            fmt_ms(self.ttfa_p99_ms),
             self.throughput_rps,
             self.duration_s
         )
@@ -226,6 +259,14 @@ impl Summary {
             ("TTFT p50 (ms)", fmt_ms(self.ttft_p50_ms)),
             ("TTFT p90 (ms)", fmt_ms(self.ttft_p90_ms)),
             ("TTFT p99 (ms)", fmt_ms(self.ttft_p99_ms)),
+            ("TTFA mean (ms)", fmt_ms(self.ttfa_mean_ms)),
+            ("TTFA p50 (ms)", fmt_ms(self.ttfa_p50_ms)),
+            ("TTFA p99 (ms)", fmt_ms(self.ttfa_p99_ms)),
+            (
+                "reasoning tokens (mean)",
+                self.reasoning_tokens_mean
+                    .map_or_else(|| "-".into(), |r| format!("{r:.0}")),
+            ),
             ("TPOT p50 (ms)", fmt_ms(self.tpot_p50_ms)),
             ("E2E p50 (ms)", fmt_ms(self.e2e_p50_ms)),
             ("E2E p99 (ms)", fmt_ms(self.e2e_p99_ms)),
@@ -280,9 +321,20 @@ pub fn write_report(
     )?;
     std::fs::write(dir.join("summary.md"), summary.markdown(title))?;
     let ttft: Vec<f64> = records.iter().filter_map(|r| r.ttft_ms).collect();
+    let ttfa: Vec<f64> = records
+        .iter()
+        .filter(|r| r.reasoning_events > 0)
+        .filter_map(|r| r.ttfa_ms)
+        .collect();
+    // A reasoning workload's TTFA differs from its TTFT: both curves, else TTFT alone.
+    let (series, name): (Vec<(&str, &[f64])>, &str) = if ttfa.is_empty() {
+        (vec![("TTFT", &ttft)], "TTFT")
+    } else {
+        (vec![("TTFT", &ttft), ("TTFA", &ttfa)], "TTFT and TTFA")
+    };
     std::fs::write(
         dir.join("ttft_cdf.svg"),
-        svg::cdf_svg(&[("TTFT", &ttft)], &format!("{title}: TTFT CDF")),
+        svg::cdf_svg(&series, &format!("{title}: {name} CDF")),
     )?;
     let points: Vec<svg::TimePoint> = records
         .iter()
@@ -309,6 +361,7 @@ mod tests {
             sent_s,
             status: Some(200),
             ttft_ms: Some(ttft),
+            ttfa_ms: Some(ttft),
             e2e_ms: Some(e2e),
             tpot_ms: (tokens > 1).then(|| (e2e - ttft) / f64::from(tokens - 1)),
             output_events: tokens,
@@ -364,6 +417,9 @@ mod tests {
         assert_eq!(s.ttft_mean_ms, Some(20.0));
         assert_eq!(s.ttft_p50_ms, Some(20.0));
         assert_eq!(s.ttft_p99_ms, Some(30.0));
+        // Without reasoning TTFA is TTFT.
+        assert_eq!((s.ttfa_mean_ms, s.ttfa_p99_ms), (Some(20.0), Some(30.0)));
+        assert_eq!(s.reasoning_tokens_mean, Some(0.0));
         // TPOT: 10 ms (request 0) and 10 ms (request 1); request 2 has one token.
         assert_eq!(s.tpot_p50_ms, Some(10.0));
         // From the first send (0 s) to the last end (the refused request at 2.6 s).
@@ -403,6 +459,9 @@ mod tests {
             "ttft_p90_ms",
             "ttft_p99_ms",
             "tpot_p50_ms",
+            "ttfa_mean_ms",
+            "ttfa_p99_ms",
+            "reasoning_tokens_mean",
             "throughput_rps",
             "errors",
             "requests",
@@ -421,5 +480,35 @@ mod tests {
             assert!(dir.join(f).exists(), "{f}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_reasoning_run_reports_ttfa_apart_from_ttft_and_old_files_still_load() {
+        let mut recs = vec![ok(0, 0.0, 10.0, 500.0, 50), ok(1, 0.1, 12.0, 600.0, 60)];
+        (recs[0].ttfa_ms, recs[0].reasoning_events) = (Some(210.0), 40);
+        (recs[1].ttfa_ms, recs[1].reasoning_events) = (Some(312.0), 60);
+        let s = Summary::of(&recs);
+        assert_eq!(s.ttfa_mean_ms, Some(261.0));
+        assert_eq!(s.ttfa_p99_ms, Some(312.0));
+        assert_eq!(s.reasoning_tokens_mean, Some(50.0));
+        assert!(s.markdown("r").contains("| TTFA p99 (ms) | 312.0 |"));
+        // A record and a summary written before TTFA existed still parse.
+        let mut old = serde_json::to_value(&recs[0]).unwrap();
+        old.as_object_mut().unwrap().remove("ttfa_ms");
+        old.as_object_mut().unwrap().remove("reasoning_events");
+        let back: RequestRecord = serde_json::from_value(old).unwrap();
+        assert_eq!((back.ttfa_ms, back.reasoning_events), (None, 0));
+        let mut old = serde_json::to_value(&s).unwrap();
+        for k in [
+            "ttfa_mean_ms",
+            "ttfa_p50_ms",
+            "ttfa_p90_ms",
+            "ttfa_p99_ms",
+            "reasoning_tokens_mean",
+        ] {
+            old.as_object_mut().unwrap().remove(k);
+        }
+        let back: Summary = serde_json::from_value(old).unwrap();
+        assert_eq!(back.ttfa_p99_ms, None);
     }
 }

@@ -30,6 +30,16 @@
 //!
 //! The first output event sets `first_token` exactly once; every output event counts towards
 //! [`SseScanner::output_events`] (roughly one token each on vLLM/SGLang).
+//!
+//! ## Reasoning and answer
+//! Output is split by kind: **reasoning** is a non-empty `"reasoning_content"` or
+//! `"reasoning"` string (vLLM's and SGLang's reasoning parsers, DeepSeek's API); **answer** is
+//! everything else that counts as output — a non-empty `"content"` or `"text"`, `"tool_calls"`,
+//! `"function_call"`. The first answer event sets `first_answer` exactly once: its time is the
+//! time to first answer (TTFA), which for a reasoning model is what the user waits for;
+//! the first output of either kind is the TTFT. Events carrying only reasoning count towards
+//! [`SseScanner::reasoning_events`] (≈ reasoning tokens). For a model without reasoning the
+//! first answer is the first token.
 
 use serde::Deserialize;
 
@@ -88,8 +98,13 @@ pub fn usage_from_body(body: &[u8]) -> Option<Usage> {
 pub struct ScanUpdate {
     /// The first output-carrying event completed in this chunk (true in exactly one call).
     pub first_token: bool,
+    /// The first answer event (content or tool call, not reasoning) completed in this chunk
+    /// (true in at most one call).
+    pub first_answer: bool,
     /// Output-carrying events completed in this chunk.
     pub output_events: u32,
+    /// Of those, events that carried reasoning only.
+    pub reasoning_events: u32,
     /// The last `usage` object completed in this chunk.
     pub usage: Option<Usage>,
     /// `data: [DONE]` was completed in this chunk.
@@ -113,7 +128,9 @@ pub struct SseScanner {
     error_event: bool,
     events: u32,
     first_token_event: Option<u32>,
+    first_answer_event: Option<u32>,
     output_events: u32,
+    reasoning_events: u32,
     usage: Option<Usage>,
     done: bool,
     error: Option<String>,
@@ -124,6 +141,8 @@ pub struct SseScanner {
 #[derive(Default)]
 struct Event {
     output: bool,
+    /// Output other than reasoning (content, text, a tool call).
+    answer: bool,
     done: bool,
     usage: Option<Usage>,
     error: Option<String>,
@@ -191,9 +210,19 @@ impl SseScanner {
         self.first_token_event
     }
 
+    /// Index (0-based, among data events) of the first answer event, if any yet.
+    pub fn first_answer_event(&self) -> Option<u32> {
+        self.first_answer_event
+    }
+
     /// Output-carrying events so far (≈ output tokens on engines that stream one per event).
     pub fn output_events(&self) -> u32 {
         self.output_events
+    }
+
+    /// Output events that carried reasoning only (≈ reasoning tokens).
+    pub fn reasoning_events(&self) -> u32 {
+        self.reasoning_events
     }
 
     /// Data events dispatched so far.
@@ -302,6 +331,13 @@ impl SseScanner {
                 self.first_token_event = Some(index);
                 up.first_token = true;
             }
+            if !ev.answer {
+                self.reasoning_events += 1;
+                up.reasoning_events += 1;
+            } else if self.first_answer_event.is_none() {
+                self.first_answer_event = Some(index);
+                up.first_answer = true;
+            }
         }
         if ev.done {
             self.done = true;
@@ -373,18 +409,20 @@ fn classify(data: &[u8], error_event: bool) -> Event {
             ..Event::default()
         };
     }
-    let (mut output, mut usage, mut error) = (false, false, error_event);
+    let (mut reasoning, mut answer, mut usage, mut error) = (false, false, false, error_event);
     for_each_key(data, |key, v| match key {
-        b"content" | b"reasoning_content" | b"reasoning" | b"text" => output |= nonempty_string(v),
-        b"tool_calls" => output |= nonempty_array(v),
-        b"function_call" => output |= v.first() == Some(&b'{'),
+        b"content" | b"text" => answer |= nonempty_string(v),
+        b"reasoning_content" | b"reasoning" => reasoning |= nonempty_string(v),
+        b"tool_calls" => answer |= nonempty_array(v),
+        b"function_call" => answer |= v.first() == Some(&b'{'),
         b"usage" => usage |= v.first() == Some(&b'{'),
         b"error" => error |= matches!(v.first(), Some(b'{' | b'"')),
         b"object" => error |= v.starts_with(b"\"error\""),
         _ => {}
     });
     Event {
-        output,
+        output: reasoning || answer,
+        answer,
         done: false,
         usage: if usage { usage_from_body(data) } else { None },
         error: if error {

@@ -37,6 +37,10 @@ fn vllm_stream() -> String {
 struct Summary {
     first_token_event: Option<u32>,
     first_token_calls: usize,
+    first_answer_event: Option<u32>,
+    first_answer_calls: usize,
+    reasoning_events: u32,
+    reasoning_events_in_updates: u32,
     output_events: u32,
     output_events_in_updates: u32,
     events: u32,
@@ -52,6 +56,10 @@ fn scan(chunks: &[&[u8]]) -> Summary {
     Summary {
         first_token_event: s.first_token_event(),
         first_token_calls: updates.iter().filter(|u| u.first_token).count(),
+        first_answer_event: s.first_answer_event(),
+        first_answer_calls: updates.iter().filter(|u| u.first_answer).count(),
+        reasoning_events: s.reasoning_events(),
+        reasoning_events_in_updates: updates.iter().map(|u| u.reasoning_events).sum(),
         output_events: s.output_events(),
         output_events_in_updates: updates.iter().map(|u| u.output_events).sum(),
         events: s.events(),
@@ -73,6 +81,10 @@ fn vllm_stream_first_token_usage_done() {
         Summary {
             first_token_event: Some(1),
             first_token_calls: 1,
+            first_answer_event: Some(1),
+            first_answer_calls: 1,
+            reasoning_events: 0,
+            reasoning_events_in_updates: 0,
             output_events: 3,
             output_events_in_updates: 3,
             events: 7,
@@ -218,6 +230,59 @@ fn usage_of_a_complete_response() {
     assert_eq!(usage_from_body(b"not json"), None);
 }
 
+#[test]
+fn reasoning_comes_before_the_first_answer() {
+    let mut stream = event(&chat_chunk(r#"{"role":"assistant","content":""}"#));
+    for w in ["Let", " me", " think"] {
+        stream += &event(&chat_chunk(&format!(
+            r#"{{"reasoning_content":"{w}","content":null}}"#
+        )));
+    }
+    stream += &event(&chat_chunk(r#"{"reasoning":"more"}"#));
+    // Generated text that mentions a key is inside a string: still reasoning.
+    stream += &event(&chat_chunk(r#"{"reasoning_content":"\"content\":\"x\""}"#));
+    stream += &event(&chat_chunk(r#"{"content":"Yes"}"#));
+    stream += &event(&chat_chunk(r#"{"content":"."}"#));
+    stream += "data: [DONE]\n\n";
+    let got = scan_whole(&stream);
+    assert_eq!(got.first_token_event, Some(1));
+    assert_eq!(got.first_answer_event, Some(6));
+    assert_eq!((got.first_token_calls, got.first_answer_calls), (1, 1));
+    assert_eq!(got.reasoning_events, 5);
+    assert_eq!(got.output_events, 7);
+    // Fed one byte at a time, the answer is reported by the chunk that completes it, once.
+    let mut s = SseScanner::new();
+    let bytes = stream.as_bytes();
+    let answers: Vec<usize> = (0..bytes.len())
+        .filter(|&i| s.feed(&bytes[i..i + 1]).first_answer)
+        .collect();
+    let end = stream.find(r#"{"content":"Yes"}"#).unwrap();
+    let close = end + stream[end..].find("\n\n").unwrap() + 1;
+    assert_eq!(answers, vec![close]);
+}
+
+#[test]
+fn without_reasoning_the_first_answer_is_the_first_token() {
+    let got = scan_whole(&vllm_stream());
+    assert_eq!(got.first_answer_event, got.first_token_event);
+    assert_eq!(got.reasoning_events, 0);
+    // A tool call is an answer; a completion's text is an answer.
+    let tool = event(&chat_chunk(
+        r#"{"tool_calls":[{"index":0,"function":{"name":"f"}}]}"#,
+    ));
+    assert_eq!(scan_whole(&tool).first_answer_event, Some(0));
+    let text = "data:{\"choices\":[{\"text\":\"t\"}]}\n\n";
+    assert_eq!(scan_whole(text).first_answer_event, Some(0));
+    // Reasoning alone never answers.
+    let only = event(&chat_chunk(r#"{"reasoning_content":"hmm"}"#));
+    let got = scan_whole(&only);
+    assert_eq!(
+        (got.first_token_event, got.first_answer_event),
+        (Some(0), None)
+    );
+    assert_eq!(got.reasoning_events, 1);
+}
+
 // === property: chunking never changes the result ===
 
 fn arb_event() -> impl Strategy<Value = String> {
@@ -265,6 +330,10 @@ proptest! {
         let whole = scan(&[bytes]);
         prop_assert_eq!(whole.first_token_calls, usize::from(whole.first_token_event.is_some()));
         prop_assert_eq!(whole.output_events, whole.output_events_in_updates);
+        prop_assert_eq!(whole.first_answer_calls, usize::from(whole.first_answer_event.is_some()));
+        prop_assert_eq!(whole.reasoning_events, whole.reasoning_events_in_updates);
+        // The first answer is never before the first token.
+        prop_assert!(whole.first_answer_event >= whole.first_token_event || whole.first_answer_event.is_none());
         prop_assert_eq!(scan(&chunks), whole);
     }
 }

@@ -19,6 +19,12 @@ pub struct RunReport {
     pub ttft_p90_ms: f64,
     /// 99th percentile TTFT, ms.
     pub ttft_p99_ms: f64,
+    /// Mean time to first answer token (after the model's reasoning; = TTFT without), ms.
+    pub ttfa_mean_ms: f64,
+    /// 99th percentile TTFA, ms.
+    pub ttfa_p99_ms: f64,
+    /// Mean reasoning tokens per request that got its first token.
+    pub reasoning_tokens_mean: f64,
     /// Mean end-to-end latency, ms.
     pub e2e_mean_ms: f64,
     /// 99th percentile end-to-end latency, ms.
@@ -63,6 +69,8 @@ pub struct RequestOutcome {
     pub cached_tokens: u32,
     /// Time to first token; `None` when shed or rejected.
     pub ttft_s: Option<f64>,
+    /// Time to first answer token (after the reasoning); `None` when it never came.
+    pub ttfa_s: Option<f64>,
 }
 
 /// A header and one line per request:
@@ -119,8 +127,25 @@ pub fn to_json(runs: &[RunReport], capacity_rps: Option<f64>) -> String {
     serde_json::json!({ "capacity_rps": capacity_rps, "runs": runs }).to_string()
 }
 
-/// A fixed-width table, one row per policy.
+/// A fixed-width table, one row per policy; with TTFA columns when a run's model reasoned.
 pub fn table(runs: &[RunReport]) -> String {
+    let mut s = table_without_ttfa(runs);
+    if runs.iter().any(|r| r.reasoning_tokens_mean > 0.0) {
+        s += &format!(
+            "\n{:<16} {:>9} {:>9} {:>10}\n",
+            "policy", "ttfa_mean", "ttfa_p99", "reasoning"
+        );
+        for r in runs {
+            s += &format!(
+                "{:<16} {:>9.1} {:>9.1} {:>10.0}\n",
+                r.policy, r.ttfa_mean_ms, r.ttfa_p99_ms, r.reasoning_tokens_mean
+            );
+        }
+    }
+    s
+}
+
+fn table_without_ttfa(runs: &[RunReport]) -> String {
     let mut s = format!(
         "{:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6} {:>5} {:>6}  per-backend\n",
         "policy",
@@ -180,6 +205,9 @@ mod tests {
             ttft_p50_ms: 1.0,
             ttft_p90_ms: 1.0,
             ttft_p99_ms: 1.0,
+            ttfa_mean_ms: 1.0,
+            ttfa_p99_ms: 1.0,
+            reasoning_tokens_mean: 0.0,
             e2e_mean_ms: 2.0,
             e2e_p99_ms: 2.0,
             throughput_rps: 1.0,
@@ -202,6 +230,9 @@ mod tests {
             "ttft_p50_ms",
             "ttft_p90_ms",
             "ttft_p99_ms",
+            "ttfa_mean_ms",
+            "ttfa_p99_ms",
+            "reasoning_tokens_mean",
             "e2e_mean_ms",
             "throughput_rps",
             "prefix_hit_rate",

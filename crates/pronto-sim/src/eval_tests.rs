@@ -19,6 +19,7 @@ fn small_fleet() -> Vec<SimBackend> {
         .map(|i| SimBackend {
             name: format!("b{i}"),
             config: cfg.clone(),
+            reasoning: None,
         })
         .collect()
 }
@@ -37,10 +38,19 @@ fn workload(load: f64) -> Vec<TraceRequest> {
 
 #[test]
 fn fleet_files_load() {
-    for f in ["config/sim/fleet.yaml", "config/sim/fleet-hetero.yaml"] {
+    for f in [
+        "config/sim/fleet.yaml",
+        "config/sim/fleet-hetero.yaml",
+        "config/sim/fleet-hetero-reasoning.yaml",
+    ] {
         let fleet = load_fleet(&repo(f)).unwrap();
         assert_eq!(fleet.len(), 8, "{f}");
         assert!(fleet.iter().all(|b| b.config.num_kv_blocks == 24_000));
+        let reasons = f.contains("reasoning");
+        assert!(
+            fleet.iter().all(|b| b.reasoning.is_some() == reasons),
+            "{f}"
+        );
     }
 }
 
@@ -278,4 +288,60 @@ mod replicas {
         assert_eq!(off.sync_bytes_per_request, 0.0);
         assert_eq!(synced.completed, synced.requests);
     }
+}
+
+#[test]
+fn a_reasoning_model_answers_after_its_reasoning_offline() {
+    use crate::reasoning::ReasoningConfig;
+    let reasoning = ReasoningConfig {
+        mean_tokens: 300.0,
+        sigma: 0.5,
+        max_tokens: 5000,
+        seed: 1,
+    };
+    let thinking: Vec<SimBackend> = small_fleet()
+        .into_iter()
+        .map(|b| SimBackend {
+            reasoning: Some(reasoning),
+            ..b
+        })
+        .collect();
+    let reqs = workload(0.3);
+    let plain = evaluate(&small_fleet(), "m", &reqs, "predicted_ttft").unwrap();
+    let r = evaluate(&thinking, "m", &reqs, "predicted_ttft").unwrap();
+    // Without reasoning the first answer is the first token.
+    assert_eq!(plain.ttfa_mean_ms, plain.ttft_mean_ms);
+    assert_eq!(plain.reasoning_tokens_mean, 0.0);
+    // With it, every answer waits for the reasoning: hundreds of decode steps.
+    assert!(
+        (r.reasoning_tokens_mean - 300.0).abs() < 60.0,
+        "{}",
+        r.reasoning_tokens_mean
+    );
+    assert!(r.ttfa_mean_ms > 10.0 * r.ttft_mean_ms, "{r:?}");
+    for o in &r.outcomes {
+        if let (Some(a), Some(t)) = (o.ttfa_s, o.ttft_s) {
+            assert!(a > t);
+        }
+    }
+    assert_eq!(
+        r.outcomes.iter().filter(|o| o.ttfa_s.is_some()).count() as u64,
+        r.completed
+    );
+    // Deterministic, like every run.
+    assert_eq!(
+        evaluate(&thinking, "m", &reqs, "predicted_ttft").unwrap(),
+        r
+    );
+    // Reasoning is generated work: the fleet sustains fewer requests per second.
+    let sample: Vec<(u64, &TraceRequest)> = reqs
+        .iter()
+        .take(100)
+        .enumerate()
+        .map(|(i, r)| (i as u64, r))
+        .collect();
+    let cfg = &small_fleet()[0].config;
+    assert!(
+        reasoning_capacity_rps(cfg, Some(&reasoning), &sample) < engine_capacity_rps(cfg, &sample)
+    );
 }

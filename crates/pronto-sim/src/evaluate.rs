@@ -42,6 +42,13 @@
 //! backends. Arrival times are then scaled so that the offered rate (requests / trace span)
 //! is `X ×` capacity. Without `--load` the trace's own timing is kept.
 //!
+//! ## Reasoning models
+//! When the fleet file's model reasons ([`crate::reasoning`]), each request generates its
+//! reasoning tokens — drawn from its prompt ids exactly as the live fleet draws them — before
+//! its `output_tokens` answer tokens, on whichever backend serves it. TTFT is still the first
+//! token; TTFA is the step that produced the first answer token (the first token after the
+//! reasoning) − arrival. `--load` calibration counts the reasoning tokens as generated work.
+//!
 //! Mooncake's conversation trace is quantised to 3 s; ties are spread over each bucket
 //! ([`spread_ties`]) before anything else.
 
@@ -57,6 +64,7 @@ use super::eval_report::{percentile, RequestOutcome, RunReport};
 use super::eval_router::ScrapedLoad;
 use super::fleet_config::FleetConfig;
 use super::profile::StepWork;
+use super::reasoning::ReasoningConfig;
 use crate::workload::{self as trace, spread_ties, SyntheticWorkload, TraceFormat, TraceRequest};
 use pronto_core::request::RequestFeatures;
 use pronto_core::routing::{Policy, PolicyKind};
@@ -142,6 +150,8 @@ pub struct SimBackend {
     pub name: String,
     /// Its engine.
     pub config: EngineConfig,
+    /// The model it serves reasons first ([`crate::reasoning`]); `None`: it does not.
+    pub reasoning: Option<ReasoningConfig>,
 }
 
 /// Load a fleet file into evaluator backends.
@@ -156,21 +166,33 @@ pub fn load_fleet(path: &Path) -> anyhow::Result<Vec<SimBackend>> {
         .map(|(b, config)| SimBackend {
             name: b.name.clone(),
             config,
+            reasoning: fleet.reasoning,
         })
         .collect())
 }
 
 /// Sustainable requests/s of one engine on `sample` (closed loop, all queued at once).
 pub fn engine_capacity_rps(config: &EngineConfig, sample: &[(u64, &TraceRequest)]) -> f64 {
+    reasoning_capacity_rps(config, None, sample)
+}
+
+/// [`engine_capacity_rps`] for a model that reasons as `reasoning` says (its reasoning tokens
+/// are generated work too).
+pub fn reasoning_capacity_rps(
+    config: &EngineConfig,
+    reasoning: Option<&ReasoningConfig>,
+    sample: &[(u64, &TraceRequest)],
+) -> f64 {
     let mut e = Engine::new(config.clone());
     let mut ids = Vec::new();
     for &(index, r) in sample {
         ids.clear();
         r.prompt_ids(index, &mut ids);
+        let thinking = reasoning.map_or(0, |c| c.tokens_for(&ids));
         e.add_request(SimRequest {
             id: index,
             prompt: std::mem::take(&mut ids),
-            max_tokens: r.output_tokens,
+            max_tokens: r.output_tokens.saturating_add(thinking),
         });
     }
     let mut t = 0.0;
@@ -193,14 +215,15 @@ pub fn fleet_capacity_rps(fleet: &[SimBackend], reqs: &[TraceRequest]) -> f64 {
         .step_by(stride)
         .map(|(i, r)| (i as u64, r))
         .collect();
-    let mut per_config: Vec<(&EngineConfig, f64)> = Vec::new();
+    let mut per_config: Vec<(&SimBackend, f64)> = Vec::new();
     let mut total = 0.0;
     for b in fleet {
-        let rate = match per_config.iter().find(|(c, _)| *c == &b.config) {
+        let same = |c: &&SimBackend| c.config == b.config && c.reasoning == b.reasoning;
+        let rate = match per_config.iter().find(|(c, _)| same(c)) {
             Some(&(_, r)) => r,
             None => {
-                let r = engine_capacity_rps(&b.config, &sample);
-                per_config.push((&b.config, r));
+                let r = reasoning_capacity_rps(&b.config, b.reasoning.as_ref(), &sample);
+                per_config.push((b, r));
                 r
             }
         };
@@ -226,6 +249,10 @@ struct Track {
     backend: usize,
     prompt_tokens: u32,
     first_token_s: Option<f64>,
+    /// Reasoning tokens before the answer, and output tokens produced so far.
+    reasoning_tokens: u32,
+    produced: u32,
+    first_answer_s: Option<f64>,
     predicted_ttft_s: Option<f64>,
     reason: Option<pronto_core::routing::Reason>,
     cached_tokens: u32,
@@ -299,6 +326,7 @@ pub fn evaluate_replicated(
         .collect();
     let mut tracks: Vec<Track> = Vec::with_capacity(reqs.len());
     let mut ttft = Vec::with_capacity(reqs.len());
+    let mut ttfa = Vec::with_capacity(reqs.len());
     let mut e2e = Vec::with_capacity(reqs.len());
     let mut per_backend = vec![0u64; fleet.len()];
     let (mut shed, mut rejected) = (0u64, 0u64);
@@ -328,13 +356,26 @@ pub fn evaluate_replicated(
                             tr.first_token_s = Some(t);
                             tr.cached_tokens = cached_tokens;
                             ttft.push(t - tr.arrival_s);
+                            tr.produced = 1;
+                            if tr.reasoning_tokens == 0 {
+                                tr.first_answer_s = Some(t);
+                                ttfa.push(t - tr.arrival_s);
+                            }
                             hit_tokens += u64::from(cached_tokens);
                             prompt_tokens += u64::from(tr.prompt_tokens);
                             if let Some(d) = dispatched[id as usize].as_mut() {
                                 router.on_first_token(d, b, t - tr.arrival_s, t);
                             }
                         }
-                        EngineEvent::Token { .. } => {}
+                        EngineEvent::Token { id } => {
+                            let tr = &mut tracks[id as usize];
+                            tr.produced += 1;
+                            // Token number reasoning + 1 is the first of the answer.
+                            if tr.produced == tr.reasoning_tokens + 1 {
+                                tr.first_answer_s = Some(t);
+                                ttfa.push(t - tr.arrival_s);
+                            }
+                        }
                         EngineEvent::Finished { id, output_tokens } => {
                             let tr = tracks[id as usize];
                             if let Some(d) = dispatched[id as usize].take() {
@@ -377,6 +418,9 @@ pub fn evaluate_replicated(
                     backend: usize::MAX,
                     prompt_tokens: r.input_tokens,
                     first_token_s: None,
+                    reasoning_tokens: 0,
+                    produced: 0,
+                    first_answer_s: None,
                     predicted_ttft_s: None,
                     reason: None,
                     cached_tokens: 0,
@@ -415,6 +459,10 @@ pub fn evaluate_replicated(
                     shed += 1;
                     continue;
                 };
+                // The served model's reasoning, drawn from the prompt as the live fleet does.
+                let thinking = fleet[b].reasoning.map_or(0, |c| c.tokens_for(&ids));
+                let generated = r.output_tokens.saturating_add(thinking);
+                tracks[id as usize].reasoning_tokens = thinking;
                 tracks[id as usize].backend = b;
                 tracks[id as usize].predicted_ttft_s = predicted;
                 tracks[id as usize].reason = reason;
@@ -425,12 +473,12 @@ pub fn evaluate_replicated(
                 let hashes = std::mem::take(&mut features.block_hashes);
                 let engine = &mut backends[b].engine;
                 if engine.config().block_size == BLOCK_TOKENS {
-                    engine.add_hashed(id, r.input_tokens, hashes.into(), r.output_tokens);
+                    engine.add_hashed(id, r.input_tokens, hashes.into(), generated);
                 } else {
                     engine.add_request(SimRequest {
                         id,
                         prompt: std::mem::take(&mut ids),
-                        max_tokens: r.output_tokens,
+                        max_tokens: generated,
                     });
                 }
                 if backends[b].busy_until.is_none() {
@@ -455,8 +503,15 @@ pub fn evaluate_replicated(
         }
     };
     let ttft_mean = mean(&ttft);
+    let ttfa_mean = mean(&ttfa);
     let e2e_mean = mean(&e2e);
     ttft.sort_by(f64::total_cmp);
+    ttfa.sort_by(f64::total_cmp);
+    let started: Vec<f64> = tracks
+        .iter()
+        .filter(|t| t.first_token_s.is_some())
+        .map(|t| f64::from(t.reasoning_tokens))
+        .collect();
     e2e.sort_by(f64::total_cmp);
     Ok(RunReport {
         policy: policy.to_string(),
@@ -466,6 +521,9 @@ pub fn evaluate_replicated(
         ttft_p50_ms: ms(percentile(&ttft, 0.50)),
         ttft_p90_ms: ms(percentile(&ttft, 0.90)),
         ttft_p99_ms: ms(percentile(&ttft, 0.99)),
+        ttfa_mean_ms: ms(ttfa_mean),
+        ttfa_p99_ms: ms(percentile(&ttfa, 0.99)),
+        reasoning_tokens_mean: mean(&started),
         e2e_mean_ms: ms(e2e_mean),
         e2e_p99_ms: ms(percentile(&e2e, 0.99)),
         throughput_rps: if span > 0.0 {
@@ -499,6 +557,7 @@ pub fn evaluate_replicated(
                 reason: t.reason,
                 cached_tokens: t.cached_tokens,
                 ttft_s: t.first_token_s.map(|f| f - t.arrival_s),
+                ttfa_s: t.first_answer_s.map(|f| f - t.arrival_s),
             })
             .collect(),
     })

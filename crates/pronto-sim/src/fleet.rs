@@ -121,6 +121,7 @@ impl SimFleetArgs {
                     .collect::<Result<Vec<_>, SimFleetError>>()?;
                 let cfg = FleetConfig {
                     model: DEFAULT_MODEL.to_string(),
+                    reasoning: None,
                     backends,
                 };
                 (cfg, PathBuf::from("."))
@@ -280,6 +281,7 @@ impl SimFleet {
                 stats: Mutex::new(EngineStats::default()),
                 tokenizer: opts.tokenizer.clone(),
                 timer: Default::default(),
+                reasoning: config.reasoning,
             });
             let mut driver = Driver::new(Engine::new(ecfg), shared.clone(), opts.time_scale);
             let kv_events = match b.kv_events_port {

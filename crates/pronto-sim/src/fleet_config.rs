@@ -6,7 +6,9 @@
 //!   - { name: h100-0, profile: h100-llama3-8b, port: 8201, num_kv_blocks: 25000 }
 //! ```
 //! `profile` is a built-in profile name or a path to a profile YAML file; `num_kv_blocks`
-//! overrides the profile's capacity; `faults` holds the live fleet's fault knobs.
+//! overrides the profile's capacity; `faults` holds the live fleet's fault knobs. An optional
+//! top-level `reasoning: { mean_tokens, sigma, max_tokens, seed }` makes the model a reasoning
+//! model ([`super::reasoning`]).
 
 use std::time::Duration;
 
@@ -14,13 +16,14 @@ use serde::Deserialize;
 
 use super::engine::EngineConfig;
 use super::profile::{Profile, ProfileError};
+use super::reasoning::ReasoningConfig;
 
 /// Fault-injection knobs of one live backend (owned by the live fleet; see
 /// [`super::fleet_faults`] for what each does). Durations are human strings (`250ms`, `2s`)
 /// or numbers of seconds.
 ///
 /// ```yaml
-/// faults: { error_rate: 0.1, stall_first_token: 2s, slowdown: 1.5,
+/// faults: { error_rate: 0.1, stall_first_token: 2s, stall_probability: 0.05, slowdown: 1.5,
 ///           crash_after: 30s, crash_every: 60s, restart_after: 5s, seed: 7 }
 /// ```
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -31,6 +34,8 @@ pub struct FaultConfig {
     /// Hold each request's first token back this long (wall time).
     #[serde(deserialize_with = "de_opt_duration")]
     pub stall_first_token: Option<Duration>,
+    /// Probability (0–1) that a request is stalled (`stall_first_token`); 1: every request.
+    pub stall_probability: f64,
     /// Factor multiplying every engine step's duration (> 0; 1 = nominal speed).
     pub slowdown: f64,
     /// How long a crashed backend answers 503 before serving again (wall time).
@@ -51,6 +56,7 @@ impl Default for FaultConfig {
         FaultConfig {
             error_rate: 0.0,
             stall_first_token: None,
+            stall_probability: 1.0,
             slowdown: 1.0,
             restart_after: Duration::from_secs(5),
             crash_after: None,
@@ -65,6 +71,9 @@ impl FaultConfig {
     pub fn validate(&self) -> Result<(), (&'static str, &'static str)> {
         if !(0.0..=1.0).contains(&self.error_rate) {
             return Err(("error_rate", "must be between 0 and 1"));
+        }
+        if !(0.0..=1.0).contains(&self.stall_probability) {
+            return Err(("stall_probability", "must be between 0 and 1"));
         }
         if !(self.slowdown.is_finite() && self.slowdown > 0.0) {
             return Err(("slowdown", "must be a positive number"));
@@ -137,6 +146,9 @@ pub struct SimBackendConfig {
 pub struct FleetConfig {
     /// Model name every backend serves.
     pub model: String,
+    /// The model reasons before it answers ([`super::reasoning`]); absent: it does not.
+    #[serde(default)]
+    pub reasoning: Option<ReasoningConfig>,
     /// The backends, in pool order.
     pub backends: Vec<SimBackendConfig>,
 }
@@ -204,6 +216,9 @@ impl FleetConfig {
             field,
             reason: reason.to_string(),
         };
+        if let Some(Err((field, reason))) = cfg.reasoning.as_ref().map(ReasoningConfig::validate) {
+            return Err(invalid(format!("reasoning.{field}"), reason));
+        }
         if cfg.backends.is_empty() {
             return Err(invalid(
                 "backends".into(),

@@ -8,7 +8,8 @@
 //!   byte of a response, drawn from a seeded random stream (deterministic for a given order
 //!   of requests).
 //! - `stall_first_token`: the first token of each request is held back this long (wall time,
-//!   not scaled by the fleet's time scale) before it is sent.
+//!   not scaled by the fleet's time scale) before it is sent; with `stall_probability` (0–1,
+//!   default 1) only that share of requests is, drawn from a seeded stream of its own.
 //! - `slowdown`: multiplies every engine step's duration (2.0 = half speed).
 //! - [`FaultControl::crash`]: every open request is cut off mid-flight (its connection is
 //!   closed without a final chunk), the engine's prefix cache is cleared, and the backend
@@ -36,6 +37,8 @@ pub struct FaultControl {
 struct FaultState {
     error_rate: AtomicU64,
     stall_ns: AtomicU64,
+    stall_probability: AtomicU64,
+    stall_rng: Mutex<SmallRng>,
     slowdown: AtomicU64,
     restart_after_ns: AtomicU64,
     down_until: Mutex<Option<Instant>>,
@@ -67,6 +70,8 @@ impl FaultControl {
             inner: Arc::new(FaultState {
                 error_rate: AtomicU64::new(0),
                 stall_ns: AtomicU64::new(0),
+                stall_probability: AtomicU64::new(1f64.to_bits()),
+                stall_rng: Mutex::new(SmallRng::seed_from_u64(seed ^ 0x0574_7a11)),
                 slowdown: AtomicU64::new(1f64.to_bits()),
                 restart_after_ns: AtomicU64::new(0),
                 down_until: Mutex::new(None),
@@ -76,6 +81,7 @@ impl FaultControl {
         };
         c.set_error_rate(cfg.error_rate);
         c.set_stall_first_token(cfg.stall_first_token);
+        c.set_stall_probability(cfg.stall_probability);
         c.set_slowdown(cfg.slowdown);
         c.set_restart_after(cfg.restart_after);
         c
@@ -105,6 +111,36 @@ impl FaultControl {
         self.inner
             .stall_ns
             .store(d.map_or(0, nanos), Ordering::Relaxed);
+    }
+
+    /// Probability that a request is stalled (when `stall_first_token` is set).
+    pub fn stall_probability(&self) -> f64 {
+        f64::from_bits(self.inner.stall_probability.load(Ordering::Relaxed))
+    }
+
+    /// Set the stall probability (clamped to 0–1; NaN counts as 0).
+    pub fn set_stall_probability(&self, p: f64) {
+        let p = if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) };
+        self.inner
+            .stall_probability
+            .store(p.to_bits(), Ordering::Relaxed);
+    }
+
+    /// Draw this request's stall: `stall_first_token` with probability `stall_probability`.
+    pub(crate) fn roll_stall(&self) -> Option<Duration> {
+        let d = self.stall_first_token()?;
+        let p = self.stall_probability();
+        if p >= 1.0 {
+            return Some(d);
+        }
+        (self
+            .inner
+            .stall_rng
+            .lock()
+            .expect("fault lock")
+            .gen::<f64>()
+            < p)
+            .then_some(d)
     }
 
     /// Factor multiplying every step's duration.
@@ -187,6 +223,21 @@ mod tests {
         assert_eq!(c.slowdown(), 2.5);
         c.set_stall_first_token(Some(Duration::ZERO));
         assert_eq!(c.stall_first_token(), None);
+        assert_eq!(c.roll_stall(), None);
+        let stall = Some(Duration::from_secs(2));
+        c.set_stall_first_token(stall);
+        assert!(
+            (0..20).all(|_| c.roll_stall() == stall),
+            "p = 1: every request"
+        );
+        c.set_stall_probability(0.05);
+        let stalled = (0..2000).filter(|_| c.roll_stall().is_some()).count();
+        assert!(
+            (50..=150).contains(&stalled),
+            "{stalled} of 2000 at p = 0.05"
+        );
+        c.set_stall_probability(0.0);
+        assert!((0..20).all(|_| c.roll_stall().is_none()));
 
         let draws = |seed| {
             let (tx, _rx) = mpsc::unbounded_channel();

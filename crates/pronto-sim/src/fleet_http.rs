@@ -10,7 +10,8 @@
 //!
 //! A generation request is parsed ([`super::fleet_openai`]), checked (model name → 404,
 //! `error_rate` fault → 500, prompt + `max_tokens` over `max_model_len` → 400, as vLLM), turned
-//! into token ids and sent to the engine task. Its response is driven by the [`Progress`]
+//! into token ids and sent to the engine task; a reasoning model's chat request generates its
+//! reasoning tokens first ([`crate::reasoning`]). Its response is driven by the [`Progress`]
 //! messages the task delivers at the end of each step. Dropping the response (the client hung
 //! up) drops an [`AbortGuard`], which aborts the request in the engine at once. A progress
 //! channel that closes before the last token (crash, shutdown) makes the response body fail,
@@ -76,6 +77,8 @@ pub(crate) struct BackendShared {
     pub tokenizer: Option<Arc<ModelTokenizer>>,
     /// Every sleep of this backend's simulated time (right on average).
     pub timer: Timer,
+    /// The model's reasoning, if it reasons ([`crate::reasoning`]).
+    pub reasoning: Option<crate::reasoning::ReasoningConfig>,
 }
 
 impl BackendShared {
@@ -159,16 +162,19 @@ async fn completions(State(s): State<Shared>, body: Bytes) -> Response {
     generate(s, ApiKind::Completion, &body).await
 }
 
-/// Aborts its request in the engine when dropped before the request finished.
+/// Aborts its request in the engine when dropped before the request finished (and counts the
+/// cancellation).
 struct AbortGuard {
     id: u64,
     cmd: mpsc::UnboundedSender<Cmd>,
+    cancelled: prometheus::IntCounter,
     armed: bool,
 }
 
 impl Drop for AbortGuard {
     fn drop(&mut self) {
         if self.armed {
+            self.cancelled.inc();
             // The engine task is gone only at shutdown, when there is nothing left to abort.
             let _ = self.cmd.send(Cmd::Abort(self.id));
         }
@@ -197,7 +203,11 @@ enum Cut {
 impl Flight {
     /// Next progress message; first-token bookkeeping (stall, TTFT, usage) is done here.
     async fn next(&mut self) -> Result<Progress, Cut> {
-        let p = self.rx.recv().await.ok_or(Cut::Crashed)?;
+        let Some(p) = self.rx.recv().await else {
+            // The engine dropped the request (crash, shutdown): nothing left to cancel.
+            self.guard.armed = false;
+            return Err(Cut::Crashed);
+        };
         if let Some(at) = p.release_at {
             // The profile's output latency (see fleet_driver).
             self.shared.timer.sleep_until(at).await;
@@ -208,6 +218,7 @@ impl Flight {
         }
         if let Some(f) = p.first {
             if let Some(d) = self.stall {
+                self.shared.metrics.stalled.inc();
                 tokio::time::sleep(d).await;
             }
             self.shared
@@ -254,7 +265,13 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
     if prompt.is_empty() {
         return error(ApiError::bad_request("the prompt must not be empty"));
     }
-    let wanted = prompt.len() as u64 + u64::from(req.max_tokens);
+    // A reasoning model reasons before it answers (chat only; see crate::reasoning).
+    let reasoning = match (kind, &s.reasoning) {
+        (ApiKind::Chat, Some(r)) => r.tokens_for(&prompt),
+        _ => 0,
+    };
+    let generated = req.max_tokens.saturating_add(reasoning);
+    let wanted = prompt.len() as u64 + u64::from(generated);
     if wanted > s.max_model_len() {
         return error(ApiError::bad_request(format!(
             "This model's maximum context length is {} tokens. However, you requested {} \
@@ -262,7 +279,7 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
             s.max_model_len(),
             wanted,
             prompt.len(),
-            req.max_tokens
+            generated
         )));
     }
     let id = s.next_id.fetch_add(1, Ordering::Relaxed);
@@ -270,7 +287,7 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
     let sim = SimRequest {
         id,
         prompt,
-        max_tokens: req.max_tokens,
+        max_tokens: generated,
     };
     let add = Cmd::Add {
         req: sim,
@@ -288,6 +305,7 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
         guard: AbortGuard {
             id,
             cmd: s.cmd.clone(),
+            cancelled: s.metrics.cancelled.clone(),
             armed: true,
         },
         responder: Responder::new(
@@ -298,10 +316,13 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
         ),
-        stall: s.faults.stall_first_token(),
+        stall: s.faults.roll_stall(),
         shared: s,
         start,
-        usage: Usage::default(),
+        usage: Usage {
+            reasoning_tokens: reasoning,
+            ..Usage::default()
+        },
     };
     if req.stream {
         stream_response(flight, req.include_usage)
@@ -371,7 +392,9 @@ impl SseState {
         let base = self.flight.usage.completion_tokens;
         for i in 0..p.tokens {
             let last = p.finished && i + 1 == p.tokens;
-            r.push_token_chunk(base + i, last, &mut frame);
+            let index = base + i;
+            let reasoning = index < self.flight.usage.reasoning_tokens;
+            r.push_token_chunk(index, last, reasoning, &mut frame);
         }
         self.flight.usage.completion_tokens += p.tokens;
         if p.finished {

@@ -10,7 +10,10 @@
 //!
 //! Simulator-only series: `sim_lag_seconds_total` (how far the engine task fell behind real
 //! time), `sim_aborted_requests_total` (client hang-ups that aborted a request in the engine),
-//! `sim_injected_errors_total` (answers failed by the `error_rate` fault), `sim_crashes_total`.
+//! `sim_injected_errors_total` (answers failed by the `error_rate` fault), `sim_crashes_total`,
+//! `sim_cancelled_requests_total` (responses dropped by the client before their last token —
+//! a gateway cancelling a failover or hedge loser — whether or not the engine was still
+//! generating) and `sim_stalled_requests_total` (first tokens held back by the stall fault).
 
 use prometheus::{
     Counter, Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry,
@@ -44,6 +47,10 @@ pub(crate) struct BackendMetrics {
     pub aborted: IntCounter,
     /// Requests failed by the `error_rate` fault.
     pub injected_errors: IntCounter,
+    /// Responses dropped by the client before their last token.
+    pub cancelled: IntCounter,
+    /// First tokens held back by the stall fault.
+    pub stalled: IntCounter,
     /// Crashes (run-time `crash()` calls and scheduled ones).
     pub crashes: IntCounter,
 }
@@ -133,6 +140,14 @@ impl BackendMetrics {
             "sim_aborted_requests_total",
             "Requests aborted in the engine because the client went away."
         )));
+        let cancelled = reg!(IntCounter::with_opts(opts(
+            "sim_cancelled_requests_total",
+            "Responses the client dropped before their last token."
+        )));
+        let stalled = reg!(IntCounter::with_opts(opts(
+            "sim_stalled_requests_total",
+            "First tokens held back by the stall_first_token fault."
+        )));
         let injected_errors = reg!(IntCounter::with_opts(opts(
             "sim_injected_errors_total",
             "Requests answered 500 by the error_rate fault."
@@ -155,6 +170,8 @@ impl BackendMetrics {
             lag,
             aborted,
             injected_errors,
+            cancelled,
+            stalled,
             crashes,
         }
     }

@@ -12,7 +12,8 @@
 //! ## Responses
 //! Chunks follow vLLM's shapes. Chat: a role chunk (`delta: {"role":"assistant","content":""}`)
 //! sent together with the first token (vLLM emits it when the first output arrives), one chunk
-//! per token whose `delta.content` is a short deterministic word, the last token's chunk carrying
+//! per token whose `delta.content` is a short deterministic word (a reasoning model's reasoning
+//! tokens come first, as `delta.reasoning_content`; non-streamed: `message.reasoning_content`), the last token's chunk carrying
 //! `finish_reason: "length"`, an optional usage chunk (`choices: []`), then `data: [DONE]`.
 //! Completions: one chunk per token with `choices[0].text`. Errors use the OpenAI envelope
 //! `{"error":{"message","type","param","code"}}`.
@@ -199,18 +200,25 @@ pub(crate) fn word(id: u64, index: u32) -> String {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Usage {
     pub prompt_tokens: u32,
+    /// Every generated token, reasoning included.
     pub completion_tokens: u32,
     pub cached_tokens: u32,
+    /// The first `reasoning_tokens` generated tokens are reasoning.
+    pub reasoning_tokens: u32,
 }
 
 impl Usage {
     fn json(self) -> Value {
-        json!({
+        let mut v = json!({
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
-        })
+        });
+        if self.reasoning_tokens > 0 {
+            v["completion_tokens_details"] = json!({"reasoning_tokens": self.reasoning_tokens});
+        }
+        v
     }
 }
 
@@ -282,18 +290,24 @@ impl Responder {
     #[cfg(test)]
     pub fn token_chunk(&self, index: u32, last: bool) -> Bytes {
         let mut out = Vec::new();
-        self.push_token_chunk(index, last, &mut out);
+        self.push_token_chunk(index, last, false, &mut out);
         Bytes::from(out)
     }
 
-    /// Append the chunk of output token `index` to `out` (words need no JSON escaping).
-    pub fn push_token_chunk(&self, index: u32, last: bool, out: &mut Vec<u8>) {
+    /// Append the chunk of output token `index` to `out` (words need no JSON escaping);
+    /// `reasoning`: it is a reasoning token (chat: `delta.reasoning_content`).
+    pub fn push_token_chunk(&self, index: u32, last: bool, reasoning: bool, out: &mut Vec<u8>) {
         let finish = if last { "\"length\"" } else { "null" };
         out.extend_from_slice(self.head.as_bytes());
         let w = word(self.id, index);
+        let field = if reasoning {
+            "reasoning_content"
+        } else {
+            "content"
+        };
         let tail = match self.kind {
             ApiKind::Chat => format!(
-                "\"delta\":{{\"content\":\"{w}\"}},\"logprobs\":null,\"finish_reason\":{finish}}}]}}\n\n"
+                "\"delta\":{{\"{field}\":\"{w}\"}},\"logprobs\":null,\"finish_reason\":{finish}}}]}}\n\n"
             ),
             ApiKind::Completion => format!(
                 "\"text\":\"{w}\",\"logprobs\":null,\"finish_reason\":{finish},\"stop_reason\":null}}]}}\n\n"
@@ -317,10 +331,14 @@ impl Responder {
 
     /// The whole non-streaming answer.
     pub fn full(&self, usage: Usage) -> Value {
-        let text: String = (0..usage.completion_tokens)
-            .map(|i| word(self.id, i))
-            .collect();
+        let thought = usage.reasoning_tokens.min(usage.completion_tokens);
+        let words = |r: std::ops::Range<u32>| r.map(|i| word(self.id, i)).collect::<String>();
+        let text = words(thought..usage.completion_tokens);
         let choice = match self.kind {
+            ApiKind::Chat if thought > 0 => json!({"index": 0,
+                "message": {"role": "assistant", "content": text,
+                            "reasoning_content": words(0..thought)},
+                "logprobs": null, "finish_reason": "length"}),
             ApiKind::Chat => json!({"index": 0,
                 "message": {"role": "assistant", "content": text},
                 "logprobs": null, "finish_reason": "length"}),
@@ -416,6 +434,7 @@ mod tests {
             prompt_tokens: 5,
             completion_tokens: 3,
             cached_tokens: 2,
+            reasoning_tokens: 0,
         });
         assert_eq!(full["usage"]["total_tokens"], 8);
         assert_eq!(full["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
@@ -430,5 +449,35 @@ mod tests {
         assert!(c.role_chunk().is_none());
         let v: Value = serde_json::from_slice(&c.token_chunk(0, false)[6..]).unwrap();
         assert!(v["choices"][0]["text"].is_string());
+    }
+
+    #[test]
+    fn reasoning_tokens_come_first_as_reasoning_content() {
+        let r = Responder::new(ApiKind::Chat, 9, "m".into(), 1);
+        let mut out = Vec::new();
+        r.push_token_chunk(0, false, true, &mut out);
+        let v: Value = serde_json::from_slice(&out[6..]).unwrap();
+        assert_eq!(
+            v["choices"][0]["delta"]["reasoning_content"],
+            word(9, 0).as_str()
+        );
+        assert!(v["choices"][0]["delta"].get("content").is_none());
+        let full = r.full(Usage {
+            prompt_tokens: 5,
+            completion_tokens: 7,
+            cached_tokens: 0,
+            reasoning_tokens: 4,
+        });
+        let msg = &full["choices"][0]["message"];
+        let count = |s: &Value| s.as_str().unwrap().split_whitespace().count();
+        assert_eq!(
+            (count(&msg["reasoning_content"]), count(&msg["content"])),
+            (4, 3)
+        );
+        assert_eq!(full["usage"]["completion_tokens"], 7);
+        assert_eq!(
+            full["usage"]["completion_tokens_details"]["reasoning_tokens"],
+            4
+        );
     }
 }

@@ -10,6 +10,8 @@
 //!   in (scaled) real time, with vLLM's `/metrics` and fault injection.
 //! - [`calibrate`]: `pronto calibrate` — measure a live engine, fit a profile to it with the
 //!   engine's own scheduler replayed, write it.
+//! - [`reasoning`]: a reasoning model's reasoning length per request (`reasoning:` in the
+//!   fleet file), for the live fleet and the evaluator alike.
 //! - [`workload`]: trace readers (Mooncake, Azure) and the seeded synthetic multi-turn workload.
 //!
 //! The engine is synchronous and clock-agnostic: callers own time. The live HTTP fleet drives
@@ -36,5 +38,6 @@ mod fleet_openai;
 mod fleet_timer;
 pub mod kv;
 pub mod profile;
+pub mod reasoning;
 pub mod testing;
 pub mod workload;

@@ -43,6 +43,7 @@ async fn calibrating_the_sim_fleet_recovers_its_profile() {
     let fleet = SimFleet::start(
         &FleetConfig {
             model: "m".into(),
+            reasoning: None,
             backends: vec![SimBackendConfig {
                 name: "truth".into(),
                 profile: path.display().to_string(),

@@ -1,0 +1,462 @@
+//! Racing two backends before the first byte: failover on a missed first-token deadline, and
+//! bounded hedging (the route's `first_token_deadline` and `hedge`, [`crate::config::race`]).
+//!
+//! ```text
+//! A: dispatch ── attempt ───────────── first chunk? ── win: relay A, cancel B
+//!          trigger (hedge delay / deadline)
+//! B:              └─ route again without A ── dispatch ── attempt ── first chunk? ── win
+//! ```
+//!
+//! Streams only: an attempt commits at its first body chunk (the first token), and until one
+//! commits nothing has reached the client, so either copy may still be dropped. The first
+//! attempt runs alone until its trigger: the hedge delay (when the route hedges, the budget
+//! grants one and the best prediction is under `max_predicted_ttft`), else the first-token
+//! deadline. Then the decision is taken again without the first backend — booked, recorded
+//! and counted as any decision — and both attempts race. The first to commit wins; the other
+//! future is dropped, which closes its upstream connection (the engine aborts the request),
+//! undoes its prefix record and releases its booking. A first attempt that loses a failover
+//! was late: its TTFT model observes the time it was given (the deadline or more), a lower
+//! bound of its real TTFT. An attempt that *fails* during the race (connect error, 5xx,
+//! timeout) is counted and marked tried, and the other is awaited alone; its outcome is the
+//! race's. Everything here runs in the request's task: no spawn, no lock across an await.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use pingora_http::RequestHeader;
+
+use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
+use super::Proxy;
+use crate::config::race::{FirstTokenDeadline, HEDGE_BURST};
+use crate::config::Route;
+use crate::gateway::{Attempted, GatewayState, Pool, Routed};
+use crate::request::RequestFeatures;
+use crate::routing::Policy;
+use crate::telemetry::{FailoverReason, RaceKind};
+use pronto_core::ids::BackendId;
+
+/// One dispatched attempt's state: its decision, its booking, when it was dispatched.
+pub(super) struct Entrant {
+    pub routed: Routed,
+    pub attempted: Attempted,
+    pub at: Instant,
+}
+
+/// When a first attempt gets company, and why.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Plan {
+    /// The hedge delay, when the route hedges and the fleet is not saturated.
+    pub hedge: Option<Duration>,
+    /// The first-token deadline, when the route has one.
+    pub deadline: Option<(Duration, FailoverReason)>,
+}
+
+impl Plan {
+    /// The race plan of a streamed request on `route` whose first decision is `routed`;
+    /// `None` when there is nothing to race.
+    pub fn of(route: Option<&Route>, routed: &Routed, stream: bool) -> Option<Plan> {
+        let route = route.filter(|_| stream)?;
+        let predicted = routed.decision.predicted_ttft_s;
+        let rel_error = routed.chosen.ttft_model.map(|m| m.quality.rel_error);
+        let plan = Plan {
+            hedge: route.hedge.and_then(|h| h.delay(predicted, rel_error)),
+            deadline: route.first_token_deadline.map(|d| {
+                let reason = match d {
+                    FirstTokenDeadline::After(_) => FailoverReason::AbsoluteDeadline,
+                    FirstTokenDeadline::Predicted { .. } => FailoverReason::RelativeDeadline,
+                };
+                (d.resolve(predicted), reason)
+            }),
+        };
+        (plan.hedge.is_some() || plan.deadline.is_some()).then_some(plan)
+    }
+}
+
+/// What a race produced: the entrant whose outcome is final and that outcome.
+pub(super) struct Finish {
+    pub entrant: Entrant,
+    pub outcome: Attempt,
+    /// The race that happened, for the explain headers and the access log.
+    pub raced: Option<Raced>,
+}
+
+/// A race that took place.
+#[derive(Debug, Clone)]
+pub(super) struct Raced {
+    pub kind: RaceKind,
+    /// The first backend (the late one, for a failover).
+    pub first: Arc<str>,
+    /// The second backend answered first.
+    pub second_won: bool,
+}
+
+/// Hedge credit per route, outliving reloads: each request on a hedging route earns
+/// `budget` hedges, at most [`HEDGE_BURST`] banked; a hedge spends one.
+#[derive(Debug, Default)]
+pub(super) struct HedgeBudgets {
+    credit: Mutex<HashMap<Arc<str>, f64>>,
+}
+
+impl HedgeBudgets {
+    /// A request arrived on `route`, which hedges with `budget`.
+    pub fn earn(&self, route: &Arc<str>, budget: f64) {
+        let mut c = self.credit.lock().expect("hedge budget lock");
+        let credit = c.entry(Arc::clone(route)).or_insert(1.0);
+        *credit = (*credit + budget).min(HEDGE_BURST);
+    }
+
+    /// Spend one hedge of `route`, if it has one.
+    pub fn take(&self, route: &str) -> bool {
+        let mut c = self.credit.lock().expect("hedge budget lock");
+        match c.get_mut(route) {
+            Some(credit) if *credit >= 1.0 => {
+                *credit -= 1.0;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Everything a race needs besides the first entrant.
+pub(super) struct Race<'a> {
+    pub proxy: &'a Proxy,
+    pub state: &'a GatewayState,
+    pub pool: &'a Pool,
+    pub route: &'a Route,
+    pub policy: &'a dyn Policy,
+    pub features: &'a RequestFeatures,
+    pub body: &'a Bytes,
+    pub client_head: &'a RequestHeader,
+    pub request_id: &'a str,
+    pub deadlines: Deadlines,
+    pub may_retry: bool,
+}
+
+/// Which copy finished first.
+enum Side {
+    First,
+    Second,
+}
+
+impl Race<'_> {
+    /// Run the first attempt, `a` (whose request head is `head`), and race it as `plan` says.
+    /// `tried` gains every backend that failed during the race.
+    pub async fn run(
+        &self,
+        mut a: Entrant,
+        head: RequestHeader,
+        plan: Plan,
+        tried: &mut Vec<BackendId>,
+    ) -> Finish {
+        let p = self.proxy;
+        let first = a.routed.decision.index;
+        let backend_a = Arc::clone(&self.pool.backends[first]);
+        let mut fut_a = Box::pin(attempt(
+            &p.connectors,
+            &backend_a,
+            head,
+            self.body,
+            true,
+            self.deadlines,
+            self.may_retry,
+            &mut a.attempted.guard,
+        ));
+        // The triggers in time order: a hedge (when the budget grants one then), the deadline.
+        let mut triggers: [Option<(Duration, RaceKind)>; 2] = [
+            plan.hedge.map(|d| (d, RaceKind::Hedge)),
+            plan.deadline.map(|(d, _)| (d, RaceKind::Failover)),
+        ];
+        triggers.sort_by_key(|t| t.map_or(Duration::MAX, |(d, _)| d));
+        let mut kind = None;
+        for (delay, k) in triggers.into_iter().flatten() {
+            let at = tokio::time::Instant::from_std(a.at + delay);
+            tokio::select! {
+                out = &mut fut_a => {
+                    drop(fut_a);
+                    return Finish { entrant: a, outcome: out, raced: None };
+                }
+                _ = tokio::time::sleep_until(at) => {}
+            }
+            if k == RaceKind::Failover || p.hedges.take(&self.route.name) {
+                kind = Some(k);
+                break;
+            }
+        }
+        let second = kind.and_then(|k| Some((k, self.second(first, tried)?)));
+        let Some((kind, (mut b, head_b))) = second else {
+            let out = fut_a.await;
+            return Finish {
+                entrant: a,
+                outcome: out,
+                raced: None,
+            };
+        };
+        let route = &*self.route.name;
+        let race = &p.metrics.race;
+        match kind {
+            RaceKind::Failover => {
+                let reason = plan
+                    .deadline
+                    .map_or(FailoverReason::AbsoluteDeadline, |d| d.1);
+                race.failovers_total
+                    .with_label_values(&[route, reason.label()])
+                    .inc();
+            }
+            RaceKind::Hedge => race.hedges_sent_total.with_label_values(&[route]).inc(),
+        }
+        tracing::info!(
+            request_id = self.request_id, kind = kind.label(), first = %backend_a.name(),
+            first_reason = a.routed.decision.reason.as_str(),
+            first_predicted_s = a.routed.decision.predicted_ttft_s,
+            second = %self.pool.backends[b.routed.decision.index].name(),
+            "first token late: racing a second backend"
+        );
+        let backend_b = Arc::clone(&self.pool.backends[b.routed.decision.index]);
+        let mut fut_b = Box::pin(attempt(
+            &p.connectors,
+            &backend_b,
+            head_b,
+            self.body,
+            true,
+            self.deadlines,
+            self.may_retry,
+            &mut b.attempted.guard,
+        ));
+        let (side, out) = tokio::select! {
+            out = &mut fut_a => (Side::First, out),
+            out = &mut fut_b => (Side::Second, out),
+        };
+        let won = matches!(out, Attempt::Committed { .. });
+        let mut raced = Raced {
+            kind,
+            first: backend_a.config.name.clone(),
+            second_won: false,
+        };
+        let (entrant, outcome) = match (side, won) {
+            (Side::First, true) => {
+                drop((fut_a, fut_b));
+                self.cancelled(b, kind, false);
+                (a, out)
+            }
+            (Side::Second, true) => {
+                drop((fut_a, fut_b));
+                self.cancelled(a, kind, kind == RaceKind::Failover);
+                raced.second_won = true;
+                (b, out)
+            }
+            (Side::First, false) => {
+                drop(fut_a);
+                self.failed(&a, &out, tried);
+                drop(a);
+                let out = fut_b.await;
+                raced.second_won = matches!(out, Attempt::Committed { .. });
+                (b, out)
+            }
+            (Side::Second, false) => {
+                drop(fut_b);
+                self.failed(&b, &out, tried);
+                drop(b);
+                let out = fut_a.await;
+                (a, out)
+            }
+        };
+        if raced.second_won {
+            match kind {
+                RaceKind::Failover => race.failovers_won_total.with_label_values(&[route]).inc(),
+                RaceKind::Hedge => race.hedges_won_total.with_label_values(&[route]).inc(),
+            }
+        }
+        Finish {
+            entrant,
+            outcome,
+            raced: Some(raced),
+        }
+    }
+
+    /// The second entrant: the decision taken again without the first backend (and those
+    /// tried), booked and recorded; `None` when no other backend is eligible.
+    fn second(&self, first: usize, tried: &[BackendId]) -> Option<(Entrant, RequestHeader)> {
+        let first = self.pool.backends[first].id();
+        let mut excluded = Vec::with_capacity(tried.len() + 1);
+        excluded.extend_from_slice(tried);
+        excluded.push(first);
+        let now = Instant::now();
+        let explain = self.state.config.explain_headers;
+        let routed = self
+            .pool
+            .route(self.policy, self.features, now, &excluded, explain)
+            .ok()?;
+        let backend = &self.pool.backends[routed.decision.index];
+        let head = upstream_request_head(
+            self.client_head,
+            backend,
+            self.body.len(),
+            self.state.config.auth.is_some(),
+            self.request_id,
+        )
+        .ok()?;
+        self.proxy.record_decision(
+            self.pool,
+            self.policy.name(),
+            &routed,
+            self.features.prompt_tokens,
+        );
+        let attempted = self.pool.dispatch(&routed, self.features, true, now);
+        Some((
+            Entrant {
+                routed,
+                attempted,
+                at: now,
+            },
+            head,
+        ))
+    }
+
+    /// `e` lost the race and its attempt was dropped (its connection closed): a late first
+    /// backend learns the time it was given; its prefix record is undone, its prefill counted
+    /// as wasted, and its booking released (with `e`).
+    fn cancelled(&self, mut e: Entrant, kind: RaceKind, late: bool) {
+        let now = Instant::now();
+        if late {
+            let waited = now.saturating_duration_since(e.at).as_secs_f64();
+            e.attempted
+                .guard
+                .first_token(&e.attempted.inputs, waited, now);
+        }
+        let i = e.routed.decision.index;
+        self.pool
+            .undo_record(i, self.features, e.attempted.held_blocks);
+        let uncached = self
+            .features
+            .prompt_tokens
+            .saturating_sub(e.routed.chosen.cached_tokens);
+        self.proxy
+            .metrics
+            .race
+            .wasted_prompt_tokens_total
+            .with_label_values(&[&self.route.name, kind.label()])
+            .inc_by(u64::from(uncached));
+    }
+
+    /// `e`'s attempt failed during the race with `out`: counted, its record undone, and its
+    /// backend marked tried.
+    fn failed(&self, e: &Entrant, out: &Attempt, tried: &mut Vec<BackendId>) {
+        let i = e.routed.decision.index;
+        let backend = &self.pool.backends[i];
+        self.pool
+            .undo_record(i, self.features, e.attempted.held_blocks);
+        let (kind, fault) = match out {
+            Attempt::Failed {
+                reason,
+                backend_fault,
+                detail,
+            } => {
+                tracing::info!(request_id = self.request_id, backend = %backend.name(), %detail, "raced attempt failed");
+                (reason.as_str(), *backend_fault)
+            }
+            Attempt::FirstTokenTimeout => ("first_token_timeout", false),
+            Attempt::Committed { .. } => return,
+        };
+        self.proxy
+            .metrics
+            .upstream_errors_total
+            .with_label_values(&[backend.name(), kind])
+            .inc();
+        if fault {
+            self.proxy
+                .record_failure(self.pool, i, &self.state.config.health);
+        }
+        if !tried.contains(&backend.id()) {
+            tried.push(backend.id());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routing::{BackendView, Decision, Reason};
+
+    fn routed(predicted: Option<f64>) -> Routed {
+        Routed {
+            decision: Decision {
+                index: 0,
+                predicted_ttft_s: predicted,
+                reason: Reason::PredictedBest,
+            },
+            chosen: BackendView::idle("b"),
+            held_blocks: 0,
+            others_left: true,
+            runner_up: None,
+        }
+    }
+
+    fn route(extra: &str) -> Route {
+        let yaml = format!(
+            "routes:\n  - {{name: r, pool: p{extra}}}\npools:\n  p: {{backends: [{{name: a, url: 'http://h:1'}}]}}\n"
+        );
+        crate::config::Config::from_yaml_str(&yaml, "t.yaml")
+            .unwrap()
+            .routes[0]
+            .clone()
+    }
+
+    #[test]
+    fn a_plan_needs_a_stream_and_a_racing_route() {
+        let r = route(", first_token_deadline: {factor: 3, floor: 100ms}");
+        assert_eq!(
+            Plan::of(Some(&r), &routed(Some(0.2)), false),
+            None,
+            "streams only"
+        );
+        assert_eq!(Plan::of(None, &routed(Some(0.2)), true), None);
+        assert_eq!(Plan::of(Some(&route("")), &routed(Some(0.2)), true), None);
+        let p = Plan::of(Some(&r), &routed(Some(0.2)), true).unwrap();
+        assert_eq!(p.hedge, None);
+        let (d, reason) = p.deadline.unwrap();
+        assert!((d.as_secs_f64() - 0.6).abs() < 1e-9, "{d:?}");
+        assert_eq!(reason, FailoverReason::RelativeDeadline);
+        // Without a prediction, the floor.
+        let p = Plan::of(Some(&r), &routed(None), true).unwrap();
+        assert_eq!(p.deadline.unwrap().0, Duration::from_millis(100));
+        // A saturated fleet gets no hedge (and a route with only a hedge, no plan).
+        let h = route(", hedge: {after: 50ms, max_predicted_ttft: 1s}");
+        let p = Plan::of(Some(&h), &routed(Some(0.2)), true).unwrap();
+        assert_eq!(p.hedge, Some(Duration::from_millis(50)));
+        assert_eq!(p.deadline, None);
+        assert_eq!(Plan::of(Some(&h), &routed(Some(1.5)), true), None);
+        let abs = route(", first_token_deadline: {after: 2s}");
+        let p = Plan::of(Some(&abs), &routed(Some(0.2)), true).unwrap();
+        assert_eq!(
+            p.deadline,
+            Some((Duration::from_secs(2), FailoverReason::AbsoluteDeadline))
+        );
+    }
+
+    #[test]
+    fn the_hedge_budget_is_a_token_bucket() {
+        let b = HedgeBudgets::default();
+        let r: Arc<str> = Arc::from("chat");
+        assert!(!b.take("chat"), "no credit before a request");
+        // The first request starts the bucket with one hedge.
+        b.earn(&r, 0.1);
+        assert!(b.take("chat"));
+        assert!(!b.take("chat"));
+        // Ten requests at 10 % earn one more.
+        for _ in 0..10 {
+            b.earn(&r, 0.1);
+        }
+        assert!(b.take("chat"));
+        assert!(!b.take("chat"));
+        // Credit is capped: a quiet route cannot bank a burst beyond HEDGE_BURST.
+        for _ in 0..1000 {
+            b.earn(&r, 1.0);
+        }
+        let burst = (0..100).filter(|_| b.take("chat")).count();
+        assert_eq!(burst, HEDGE_BURST as usize);
+        assert!(!b.take("other"));
+    }
+}

@@ -1,0 +1,183 @@
+//! Time to first answer, end to end: the gateway in front of the in-process simulated fleet
+//! serving a reasoning model (`reasoning:` in the fleet file). Each streamed chat request
+//! reasons (`delta.reasoning_content`) before it answers (`delta.content`); the gateway must
+//! record the first token (TTFT) at the first reasoning token and the first answer (TTFA) at
+//! the first content token, count the reasoning tokens, and expose both as metrics. Only
+//! orderings and ratios are asserted, never milliseconds.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{config_yaml, metric_value, metrics_when, pool, Gateway};
+use futures::StreamExt;
+use pronto_sim::fleet::SimFleet;
+use pronto_sim::fleet_config::FleetConfig;
+use serde_json::{json, Value};
+
+const MODEL: &str = "sim-r1";
+/// Every request reasons exactly this long (`sigma: 0`).
+const REASONING: u32 = 80;
+const ANSWER: u32 = 20;
+const BOUND: Duration = Duration::from_secs(30);
+
+async fn fleet() -> SimFleet {
+    let yaml = format!(
+        "model: {MODEL}\nreasoning: {{ mean_tokens: {REASONING}, sigma: 0 }}\nbackends:\n  \
+         - {{ name: b0, profile: h100-llama3-8b, num_kv_blocks: 4000, port: 0 }}\n"
+    );
+    let config = FleetConfig::parse(&yaml, "ttfa").unwrap();
+    // Slow enough that one decode step is well above timer and loopback noise.
+    SimFleet::start(&config, 0.3).await.unwrap()
+}
+
+/// What the client saw of one stream: the arrival of the first reasoning and first content
+/// token after sending, the count of each, and the mean gap between answer tokens.
+#[derive(Debug)]
+struct Seen {
+    first_token: Duration,
+    first_answer: Duration,
+    reasoning: u32,
+    answer: u32,
+    answer_itl: Duration,
+}
+
+async fn stream(gw: &Gateway, tag: &str) -> Seen {
+    let text: String = (0..60).map(|i| format!(" {tag}{i}")).collect();
+    let body = json!({"model": MODEL, "stream": true, "max_tokens": ANSWER,
+                      "messages": [{"role": "user", "content": text}]});
+    let sent = Instant::now();
+    let r = tokio::time::timeout(
+        BOUND,
+        reqwest::Client::new()
+            .post(gw.url("/v1/chat/completions"))
+            .json(&body)
+            .send(),
+    )
+    .await
+    .expect("no hang")
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut bytes = r.bytes_stream();
+    let mut buf = String::new();
+    let (mut first_token, mut first_answer, mut last_answer) = (None, None, None);
+    let (mut reasoning, mut answer) = (0, 0);
+    while let Some(chunk) = tokio::time::timeout(BOUND, bytes.next())
+        .await
+        .expect("no hang")
+    {
+        buf.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+        while let Some(end) = buf.find("\n\n") {
+            let event: String = buf.drain(..end + 2).collect();
+            let Some(data) = event.trim().strip_prefix("data: ") else {
+                continue;
+            };
+            if data == "[DONE]" {
+                continue;
+            }
+            let v: Value = serde_json::from_str(data).unwrap();
+            let delta = &v["choices"][0]["delta"];
+            let at = sent.elapsed();
+            if delta["reasoning_content"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty())
+            {
+                assert!(first_answer.is_none(), "reasoning after the answer began");
+                reasoning += 1;
+                first_token.get_or_insert(at);
+            }
+            if delta["content"].as_str().is_some_and(|s| !s.is_empty()) {
+                answer += 1;
+                first_token.get_or_insert(at);
+                first_answer.get_or_insert(at);
+                last_answer = Some(at);
+            }
+        }
+    }
+    let (first_answer, last_answer) = (first_answer.unwrap(), last_answer.unwrap());
+    Seen {
+        first_token: first_token.unwrap(),
+        first_answer,
+        reasoning,
+        answer,
+        answer_itl: (last_answer - first_answer) / (answer - 1),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reasoning_model_answers_after_its_reasoning_and_the_gateway_measures_both() {
+    let fleet = fleet().await;
+    let gw = Gateway::start(&config_yaml(
+        &pool(MODEL, "predicted_ttft", &fleet.urls()),
+        "",
+    ));
+    let n = 4;
+    let mut seen = Vec::new();
+    for i in 0..n {
+        seen.push(stream(&gw, &format!("q{i}")).await);
+    }
+    for s in &seen {
+        // The client sees the whole reasoning, then the answer.
+        assert_eq!((s.reasoning, s.answer), (REASONING, ANSWER), "{s:?}");
+        assert!(s.first_answer > s.first_token, "{s:?}");
+        // The wait for the answer is the reasoning, one decode step per token: within a
+        // factor of three of REASONING × the answer's own inter-token gap.
+        let reasoning_time = (s.first_answer - s.first_token).as_secs_f64();
+        let predicted = f64::from(REASONING) * s.answer_itl.as_secs_f64();
+        assert!(
+            reasoning_time > predicted / 3.0 && reasoning_time < predicted * 3.0,
+            "reasoning took {reasoning_time:.4} s, {REASONING} × ITL = {predicted:.4} s: {s:?}"
+        );
+    }
+
+    // The gateway's own view: pronto_ttfa_seconds above pronto_ttft_seconds on the backend,
+    // the client-side pair per pool, and as many of each as requests.
+    let backend = format!("{MODEL}-b0");
+    let m = metrics_when(&gw, |m| {
+        metric_value(
+            m,
+            &format!("pronto_ttfa_seconds_count{{backend=\"{backend}\"}}"),
+        ) == Some(f64::from(n))
+    })
+    .await;
+    let get = |name: &str, label: &str, value: &str| {
+        metric_value(&m, &format!("{name}{{{label}=\"{value}\"}}"))
+            .unwrap_or_else(|| panic!("no {name} for {value} in\n{m}"))
+    };
+    for (ttft, ttfa, label, value) in [
+        (
+            "pronto_ttft_seconds",
+            "pronto_ttfa_seconds",
+            "backend",
+            backend.as_str(),
+        ),
+        (
+            "pronto_client_ttft_seconds",
+            "pronto_client_ttfa_seconds",
+            "pool",
+            MODEL,
+        ),
+    ] {
+        let count = |f: &str| get(&format!("{f}_count"), label, value);
+        assert_eq!((count(ttft), count(ttfa)), (f64::from(n), f64::from(n)));
+        let (ttft_sum, ttfa_sum) = (
+            get(&format!("{ttft}_sum"), label, value),
+            get(&format!("{ttfa}_sum"), label, value),
+        );
+        assert!(ttfa_sum > ttft_sum, "{ttfa} {ttfa_sum} ≤ {ttft} {ttft_sum}");
+    }
+    // The gateway's TPOT covers every output token, reasoning included: the reasoning wait
+    // it saw is REASONING of them, within a factor of three.
+    let tpot = get("pronto_tpot_seconds_sum", "backend", &backend)
+        / get("pronto_tpot_seconds_count", "backend", &backend);
+    let waited = (get("pronto_ttfa_seconds_sum", "backend", &backend)
+        - get("pronto_ttft_seconds_sum", "backend", &backend))
+        / f64::from(n);
+    let predicted = f64::from(REASONING) * tpot;
+    assert!(
+        waited > predicted / 3.0 && waited < predicted * 3.0,
+        "waited {waited:.4} s for the answer, {REASONING} × TPOT = {predicted:.4} s"
+    );
+    drop(gw);
+    fleet.shutdown().await;
+}
