@@ -42,6 +42,13 @@ fn fleet_files_load() {
         assert_eq!(fleet.len(), 8, "{f}");
         assert!(fleet.iter().all(|b| b.config.num_kv_blocks == 24_000));
     }
+    // Issue 18's worlds: small bounded caches; two speed classes with 2–4 running slots.
+    let small = load_fleet(&repo("config/sim/fleet-small-cache.yaml")).unwrap();
+    assert!(small.iter().all(|b| b.config.num_kv_blocks == 6_000));
+    let slots = load_fleet(&repo("config/sim/fleet-slots.yaml")).unwrap();
+    let seqs: Vec<usize> = slots.iter().map(|b| b.config.max_num_seqs).collect();
+    assert_eq!(seqs, [4, 4, 4, 4, 2, 2, 2, 2]);
+    assert_ne!(slots[0].config.profile, slots[7].config.profile);
 }
 
 #[test]
@@ -59,6 +66,28 @@ fn without_a_policy_the_gateway_default_is_evaluated_with_the_baselines() {
     );
     let one = Cli::try_parse_from(["evaluate", "--policy", "cache_aware"]).unwrap();
     assert_eq!(one.args.policies(), ["cache_aware"]);
+    // Objectives: 1 s TTFT and 50 ms TPOT unless told; `off` drops one; zero is refused.
+    let slo = none.slo();
+    assert_eq!((slo.ttft_s, slo.tpot_s), (Some(1.0), Some(0.05)));
+    let off = Cli::try_parse_from(["evaluate", "--tpot-slo", "off", "--ttft-slo", "800ms"])
+        .unwrap()
+        .args
+        .slo();
+    assert_eq!((off.ttft_s, off.tpot_s), (Some(0.8), None));
+    assert!(Cli::try_parse_from(["evaluate", "--tpot-slo", "0s"]).is_err());
+    // `--workload agentic` generates agent sessions (seeded) instead of chats.
+    let agentic = Cli::try_parse_from(["evaluate", "--workload", "agentic", "--limit", "50"])
+        .unwrap()
+        .args;
+    assert_eq!(none.workload, Generated::Chat);
+    let (reqs, _) = prepare_trace(&agentic, &small_fleet()).unwrap();
+    let (chat, _) = prepare_trace(&none, &small_fleet()).unwrap();
+    assert_eq!(reqs.len(), 50);
+    assert!(
+        reqs.iter().all(|r| r.hash_ids.len() > 12),
+        "long tool prompts"
+    );
+    assert_ne!(reqs[0].hash_ids, chat[0].hash_ids);
 }
 
 #[test]
@@ -127,6 +156,7 @@ fn mooncake_conversation_prefix_when_present() {
     let args = EvaluateArgs {
         trace: Some(path),
         format: TraceFormat::Mooncake,
+        workload: crate::evaluate::Generated::Chat,
         fleet: repo("config/sim/fleet.yaml"),
         policies: vec![],
         load: Some(0.8),
@@ -137,6 +167,8 @@ fn mooncake_conversation_prefix_when_present() {
         replicas: 1,
         spread: crate::eval_replicas::Spread::RoundRobin,
         sync: crate::eval_replicas::SyncMode::Off,
+        ttft_slo: SloLimit(None),
+        tpot_slo: SloLimit(None),
     };
     let fleet = load_fleet(&args.fleet).unwrap();
     let (reqs, cap) = prepare_trace(&args, &fleet).unwrap();
@@ -190,8 +222,14 @@ fn per_request_outcomes_match_the_summary_and_write_as_csv() {
     assert_eq!(lines.len(), reqs.len() + 1);
     assert!(lines[0].starts_with("id,arrival_s,prompt_tokens,backend,"));
     let first: Vec<&str> = lines[1].split(',').collect();
-    assert_eq!(first.len(), 8);
+    assert_eq!(first.len(), 9);
     assert!(first[3].starts_with('b'), "backend by name: {}", lines[1]);
+    // Every completed multi-token request has a TPOT, and goodput is a share.
+    assert!(r
+        .outcomes
+        .iter()
+        .all(|o| !o.completed || o.output_tokens < 2 || o.tpot_s.is_some_and(|t| t > 0.0)));
+    assert!(r.tpot_p50_ms > 0.0 && r.tpot_p99_ms >= r.tpot_p50_ms);
     // The oracle makes no prediction: the field is empty.
     let o = evaluate(&fleet, "m", &reqs, ORACLE).unwrap();
     assert!(super::eval_report::outcomes_csv(&o)
@@ -214,7 +252,16 @@ mod replicas {
             sync,
             seed: 3,
         };
-        evaluate_replicated(&small_fleet(), "m", &workload(0.8), "predicted_ttft", rep).unwrap()
+        let slo = pronto_core::slo::SloTargets::default();
+        evaluate_replicated(
+            &small_fleet(),
+            "m",
+            &workload(0.8),
+            "predicted_ttft",
+            rep,
+            &slo,
+        )
+        .unwrap()
     }
 
     #[test]

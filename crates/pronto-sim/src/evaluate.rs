@@ -53,13 +53,15 @@ use anyhow::Context;
 
 use super::engine::{Engine, EngineConfig, EngineEvent, SimRequest};
 use super::eval_replicas::{Replicas, Replication, Spread, SyncMode, Tracked};
-use super::eval_report::{percentile, RequestOutcome, RunReport};
+use super::eval_report::{percentile, tpot_and_goodput, RequestOutcome, RunReport};
 use super::eval_router::ScrapedLoad;
 use super::fleet_config::FleetConfig;
 use super::profile::StepWork;
 use crate::workload::{self as trace, spread_ties, SyntheticWorkload, TraceFormat, TraceRequest};
+use crate::workload_agentic::AgenticWorkload;
 use pronto_core::request::RequestFeatures;
 use pronto_core::routing::{Policy, PolicyKind};
+use pronto_core::slo::SloTargets;
 use pronto_core::tokens::{block_hashes, BlockHash, BLOCK_TOKENS};
 
 /// Requests in a `--load` calibration run.
@@ -81,9 +83,13 @@ pub const DEFAULT_POLICIES: &[&str] = &["round_robin", "least_inflight", "predic
 /// `pronto evaluate`: replay a trace through the simulated fleet under each policy.
 #[derive(Debug, Clone, clap::Args)]
 pub struct EvaluateArgs {
-    /// Trace file; without it a seeded synthetic multi-turn chat workload is used.
+    /// Trace file; without it a seeded generated workload (`--workload`) is used.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// The generated workload used without `--trace`: `chat` (multi-turn chat with shared
+    /// system prompts) or `agentic` (tool-using agent sessions, [`crate::workload_agentic`]).
+    #[arg(long, value_enum, default_value_t = Generated::Chat)]
+    pub workload: Generated,
     /// Trace format.
     #[arg(long, value_enum, default_value_t = TraceFormat::Mooncake)]
     pub format: TraceFormat,
@@ -121,9 +127,53 @@ pub struct EvaluateArgs {
     /// How replicas sync: `off`, or the delay of every message (`5ms`).
     #[arg(long, default_value = "off")]
     pub sync: SyncMode,
+    /// Every request's TTFT objective (a route's `ttft_slo`), for goodput; `off`: none.
+    #[arg(long, default_value = "1s")]
+    pub ttft_slo: SloLimit,
+    /// Every request's TPOT objective (a route's `tpot_slo`): policies see it, and goodput
+    /// counts against it; `off`: none.
+    #[arg(long, default_value = "50ms")]
+    pub tpot_slo: SloLimit,
+}
+
+/// A generated workload (`--workload`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Generated {
+    /// [`SyntheticWorkload`]: multi-turn chats on a few shared system prompts.
+    #[default]
+    Chat,
+    /// [`AgenticWorkload`]: agent sessions on long shared tool prompts.
+    Agentic,
+}
+
+/// A `--ttft-slo` / `--tpot-slo` value: a positive duration (`800ms`), or `off` (`None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SloLimit(pub Option<Duration>);
+
+impl std::str::FromStr for SloLimit {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<SloLimit, String> {
+        if s == "off" {
+            return Ok(SloLimit(None));
+        }
+        match humantime::parse_duration(s) {
+            Ok(d) if !d.is_zero() => Ok(SloLimit(Some(d))),
+            Ok(_) => Err("must be greater than zero (or `off`)".into()),
+            Err(e) => Err(format!("{e}; give a duration such as 800ms, or `off`")),
+        }
+    }
 }
 
 impl EvaluateArgs {
+    /// The objectives every request carries (`--ttft-slo`, `--tpot-slo`).
+    pub fn slo(&self) -> SloTargets {
+        SloTargets {
+            ttft_s: self.ttft_slo.0.map(|d| d.as_secs_f64()),
+            tpot_s: self.tpot_slo.0.map(|d| d.as_secs_f64()),
+        }
+    }
+
     /// The replica set-up these arguments ask for.
     pub fn replication(&self) -> Replication {
         Replication {
@@ -229,6 +279,9 @@ struct Track {
     predicted_ttft_s: Option<f64>,
     reason: Option<pronto_core::routing::Reason>,
     cached_tokens: u32,
+    output_tokens: u32,
+    tpot_s: Option<f64>,
+    completed: bool,
 }
 
 struct Backend {
@@ -251,16 +304,26 @@ pub fn evaluate(
     reqs: &[TraceRequest],
     policy: &str,
 ) -> anyhow::Result<RunReport> {
-    evaluate_replicated(fleet, model, reqs, policy, Replication::default())
+    evaluate_replicated(
+        fleet,
+        model,
+        reqs,
+        policy,
+        Replication::default(),
+        &SloTargets::default(),
+    )
 }
 
-/// [`evaluate`] with the router replicated as `rep` says ([`crate::eval_replicas`]).
+/// [`evaluate`] with the router replicated as `rep` says ([`crate::eval_replicas`]), every
+/// request carrying the objectives `slo` (as a route's `ttft_slo` / `tpot_slo` would set them:
+/// policies see them, and goodput is counted against them).
 pub fn evaluate_replicated(
     fleet: &[SimBackend],
     model: &str,
     reqs: &[TraceRequest],
     policy: &str,
     rep: Replication,
+    slo: &SloTargets,
 ) -> anyhow::Result<RunReport> {
     anyhow::ensure!(!fleet.is_empty(), "the fleet has no backends");
     let chooser = if policy == ORACLE {
@@ -336,9 +399,17 @@ pub fn evaluate_replicated(
                         }
                         EngineEvent::Token { .. } => {}
                         EngineEvent::Finished { id, output_tokens } => {
-                            let tr = tracks[id as usize];
+                            let tr = &mut tracks[id as usize];
+                            tr.tpot_s = match tr.first_token_s {
+                                Some(f) if output_tokens >= 2 => {
+                                    Some((t - f) / f64::from(output_tokens - 1))
+                                }
+                                _ => None,
+                            };
+                            tr.completed = output_tokens > 0;
+                            let (tr, tpot) = (*tr, tr.tpot_s);
                             if let Some(d) = dispatched[id as usize].take() {
-                                router.on_finish(d, b, t);
+                                router.on_finish(d, b, tpot, t);
                             }
                             if output_tokens == 0 {
                                 rejected += 1;
@@ -380,8 +451,12 @@ pub fn evaluate_replicated(
                     predicted_ttft_s: None,
                     reason: None,
                     cached_tokens: 0,
+                    output_tokens: r.output_tokens,
+                    tpot_s: None,
+                    completed: false,
                 });
                 let mut features = features_of(model, &ids, r);
+                features.slo = *slo;
                 let now = base + Duration::from_secs_f64(t);
                 let residency = match &chooser {
                     Chooser::Policy(p, _) => p.limits_prefix_credit_to_residency(),
@@ -458,6 +533,22 @@ pub fn evaluate_replicated(
     let e2e_mean = mean(&e2e);
     ttft.sort_by(f64::total_cmp);
     e2e.sort_by(f64::total_cmp);
+    let outcomes: Vec<RequestOutcome> = tracks
+        .iter()
+        .map(|t| RequestOutcome {
+            arrival_s: t.arrival_s,
+            prompt_tokens: t.prompt_tokens,
+            backend: (t.backend != usize::MAX).then_some(t.backend),
+            predicted_ttft_s: t.predicted_ttft_s,
+            reason: t.reason,
+            cached_tokens: t.cached_tokens,
+            ttft_s: t.first_token_s.map(|f| f - t.arrival_s),
+            tpot_s: t.tpot_s,
+            output_tokens: t.output_tokens,
+            completed: t.completed,
+        })
+        .collect();
+    let ([tpot_p50, tpot_p90, tpot_p99], goodput) = tpot_and_goodput(&outcomes, slo);
     Ok(RunReport {
         policy: policy.to_string(),
         requests: reqs.len() as u64,
@@ -466,6 +557,13 @@ pub fn evaluate_replicated(
         ttft_p50_ms: ms(percentile(&ttft, 0.50)),
         ttft_p90_ms: ms(percentile(&ttft, 0.90)),
         ttft_p99_ms: ms(percentile(&ttft, 0.99)),
+        tpot_p50_ms: tpot_p50,
+        tpot_p90_ms: tpot_p90,
+        tpot_p99_ms: tpot_p99,
+        ttft_slo_ms: slo.ttft_s.map(ms),
+        tpot_slo_ms: slo.tpot_s.map(ms),
+        goodput_requests: goodput.request_share(),
+        goodput_tokens: goodput.token_share(),
         e2e_mean_ms: ms(e2e_mean),
         e2e_p99_ms: ms(percentile(&e2e, 0.99)),
         throughput_rps: if span > 0.0 {
@@ -489,18 +587,7 @@ pub fn evaluate_replicated(
         replicas: rep.replicas.max(1) as u32,
         sync: rep.sync.to_string(),
         sync_bytes_per_request: router.sync_bytes() as f64 / reqs.len().max(1) as f64,
-        outcomes: tracks
-            .iter()
-            .map(|t| RequestOutcome {
-                arrival_s: t.arrival_s,
-                prompt_tokens: t.prompt_tokens,
-                backend: (t.backend != usize::MAX).then_some(t.backend),
-                predicted_ttft_s: t.predicted_ttft_s,
-                reason: t.reason,
-                cached_tokens: t.cached_tokens,
-                ttft_s: t.first_token_s.map(|f| f - t.arrival_s),
-            })
-            .collect(),
+        outcomes,
     })
 }
 
@@ -608,11 +695,18 @@ pub fn prepare_trace(
 ) -> anyhow::Result<(Vec<TraceRequest>, Option<f64>)> {
     let mut reqs = match &args.trace {
         Some(path) => trace::read(path, args.format)?,
-        None => SyntheticWorkload {
-            seed: args.seed,
-            ..SyntheticWorkload::default()
-        }
-        .generate(),
+        None => match args.workload {
+            Generated::Chat => SyntheticWorkload {
+                seed: args.seed,
+                ..SyntheticWorkload::default()
+            }
+            .generate(),
+            Generated::Agentic => AgenticWorkload {
+                seed: args.seed,
+                ..AgenticWorkload::default()
+            }
+            .generate(),
+        },
     };
     if let Some(n) = args.limit {
         reqs.truncate(n);
@@ -641,7 +735,8 @@ pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for p in &args.policies() {
         let started = Instant::now();
-        let report = evaluate_replicated(&fleet, &model, &reqs, p, args.replication())?;
+        let report =
+            evaluate_replicated(&fleet, &model, &reqs, p, args.replication(), &args.slo())?;
         let wall = started.elapsed().as_secs_f64();
         if !args.json {
             eprintln!(

@@ -38,3 +38,4 @@ pub mod kv;
 pub mod profile;
 pub mod testing;
 pub mod workload;
+pub mod workload_agentic;

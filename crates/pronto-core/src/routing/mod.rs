@@ -42,7 +42,7 @@ pub use spec::{
 };
 
 use crate::ids::{BackendId, BackendKey};
-use crate::predict::{Coefficients, Quality, TtftInputs};
+use crate::predict::{Coefficients, Quality, TpotCoefficients, TtftInputs};
 use crate::request::RequestFeatures;
 
 /// Engine-side load scraped from a backend's `/metrics`.
@@ -98,6 +98,8 @@ pub struct BackendView {
     pub kv_alloc_rate: f64,
     /// The backend's learned TTFT model, when the caller keeps one.
     pub ttft_model: Option<TtftModelView>,
+    /// The backend's learned TPOT model, once it predicts ([`crate::predict::tpot`]).
+    pub tpot_model: Option<TpotCoefficients>,
 }
 
 /// A backend's TTFT model as a policy sees it.
@@ -151,7 +153,28 @@ impl BackendView {
             kv_capacity_tokens: None,
             kv_alloc_rate: 0.0,
             ttft_model: None,
+            tpot_model: None,
         }
+    }
+
+    /// Predicted seconds per output token for a request sent here now, when the backend has
+    /// a TPOT model: every request in flight decoding beside it (`inflight + 1` sequences).
+    #[inline]
+    pub fn predicted_tpot_s(&self) -> Option<f64> {
+        self.tpot_model
+            .map(|m| m.predict(f64::from(self.inflight) + 1.0))
+    }
+
+    /// Whether a request sent here now is predicted to meet `features.slo`: its TTFT
+    /// prediction `predicted_ttft_s` within `ttft_s` and its predicted TPOT within `tpot_s`
+    /// (an objective not set, or a TPOT the backend cannot predict yet, counts as met).
+    #[inline]
+    pub fn meets_slo(&self, features: &RequestFeatures, predicted_ttft_s: f64) -> bool {
+        let slo = &features.slo;
+        slo.ttft_s.is_none_or(|s| predicted_ttft_s <= s)
+            && slo
+                .tpot_s
+                .is_none_or(|s| self.predicted_tpot_s().is_none_or(|t| t <= s))
     }
 
     /// Whether `features` fits in the backend's KV cache next to what its in-flight requests
