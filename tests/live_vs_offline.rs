@@ -99,6 +99,7 @@ async fn live_and_offline_agree_on_a_short_trace_slice() {
         load: Some(LOAD),
         limit: Some(LIMIT),
         seed: 1,
+        arrival_seed: None,
         json: true,
         requests_csv: None,
         replicas: 1,

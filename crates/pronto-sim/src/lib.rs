@@ -19,6 +19,7 @@
 
 pub mod calibrate;
 pub mod engine;
+pub mod eval_args;
 pub mod eval_replicas;
 pub mod eval_report;
 pub mod eval_router;
