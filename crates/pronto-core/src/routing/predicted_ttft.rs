@@ -30,11 +30,13 @@
 //!    request at a time, and never at a cost beyond the margin (reason `explore`).
 //! 3. Otherwise the argmin (reason `predicted_best`); ties go to fewer in-flight requests.
 //!    When the request carries a TPOT objective (its route's `tpot_slo`), the argmin is taken
-//!    over the backends predicted to meet *both* objectives — TPOT from the decode load it
+//!    over the backends with KV room for it now that are predicted to meet *both* objectives
+//!    — TPOT from the decode load it
 //!    would join ([`predicted_tpot_s`](super::BackendView::predicted_tpot_s)), TTFT (`ttft_slo`, when set) from the
 //!    prediction above ([`meets_slo`](super::BackendView::meets_slo)) — whenever at least one does; only when
-//!    none can does the plain argmin decide. A backend that would break `tpot_slo` is thus
-//!    avoided while another can meet both, and costs stay in seconds to first token.
+//!    none can — or the best that can costs more than `explore_margin` × the best cost, the
+//!    bound a probe gets — does the plain argmin decide. A backend that would break
+//!    `tpot_slo` is thus avoided while another can meet both at a bounded TTFT price.
 //!
 //! **Cold start.** For the exploration test only, an uncalibrated backend is judged on the more
 //! optimistic of its own model (the configured or generic prior) and its best-calibrated
@@ -135,7 +137,10 @@ impl Policy for PredictedTtft {
             if beats(cost, best) {
                 best = Some((i, cost, p));
             }
-            if tpot_slo && b.meets_slo(features, p) && beats(cost, best_met) {
+            // Only a backend with KV room now: one without cannot promise a steady decode
+            // (it queues or preempts), and under overload the few that seem to meet the
+            // objectives would take everything.
+            if tpot_slo && wait == 0.0 && b.meets_slo(features, p) && beats(cost, best_met) {
                 best_met = Some((i, cost, p));
             }
             let cold = !calibrated || model.since_last_observation_s > self.explore_after_s;
@@ -155,7 +160,10 @@ impl Policy for PredictedTtft {
                 }
             }
         }
-        let (index, cost, p) = best_met.or(best).ok_or(NoBackend)?;
+        // Meeting the objectives may cost at most what a probe may (explore_margin × the best).
+        let met =
+            best_met.filter(|m| best.is_some_and(|b| m.1 <= self.explore_margin * b.1.max(1e-3)));
+        let (index, cost, p) = met.or(best).ok_or(NoBackend)?;
         if !trusted {
             return self.fallback(features, snapshot);
         }
@@ -496,8 +504,8 @@ mod tests {
         for b in &mut v {
             b.ttft_model = model(5e-5, 50, 0.1);
         }
-        // b0 fastest to a first token (no queue) but decoding a big batch: 1 ms × 40 = 40 ms
-        // per token. b1 and b2 queue some prefill but decode small batches.
+        // b0 fastest to a first token (0.07 s) but decoding a big batch: 1 ms × 40 = 40 ms
+        // per token. b1 (0.12 s) and b2 (0.37 s) queue some prefill but decode small batches.
         let tpot = |s_per_seq| {
             Some(TpotCoefficients {
                 base_s: 0.0,
@@ -509,7 +517,7 @@ mod tests {
         v[0].inflight = 39;
         v[1].tpot_model = tpot(0.001);
         v[1].inflight = 4;
-        v[1].outstanding_prefill_tokens = 4000;
+        v[1].outstanding_prefill_tokens = 1000;
         v[2].tpot_model = tpot(0.001);
         v[2].inflight = 2;
         v[2].outstanding_prefill_tokens = 6000;
@@ -523,16 +531,31 @@ mod tests {
         let d = pick(&p, &v, &f);
         assert_eq!((d.index, d.reason), (1, Reason::PredictedBest), "{d:?}");
         assert_eq!(v[0].predicted_tpot_s(), Some(0.04));
-        // b1 meets the TPOT but not a 0.2 s TTFT (0.02 + 5000 × 5e-5 = 0.27 s); b2 neither
-        // (0.37 s): nobody meets both, so the plain argmin stands.
-        f.slo.ttft_s = Some(0.2);
+        // b1 meets the TPOT but not a 0.1 s TTFT; b2 neither: nobody meets both, so the
+        // plain argmin stands.
+        f.slo.ttft_s = Some(0.1);
         assert_eq!(pick(&p, &v, &f).index, 0);
         // With room for b1's TTFT, b1 again.
         f.slo.ttft_s = Some(0.3);
         assert_eq!(pick(&p, &v, &f).index, 1);
+        // Meeting them may cost at most explore_margin × the best: at 0.27 s (> 2 × 0.07 s)
+        // b1 is too dear, and the argmin stands.
+        v[1].outstanding_prefill_tokens = 4000;
+        assert_eq!(pick(&p, &v, &f).index, 0);
+        v[1].outstanding_prefill_tokens = 1000;
         // A backend without a TPOT model yet is not ruled out by it.
         v[0].tpot_model = None;
         assert_eq!(pick(&p, &v, &f).index, 0);
+        // Nor does a backend without KV room count as meeting them (it would queue or
+        // preempt): b0 decoding little now (5 ms per token) but full, b1 chosen.
+        v[0].tpot_model = tpot(0.001);
+        v[0].inflight = 4;
+        assert_eq!(pick(&p, &v, &f).index, 0, "b0 meets both while it has room");
+        v[0].kv_capacity_tokens = Some(10_000);
+        v[0].kv_reserved_tokens = 10_000;
+        v[0].kv_alloc_rate = 1e9;
+        v[1].kv_capacity_tokens = Some(10_000);
+        assert_eq!(pick(&p, &v, &f).index, 1);
     }
 
     #[test]
