@@ -93,16 +93,20 @@ async fn live_and_offline_agree_on_a_short_trace_slice() {
     let args = EvaluateArgs {
         trace: Some(trace.clone()),
         format: TraceFormat::Mooncake,
+        workload: pronto_sim::evaluate::Generated::Chat,
         fleet: fleet_file.clone(),
         policies: Vec::new(),
         load: Some(LOAD),
         limit: Some(LIMIT),
         seed: 1,
+        arrival_seed: None,
         json: true,
         requests_csv: None,
         replicas: 1,
         spread: pronto_sim::eval_replicas::Spread::RoundRobin,
         sync: pronto_sim::eval_replicas::SyncMode::Off,
+        ttft_slo: pronto_sim::evaluate::SloLimit(None),
+        tpot_slo: pronto_sim::evaluate::SloLimit(None),
     };
     let fleet = load_fleet(&fleet_file).unwrap();
     let (reqs, _) = prepare_trace(&args, &fleet).unwrap();

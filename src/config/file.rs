@@ -95,6 +95,8 @@ pub struct RouteFile {
     pub pool: Option<String>,
     /// Time-to-first-token objective; enables admission control.
     pub ttft_slo: Option<Quantity>,
+    /// Time-per-output-token objective (after the first token); steers `predicted_ttft`.
+    pub tpot_slo: Option<Quantity>,
     /// Priority class (one of `priority_classes`).
     pub priority: Option<String>,
     /// `queue`, `fallback` or `shed`.

@@ -9,6 +9,7 @@
 //!     match: {model: "llama-*", headers: {x-tier: gold}, api_keys: [sk-live-1]}
 //!     pool: llama-fleet
 //!     ttft_slo: 800ms
+//!     tpot_slo: 50ms
 //!     priority: interactive
 //!     on_slo_miss: fallback                  # queue | fallback | shed
 //!     fallback_pool: llama-spare
@@ -25,6 +26,12 @@
 //!
 //! **Before the first byte**: `first_token_deadline` (failover) and `hedge` are described,
 //! validated and resolved in [`super::race`].
+//!
+//! **Objectives.** `tpot_slo` (time per output token after the first) is not admission: it
+//! travels with each request ([`pronto_core::request::RequestFeatures::slo`], with
+//! `ttft_slo`) and `predicted_ttft` avoids a backend predicted to break it while another is
+//! predicted to meet both objectives. Goodput — the share of requests meeting both — is
+//! counted against the pair ([`pronto_core::slo`]).
 //!
 //! **Admission settings** are validated here and enforced by [`crate::admission`]. A route
 //! without `ttft_slo` is not admission-controlled. `on_slo_miss` defaults to `queue`;
@@ -98,6 +105,8 @@ pub struct Route {
     pub pool: Arc<str>,
     /// TTFT objective; `None`: no admission control.
     pub slo: Option<Slo>,
+    /// Time-per-output-token objective (> 0), when set.
+    pub tpot_slo: Option<Duration>,
     /// Priority class name.
     pub priority: Arc<str>,
     /// The class's position in `priority_classes`: 0 is the most urgent.
@@ -460,6 +469,13 @@ impl Checker {
             },
         };
         let slo = self.slo(path, r, pools, pool.as_deref());
+        let tpot_slo = r.tpot_slo.as_ref().map(|q| {
+            self.duration(
+                Some(q),
+                &format!("{path}.tpot_slo"),
+                Duration::from_millis(50),
+            )
+        });
         let policy = r
             .policy
             .as_ref()
@@ -488,6 +504,7 @@ impl Checker {
             matcher: matcher?,
             pool: pool?,
             slo: slo?,
+            tpot_slo,
             priority,
             rank,
             priority_explicit: r.priority.is_some(),

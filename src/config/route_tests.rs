@@ -99,7 +99,7 @@ fn load(routes: &str) -> Result<Config, String> {
 #[test]
 fn a_full_route_loads() {
     let c = load(
-        "priority_classes: [gold, interactive, batch]\nadmission: {queue_size: 8}\nroutes:\n  - name: chat\n    match: {model: 'llama-*', headers: {X-Tier: gold}, api_keys: [k1]}\n    pool: fast\n    ttft_slo: 800ms\n    priority: batch\n    on_slo_miss: fallback\n    fallback_pool: spare\n    max_retries: 1\n    first_token_timeout: 5s\n    idle_timeout: 9s\n  - {name: rest, pool: spare}\n",
+        "priority_classes: [gold, interactive, batch]\nadmission: {queue_size: 8}\nroutes:\n  - name: chat\n    match: {model: 'llama-*', headers: {X-Tier: gold}, api_keys: [k1]}\n    pool: fast\n    ttft_slo: 800ms\n    tpot_slo: 40ms\n    priority: batch\n    on_slo_miss: fallback\n    fallback_pool: spare\n    max_retries: 1\n    first_token_timeout: 5s\n    idle_timeout: 9s\n  - {name: rest, pool: spare}\n",
     )
     .unwrap();
     assert_eq!(c.admission.queue_size, 8);
@@ -120,9 +120,11 @@ fn a_full_route_loads() {
             on_miss: SloAction::Fallback(Arc::from("spare"))
         })
     );
+    assert_eq!(r.tpot_slo, Some(Duration::from_millis(40)));
     assert_eq!(r.max_retries, Some(1));
     assert_eq!(r.first_token_timeout, Some(Duration::from_secs(5)));
     let rest = &c.routes[1];
+    assert_eq!(rest.tpot_slo, None);
     assert_eq!(
         (rest.slo.clone(), &*rest.priority, rest.rank),
         (None, "gold", 0)
@@ -176,6 +178,14 @@ fn each_invalid_route_class_has_its_message() {
         (
             "routes:\n  - {name: r, pool: fast, ttft_slo: 0s}\n",
             "routes[0].ttft_slo: must be greater than zero",
+        ),
+        (
+            "routes:\n  - {name: r, pool: fast, tpot_slo: 0ms}\n",
+            "routes[0].tpot_slo: must be greater than zero",
+        ),
+        (
+            "routes:\n  - {name: r, pool: fast, tpot_slo: 50}\n",
+            "routes[0].tpot_slo: `50` has no unit",
         ),
         (
             "routes:\n  - {name: r, pool: fast}\n  - {name: r, pool: spare}\n",

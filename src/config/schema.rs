@@ -489,6 +489,10 @@ fn route_schema() -> Value {
                 "description": "Time-to-first-token objective; enables admission control",
                 "$ref": "#/$defs/duration",
             },
+            "tpot_slo": {
+                "description": "Time-per-output-token objective (after the first token): predicted_ttft avoids a backend whose predicted TPOT would break it while another meets both objectives",
+                "$ref": "#/$defs/duration",
+            },
             "priority": {
                 "description": "Priority class (one of priority_classes); default: the first",
                 "type": "string",

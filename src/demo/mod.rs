@@ -282,6 +282,8 @@ async fn compare(args: &DemoArgs, fleet_cfg: &FleetConfig) -> anyhow::Result<()>
         out: out.clone(),
         baseline: baseline.map(str::to_string),
         title: "pronto demo".into(),
+        ttft_slo: None,
+        tpot_slo: None,
         note: Some(format!(
             "{} requests of the seeded synthetic chat workload (seed {}) at {} × the capacity \
              of {} (time scale {}), live through the gateway.",

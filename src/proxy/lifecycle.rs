@@ -148,6 +148,13 @@ impl Proxy {
         };
         access.pool = Some(pool.model.clone());
         access.route = route.map(|r| r.name.clone());
+        // The route's objectives travel with the request: policies see them.
+        if let Some(r) = route {
+            features.slo = pronto_core::slo::SloTargets {
+                ttft_s: r.slo.as_ref().map(|s| s.ttft.as_secs_f64()),
+                tpot_s: r.tpot_slo.map(|d| d.as_secs_f64()),
+            };
+        }
         tokenize::apply(pool, endpoint, body, &mut features, &self.metrics).await;
         let own_tokens = features.prompt_tokens;
         // Costs are in the engine's tokens: correct our count by what `usage` taught the pool.

@@ -90,6 +90,8 @@ pub(super) fn completed(
     };
     backend.latency.record(sample, done);
     if let Some(t) = sample.tpot_s {
+        // The TPOT model learns it, against the decode batch the ledger counts now.
+        backend.state.observe_tpot(t, done);
         metrics
             .tpot_seconds
             .with_label_values(&[backend.name()])

@@ -47,6 +47,23 @@ pub struct CompareReportArgs {
     /// A line of context printed under the heading (workload, fleet, machine).
     #[arg(long)]
     pub note: Option<String>,
+    /// TTFT objective: with it (or `--tpot-slo`) every run's goodput is recounted from its
+    /// `results.jsonl` against these objectives; without both, each run's own (from replay's
+    /// `--ttft-slo` / `--tpot-slo`) is shown.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub ttft_slo: Option<std::time::Duration>,
+    /// TPOT objective (see `--ttft-slo`).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub tpot_slo: Option<std::time::Duration>,
+}
+
+impl CompareReportArgs {
+    fn slo(&self) -> pronto_core::slo::SloTargets {
+        pronto_core::slo::SloTargets {
+            ttft_s: self.ttft_slo.map(|d| d.as_secs_f64()),
+            tpot_s: self.tpot_slo.map(|d| d.as_secs_f64()),
+        }
+    }
 }
 
 /// One `--run NAME=DIR`.
@@ -135,7 +152,7 @@ struct LoadedRun {
     ttft_ms: Vec<f64>,
 }
 
-fn load_run(spec: &RunSpec) -> anyhow::Result<LoadedRun> {
+fn load_run(spec: &RunSpec, slo: &pronto_core::slo::SloTargets) -> anyhow::Result<LoadedRun> {
     let router_path = spec.dir.join("router.json");
     let router: Option<RouterStats> = match std::fs::read_to_string(&router_path) {
         Ok(text) => Some(
@@ -166,12 +183,15 @@ fn load_run(spec: &RunSpec) -> anyhow::Result<LoadedRun> {
     let records = read_results(&results_path)
         .with_context(|| format!("run {:?}: reading {}", spec.name, results_path.display()))?;
     let summary_path = spec.dir.join("summary.json");
-    let summary = match std::fs::read_to_string(&summary_path) {
+    let mut summary: Summary = match std::fs::read_to_string(&summary_path) {
         Ok(text) => serde_json::from_str(&text)
             .with_context(|| format!("{}: not a summary.json", summary_path.display()))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Summary::of(&records),
         Err(e) => return Err(e).context(format!("reading {}", summary_path.display())),
     };
+    if slo.is_set() {
+        summary.set_goodput(&records, slo);
+    }
     let sheds = shed_count(&summary);
     Ok(LoadedRun {
         row: ComparisonRow {
@@ -221,10 +241,11 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 
 /// Load every run and fill in the baseline ratios. Also returns the TTFT samples per run.
 fn build(args: &CompareReportArgs) -> anyhow::Result<(Comparison, Vec<Vec<f64>>)> {
+    let slo = args.slo();
     let mut loaded = args
         .runs
         .iter()
-        .map(load_run)
+        .map(|r| load_run(r, &slo))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if let Some(base) = &args.baseline {
         let b = loaded
@@ -256,6 +277,10 @@ fn ms(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.0}"))
 }
 
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{:.1}", 100.0 * x))
+}
+
 fn times(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.2}×"))
 }
@@ -276,6 +301,8 @@ impl Comparison {
             "p90",
             "p99",
             "TPOT p50",
+            "goodput %",
+            "goodput tokens %",
             "cached %",
             "req/s",
             "router CPU s",
@@ -329,6 +356,8 @@ impl Comparison {
                         ms(sm.ttft_p99_ms),
                         sm.tpot_p50_ms
                             .map_or_else(|| "-".into(), |x| format!("{x:.1}")),
+                        pct(sm.goodput_requests),
+                        pct(sm.goodput_tokens),
                         sm.cached_token_ratio
                             .map_or_else(|| "-".into(), |x| format!("{:.1}", 100.0 * x)),
                         format!("{:.2}", sm.throughput_rps),
@@ -360,7 +389,9 @@ impl Comparison {
         s.push_str(
             "\nTTFT and TPOT in ms over successful requests; sheds are 429/503 answers, \
              counted among the errors. Cached %: the engines' prefix-cache hits over prompt \
-             tokens, from responses' `usage` (`-` when the engines do not report it). Router CPU: seconds of the router process (children \
+             tokens, from responses' `usage` (`-` when the engines do not report it). Goodput: \
+             the share of requests (and of their output tokens) that succeeded within the TTFT \
+             and TPOT objectives (`-` without objectives). Router CPU: seconds of the router process (children \
              included) from ready to the end of the replay, start-up excluded; peak RSS: its \
              VmHWM. Fleet and load generator are not counted.\n",
         );
@@ -446,6 +477,8 @@ mod tests {
             baseline: baseline.map(str::to_string),
             title: "unit".into(),
             note: Some("a note".into()),
+            ttft_slo: None,
+            tpot_slo: None,
         }
     }
 
@@ -562,6 +595,34 @@ mod tests {
             "{svg}"
         );
         assert!(!svg.contains("gone"), "a skipped run has no curve");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn goodput_is_recounted_against_the_given_objectives() {
+        let root = tmp("goodput");
+        let run = root.join("run");
+        // TTFT 7 ms and 40 ms, TPOT 5 ms each; one 429.
+        let mut shed = rec(2, None, 429);
+        shed.max_tokens = 21;
+        let recs = [rec(0, Some(7.0), 200), rec(1, Some(40.0), 200), shed];
+        write_report(&run, &recs, "r").unwrap();
+        let plain = write_comparison(&args(&root.join("out"), &[("r", &run)], None)).unwrap();
+        let s = plain.rows[0].summary.as_ref().unwrap();
+        assert_eq!(s.goodput_requests, None, "replayed without objectives");
+        assert!(plain.markdown().contains("| - | - |"));
+        let mut a = args(&root.join("out"), &[("r", &run)], None);
+        a.ttft_slo = Some(std::time::Duration::from_millis(10));
+        a.tpot_slo = Some(std::time::Duration::from_millis(5));
+        let c = write_comparison(&a).unwrap();
+        let s = c.rows[0].summary.as_ref().unwrap();
+        assert_eq!(s.goodput_requests, Some(1.0 / 3.0));
+        assert_eq!(
+            s.goodput_tokens,
+            Some(1.0 / 3.0),
+            "21 tokens each (the shed asked for 21)"
+        );
+        assert!(c.markdown().contains("| 33.3 | 33.3 |"), "{}", c.markdown());
         std::fs::remove_dir_all(&root).unwrap();
     }
 

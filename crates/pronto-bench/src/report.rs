@@ -15,6 +15,9 @@
 //! - **Percentiles** are nearest-rank: the `p`-th percentile of `n` sorted values is the value at
 //!   rank `⌈p/100 · n⌉` (1-based), so it is always an observed value; `p50` of `[1, 2, 3, 4]` is 2.
 //! - **Throughput**: successful requests per second, from the first send to the last completion.
+//! - **Goodput** (with `--ttft-slo` / `--tpot-slo`): the share of requests that succeeded
+//!   within both objectives, and the share of output tokens they carry
+//!   ([`pronto_core::slo`]); a failed request counts with the `max_tokens` it asked for.
 //!
 //! Only successful requests enter the latency statistics; failed ones count in `errors`.
 
@@ -25,6 +28,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::svg;
+use pronto_core::slo::{Goodput, SloTargets};
 
 /// The outcome of one replayed request (a line of `results.jsonl`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -138,6 +142,18 @@ pub struct Summary {
     pub backends: BTreeMap<String, usize>,
     /// Requests per HTTP status (`"none"` when no response head arrived).
     pub statuses: BTreeMap<String, usize>,
+    /// The TTFT objective goodput was counted against, ms.
+    #[serde(default)]
+    pub ttft_slo_ms: Option<f64>,
+    /// The TPOT objective goodput was counted against, ms.
+    #[serde(default)]
+    pub tpot_slo_ms: Option<f64>,
+    /// Share of requests that met both objectives (`None` without objectives).
+    #[serde(default)]
+    pub goodput_requests: Option<f64>,
+    /// Share of output tokens from requests that met both objectives.
+    #[serde(default)]
+    pub goodput_tokens: Option<f64>,
 }
 
 /// Nearest-rank `p`-th percentile (0 ≤ p ≤ 100) of ascending `sorted`; `None` when empty.
@@ -159,8 +175,42 @@ fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
+/// Goodput of `records` against `slo` (module docs, *Goodput*).
+pub fn goodput(records: &[RequestRecord], slo: &SloTargets) -> Goodput {
+    let mut g = Goodput::default();
+    for r in records {
+        let outcome = r
+            .ttft_ms
+            .filter(|_| r.ok())
+            .map(|t| (t / 1e3, r.tpot_ms.map(|t| t / 1e3)));
+        let tokens = if r.ok() {
+            r.output_tokens()
+        } else {
+            r.max_tokens
+        };
+        g.add(slo, tokens, outcome);
+    }
+    g
+}
+
 impl Summary {
-    /// Summarise `records` (any order).
+    /// [`Summary::of`] with goodput against `slo` (when it sets an objective).
+    pub fn with_slo(records: &[RequestRecord], slo: &SloTargets) -> Summary {
+        let mut s = Summary::of(records);
+        s.set_goodput(records, slo);
+        s
+    }
+
+    /// Count goodput of `records` against `slo` into this summary (cleared without objectives).
+    pub fn set_goodput(&mut self, records: &[RequestRecord], slo: &SloTargets) {
+        let g = slo.is_set().then(|| goodput(records, slo));
+        self.ttft_slo_ms = slo.ttft_s.map(|s| s * 1e3);
+        self.tpot_slo_ms = slo.tpot_s.map(|s| s * 1e3);
+        self.goodput_requests = g.map(|g| g.request_share());
+        self.goodput_tokens = g.map(|g| g.token_share());
+    }
+
+    /// Summarise `records` (any order); no goodput (see [`Summary::with_slo`]).
     pub fn of(records: &[RequestRecord]) -> Summary {
         let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
         let ttft = sorted(ok.iter().filter_map(|r| r.ttft_ms));
@@ -232,6 +282,10 @@ impl Summary {
             cached_token_ratio: (prompt > 0).then(|| cached as f64 / prompt as f64),
             backends,
             statuses,
+            ttft_slo_ms: None,
+            tpot_slo_ms: None,
+            goodput_requests: None,
+            goodput_tokens: None,
         }
     }
 
@@ -286,6 +340,19 @@ impl Summary {
         for (k, v) in rows {
             s.push_str(&format!("| {k} | {v} |\n"));
         }
+        let pct = |x: Option<f64>| x.map_or_else(|| "-".into(), |r| format!("{:.1} %", r * 100.0));
+        if self.goodput_requests.is_some() {
+            let slo = format!(
+                "TTFT ≤ {} ms, TPOT ≤ {} ms",
+                fmt_ms(self.ttft_slo_ms),
+                fmt_ms(self.tpot_slo_ms)
+            );
+            s.push_str(&format!(
+                "| goodput, requests ({slo}) | {} |\n| goodput, output tokens | {} |\n",
+                pct(self.goodput_requests),
+                pct(self.goodput_tokens)
+            ));
+        }
         if !self.backends.is_empty() {
             s.push_str("\n| backend | requests |\n| --- | ---: |\n");
             for (b, n) in &self.backends {
@@ -307,6 +374,16 @@ pub fn write_report(
     records: &[RequestRecord],
     title: &str,
 ) -> std::io::Result<Summary> {
+    write_report_with_slo(dir, records, title, &SloTargets::default())
+}
+
+/// [`write_report`] with goodput against `slo` in the summary ([`Summary::with_slo`]).
+pub fn write_report_with_slo(
+    dir: &Path,
+    records: &[RequestRecord],
+    title: &str,
+    slo: &SloTargets,
+) -> std::io::Result<Summary> {
     std::fs::create_dir_all(dir)?;
     let mut lines = std::io::BufWriter::new(std::fs::File::create(dir.join("results.jsonl"))?);
     for r in records {
@@ -314,7 +391,7 @@ pub fn write_report(
         lines.write_all(b"\n")?;
     }
     lines.flush()?;
-    let summary = Summary::of(records);
+    let summary = Summary::with_slo(records, slo);
     std::fs::write(
         dir.join("summary.json"),
         serde_json::to_string_pretty(&summary)? + "\n",
@@ -443,6 +520,42 @@ mod tests {
         let empty = Summary::of(&[]);
         assert_eq!((empty.requests, empty.ttft_p50_ms), (0, None));
         assert_eq!((empty.duration_s, empty.throughput_rps), (0.0, 0.0));
+    }
+
+    #[test]
+    fn goodput_counts_requests_within_both_objectives_and_failures_with_their_max_tokens() {
+        // TTFT 12 ms, TPOT (50 − 12) / 3 ≈ 12.7 ms; TTFT 15 ms, TPOT (200 − 15) / 7 ≈ 26 ms;
+        // TTFT 300 ms (late); a failure that asked for 10 tokens.
+        let mut failed = ok(3, 1.5, 0.0, 0.0, 0);
+        failed.ttft_ms = None;
+        failed.error = Some("status 503".into());
+        failed.max_tokens = 10;
+        let recs = [
+            ok(0, 0.0, 12.0, 50.0, 4),
+            ok(1, 0.5, 15.0, 200.0, 8),
+            ok(2, 1.0, 300.0, 400.0, 8),
+            failed,
+        ];
+        let slo = SloTargets {
+            ttft_s: Some(0.1),
+            tpot_s: Some(0.02),
+        };
+        let g = goodput(&recs, &slo);
+        assert_eq!((g.requests, g.met_requests), (4, 1));
+        assert_eq!((g.tokens, g.met_tokens), (4 + 8 + 8 + 10, 4));
+        let s = Summary::with_slo(&recs, &slo);
+        assert_eq!(s.goodput_requests, Some(0.25));
+        assert_eq!((s.ttft_slo_ms, s.tpot_slo_ms), (Some(100.0), Some(20.0)));
+        assert!(s.markdown("t").contains("| goodput, requests"));
+        // Without objectives there is no goodput, and the markdown says nothing of it.
+        let none = Summary::with_slo(&recs, &SloTargets::default());
+        assert_eq!(none.goodput_requests, None);
+        assert!(!none.markdown("t").contains("goodput"));
+        // An old summary.json without the fields still reads.
+        let mut v = serde_json::to_value(&none).unwrap();
+        v.as_object_mut().unwrap().remove("goodput_requests");
+        let back: Summary = serde_json::from_value(v).unwrap();
+        assert_eq!(back, none);
     }
 
     #[test]

@@ -34,7 +34,7 @@ use anyhow::Context;
 use tokio::sync::Semaphore;
 
 use super::client::{discover_model, http_client, Sender};
-use super::report::{write_report, RequestRecord, Summary};
+use super::report::{write_report_with_slo, RequestRecord, Summary};
 use pronto_sim::workload::{
     self as trace, scale_arrivals, spread_ties, SyntheticWorkload, TraceFormat, TraceRequest,
 };
@@ -100,6 +100,22 @@ pub struct ReplayArgs {
     /// Directory for results.jsonl, summary.json, summary.md and the SVG plots.
     #[arg(long)]
     pub out: PathBuf,
+    /// TTFT objective for goodput in the summary (e.g. the route's `ttft_slo`, `800ms`).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub ttft_slo: Option<Duration>,
+    /// TPOT objective for goodput in the summary (e.g. the route's `tpot_slo`, `50ms`).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub tpot_slo: Option<Duration>,
+}
+
+impl ReplayArgs {
+    /// The objectives goodput is counted against (none: no goodput).
+    pub fn slo(&self) -> pronto_core::slo::SloTargets {
+        pronto_core::slo::SloTargets {
+            ttft_s: self.ttft_slo.map(|d| d.as_secs_f64()),
+            tpot_s: self.tpot_slo.map(|d| d.as_secs_f64()),
+        }
+    }
 }
 
 /// The requests `args` describe, each with its index in the original trace, sorted by
@@ -281,9 +297,10 @@ pub async fn replay_to_dir(args: &ReplayArgs) -> anyhow::Result<Summary> {
     }
     let title = format!("{} → {} ({model})", workload_name(args), args.target);
     let out = args.out.clone();
+    let slo = args.slo();
     let summary = {
         let records = records.clone();
-        tokio::task::spawn_blocking(move || write_report(&out, &records, &title))
+        tokio::task::spawn_blocking(move || write_report_with_slo(&out, &records, &title, &slo))
             .await?
             .with_context(|| format!("writing the report to {}", args.out.display()))?
     };

@@ -24,6 +24,7 @@ pub mod predict;
 pub mod request;
 pub mod routing;
 pub mod seq_cell;
+pub mod slo;
 pub mod sse;
 pub mod state;
 pub mod time;

@@ -15,7 +15,7 @@ use crate::engine::EngineState;
 use crate::ids::{BackendId, BackendKey};
 use crate::kv_index::ExactIndex;
 use crate::load::{Booking, Ledger, LoadView, Storage};
-use crate::predict::{Coefficients, TtftInputs, TtftModel};
+use crate::predict::{Coefficients, TpotModel, TtftInputs, TtftModel};
 use crate::routing::BackendView;
 
 /// The routing side of one backend (see the module docs).
@@ -29,6 +29,8 @@ pub struct BackendState<S: Storage> {
     pub ledger: Ledger<S>,
     /// Its learned TTFT model.
     pub ttft: TtftModel,
+    /// Its learned TPOT model (decode load → time per output token).
+    pub tpot: TpotModel,
     /// What its engine's `/metrics` last said, with the staleness rule.
     pub engine: EngineState,
     /// The exact prefix index fed by its engine's KV events, when configured.
@@ -63,6 +65,7 @@ impl<S: Storage> BackendState<S> {
             key: BackendKey::of(name),
             ledger: Ledger::new(epoch),
             ttft: TtftModel::new(prior, epoch),
+            tpot: TpotModel::new(epoch),
             engine: EngineState::new(epoch),
             exact,
             epoch,
@@ -124,6 +127,7 @@ impl<S: Storage> BackendState<S> {
             kv_capacity_tokens,
             kv_alloc_rate,
             ttft_model,
+            tpot_model,
         } = v;
         *id = self.id;
         *key = self.key;
@@ -141,6 +145,15 @@ impl<S: Storage> BackendState<S> {
         *kv_capacity_tokens = self.kv_capacity();
         *kv_alloc_rate = load.kv_alloc_rate;
         *ttft_model = Some(self.ttft.view_at(now_ns));
+        *tpot_model = self.tpot.view();
+    }
+
+    /// A stream on this backend ended at `at` having seen `tpot_s` seconds per output token
+    /// after its first: the TPOT model learns it against the decode batch the ledger counts
+    /// now (its running decodes, this request included — call before releasing its booking).
+    pub fn observe_tpot(&self, tpot_s: f64, at: Instant) {
+        let batch = self.ledger.view(at).running_decodes.max(1);
+        self.tpot.observe(f64::from(batch), tpot_s, at);
     }
 
     /// A request's first token arrived at `at`, `actual_s` after it was sent: its prefill is

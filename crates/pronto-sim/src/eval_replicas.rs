@@ -248,10 +248,11 @@ impl Replicas {
     }
 
     /// `tr`'s stream on `backend` ended at `t`.
-    pub fn on_finish(&mut self, mut tr: Tracked, backend: usize, t: f64) {
+    pub fn on_finish(&mut self, mut tr: Tracked, backend: usize, tpot_s: Option<f64>, t: f64) {
+        let now = self.at(t);
         self.replicas[tr.replica]
             .router
-            .on_finish(backend, &mut tr.dispatched);
+            .on_finish(backend, &mut tr.dispatched, tpot_s, now);
         self.send(tr.replica, SyncEvent::Release { seq: tr.seq }, t);
     }
 

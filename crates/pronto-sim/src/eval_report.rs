@@ -25,6 +25,20 @@ pub struct RunReport {
     pub ttfa_p99_ms: f64,
     /// Mean reasoning tokens per request that got its first token.
     pub reasoning_tokens_mean: f64,
+    /// Median time per output token after the first, ms (requests with ≥ 2 output tokens).
+    pub tpot_p50_ms: f64,
+    /// 90th percentile TPOT, ms.
+    pub tpot_p90_ms: f64,
+    /// 99th percentile TPOT, ms.
+    pub tpot_p99_ms: f64,
+    /// The TTFT objective goodput is counted against, ms (`None`: none).
+    pub ttft_slo_ms: Option<f64>,
+    /// The TPOT objective goodput is counted against, ms (`None`: none).
+    pub tpot_slo_ms: Option<f64>,
+    /// Share of requests that met both objectives ([`pronto_core::slo`]).
+    pub goodput_requests: f64,
+    /// Share of output tokens from requests that met both objectives.
+    pub goodput_tokens: f64,
     /// Mean end-to-end latency, ms.
     pub e2e_mean_ms: f64,
     /// 99th percentile end-to-end latency, ms.
@@ -71,15 +85,37 @@ pub struct RequestOutcome {
     pub ttft_s: Option<f64>,
     /// Time to first answer token (after the reasoning); `None` when it never came.
     pub ttfa_s: Option<f64>,
+    /// Time per output token after the first; `None` with fewer than 2 output tokens.
+    pub tpot_s: Option<f64>,
+    /// Output tokens the request asked for (the trace's).
+    pub output_tokens: u32,
+    /// Whether it finished with output.
+    pub completed: bool,
+}
+
+/// TPOT percentiles (p50, p90, p99, ms) and goodput against `slo` of a run's outcomes.
+pub fn tpot_and_goodput(
+    outcomes: &[RequestOutcome],
+    slo: &pronto_core::slo::SloTargets,
+) -> ([f64; 3], pronto_core::slo::Goodput) {
+    let mut tpot: Vec<f64> = outcomes.iter().filter_map(|o| o.tpot_s).collect();
+    tpot.sort_by(f64::total_cmp);
+    let mut g = pronto_core::slo::Goodput::default();
+    for o in outcomes {
+        let outcome = o.ttft_s.filter(|_| o.completed).map(|t| (t, o.tpot_s));
+        g.add(slo, o.output_tokens, outcome);
+    }
+    let ms = |q| percentile(&tpot, q) * 1e3;
+    ([ms(0.5), ms(0.9), ms(0.99)], g)
 }
 
 /// A header and one line per request:
-/// `id,arrival_s,prompt_tokens,backend,predicted_ttft_s,cached_tokens,ttft_s,reason` (empty
-/// fields where there is no value).
+/// `id,arrival_s,prompt_tokens,backend,predicted_ttft_s,cached_tokens,ttft_s,reason,tpot_s`
+/// (empty fields where there is no value).
 pub fn outcomes_csv(run: &RunReport) -> String {
     use std::fmt::Write;
     let mut out = String::from(
-        "id,arrival_s,prompt_tokens,backend,predicted_ttft_s,cached_tokens,ttft_s,reason\n",
+        "id,arrival_s,prompt_tokens,backend,predicted_ttft_s,cached_tokens,ttft_s,reason,tpot_s\n",
     );
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
     for (i, o) in run.outcomes.iter().enumerate() {
@@ -89,13 +125,14 @@ pub fn outcomes_csv(run: &RunReport) -> String {
             .map_or("", |(n, _)| n.as_str());
         let _ = writeln!(
             out,
-            "{i},{:.6},{},{backend},{},{},{},{}",
+            "{i},{:.6},{},{backend},{},{},{},{},{}",
             o.arrival_s,
             o.prompt_tokens,
             opt(o.predicted_ttft_s),
             o.cached_tokens,
             opt(o.ttft_s),
-            o.reason.map_or("", |r| r.as_str())
+            o.reason.map_or("", |r| r.as_str()),
+            opt(o.tpot_s)
         );
     }
     out
@@ -147,12 +184,16 @@ pub fn table(runs: &[RunReport]) -> String {
 
 fn table_without_ttfa(runs: &[RunReport]) -> String {
     let mut s = format!(
-        "{:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6} {:>5} {:>6}  per-backend\n",
+        "{:<16} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>6} {:>6} {:>9} {:>9} {:>7} {:>6} {:>5} {:>6}  per-backend\n",
         "policy",
         "ttft_mean",
         "ttft_p50",
         "ttft_p90",
         "ttft_p99",
+        "tpot_p50",
+        "tpot_p99",
+        "good%",
+        "goodt%",
         "e2e_mean",
         "e2e_p99",
         "req/s",
@@ -163,12 +204,16 @@ fn table_without_ttfa(runs: &[RunReport]) -> String {
     for r in runs {
         let per: Vec<String> = r.per_backend.iter().map(|(_, n)| n.to_string()).collect();
         s += &format!(
-            "{:<16} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7.2} {:>6.1} {:>5} {:>6}  {}\n",
+            "{:<16} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>8.1} {:>6.1} {:>6.1} {:>9.1} {:>9.1} {:>7.2} {:>6.1} {:>5} {:>6}  {}\n",
             r.policy,
             r.ttft_mean_ms,
             r.ttft_p50_ms,
             r.ttft_p90_ms,
             r.ttft_p99_ms,
+            r.tpot_p50_ms,
+            r.tpot_p99_ms,
+            r.goodput_requests * 100.0,
+            r.goodput_tokens * 100.0,
             r.e2e_mean_ms,
             r.e2e_p99_ms,
             r.throughput_rps,
@@ -196,6 +241,42 @@ mod tests {
     }
 
     #[test]
+    fn goodput_counts_every_request_and_tpot_only_multi_token_ones() {
+        let o = |ttft_s: Option<f64>, tpot_s: Option<f64>, completed| RequestOutcome {
+            arrival_s: 0.0,
+            prompt_tokens: 10,
+            backend: Some(0),
+            predicted_ttft_s: None,
+            reason: None,
+            cached_tokens: 0,
+            ttft_s,
+            ttfa_s: ttft_s,
+            tpot_s,
+            output_tokens: 100,
+            completed,
+        };
+        let runs = [
+            o(Some(0.5), Some(0.02), true),  // met
+            o(Some(0.5), Some(0.09), true),  // slow decode
+            o(Some(3.0), Some(0.01), true),  // late
+            o(Some(0.1), None, true),        // one token: met
+            o(None, None, false),            // shed
+            o(Some(0.1), Some(0.01), false), // rejected after a token: not met
+        ];
+        let slo = pronto_core::slo::SloTargets {
+            ttft_s: Some(1.0),
+            tpot_s: Some(0.05),
+        };
+        let ([p50, _, p99], g) = tpot_and_goodput(&runs, &slo);
+        assert_eq!((g.requests, g.met_requests), (6, 2));
+        assert_eq!((g.tokens, g.met_tokens), (600, 200));
+        assert!(
+            (p50 - 10.0).abs() < 1e-9 && (p99 - 90.0).abs() < 1e-9,
+            "{p50} {p99}"
+        );
+    }
+
+    #[test]
     fn json_has_the_documented_fields() {
         let r = RunReport {
             policy: "round_robin".into(),
@@ -208,6 +289,13 @@ mod tests {
             ttfa_mean_ms: 1.0,
             ttfa_p99_ms: 1.0,
             reasoning_tokens_mean: 0.0,
+            tpot_p50_ms: 1.0,
+            tpot_p90_ms: 1.0,
+            tpot_p99_ms: 1.0,
+            ttft_slo_ms: Some(1000.0),
+            tpot_slo_ms: None,
+            goodput_requests: 1.0,
+            goodput_tokens: 1.0,
             e2e_mean_ms: 2.0,
             e2e_p99_ms: 2.0,
             throughput_rps: 1.0,
@@ -233,6 +321,11 @@ mod tests {
             "ttfa_mean_ms",
             "ttfa_p99_ms",
             "reasoning_tokens_mean",
+            "tpot_p50_ms",
+            "tpot_p99_ms",
+            "goodput_requests",
+            "goodput_tokens",
+            "ttft_slo_ms",
             "e2e_mean_ms",
             "throughput_rps",
             "prefix_hit_rate",

@@ -225,8 +225,18 @@ impl RouterSideState {
     }
 
     /// A request's stream on `backend` ended (or it was rejected): released.
-    pub fn on_finish(&mut self, backend: usize, d: &mut Dispatched) {
-        self.backends[backend].state.ledger.release(&mut d.booking);
+    pub fn on_finish(
+        &mut self,
+        backend: usize,
+        d: &mut Dispatched,
+        tpot_s: Option<f64>,
+        now: Instant,
+    ) {
+        let state = &self.backends[backend].state;
+        if let Some(t) = tpot_s {
+            state.observe_tpot(t, now);
+        }
+        state.ledger.release(&mut d.booking);
     }
 }
 
@@ -273,14 +283,14 @@ mod tests {
             s.on_first_token(1, &mut d1, 0.2, now).is_none(),
             "learns once"
         );
-        s.on_finish(1, &mut d2);
+        s.on_finish(1, &mut d2, None, now);
         let v = s.views(&f, now, true)[1];
         assert_eq!(
             (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),
             (1, 0, 1)
         );
         assert_eq!(v.ttft_model.unwrap().quality.samples, 1);
-        s.on_finish(1, &mut d1);
+        s.on_finish(1, &mut d1, Some(0.01), now);
         let v = s.views(&f, now, true)[1];
         assert_eq!(
             (v.inflight, v.outstanding_prefill_tokens, v.running_decodes),

@@ -33,6 +33,16 @@
 //! read is the one after the latest scheduled step (a live engine publishes a step's events
 //! when the step ends, one step later); everything else the policy sees is unchanged.
 //!
+//! ## `POLICY+hold`: the gateway holds what has no KV room
+//! Any policy name (the oracle's too) with the suffix [`HOLD_SUFFIX`] runs it behind a gateway
+//! queue: arrivals queue in order, and the head is routed only when
+//! [`pronto_core::routing::should_hold`] says some backend has KV room for it (or no room will
+//! come by waiting); until then it waits in the gateway, not in one engine's queue, and goes
+//! to whichever backend makes room first. Its TTFT still counts from its arrival; its TTFT
+//! model observation counts from its dispatch, as the gateway measures. The queue is re-tried
+//! after every step end. This is the evaluator's model of a gateway admission rule; the
+//! gateway's own admission queue does not apply it yet.
+//!
 //! ## `--load X`
 //! Capacity is the fleet's sustainable request rate for this trace's request mix:
 //! for each distinct engine configuration, a closed-loop calibration run feeds up to
@@ -50,24 +60,28 @@
 //! reasoning) − arrival. `--load` calibration counts the reasoning tokens as generated work.
 //!
 //! Mooncake's conversation trace is quantised to 3 s; ties are spread over each bucket
-//! ([`spread_ties`]) before anything else.
+//! ([`crate::workload::spread_ties`]) before anything else; `--arrival-seed` then re-draws the
+//! gaps ([`crate::eval_args::redraw_gaps`]).
 
-use std::path::{Path, PathBuf};
+use std::collections::VecDeque;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
 use super::engine::{Engine, EngineConfig, EngineEvent, SimRequest};
-use super::eval_replicas::{Replicas, Replication, Spread, SyncMode, Tracked};
-use super::eval_report::{percentile, RequestOutcome, RunReport};
+pub use super::eval_args::{prepare_trace, EvaluateArgs, Generated, SloLimit};
+use super::eval_replicas::{Replicas, Replication, Tracked};
+use super::eval_report::{percentile, tpot_and_goodput, RequestOutcome, RunReport};
 use super::eval_router::ScrapedLoad;
 use super::fleet_config::FleetConfig;
 use super::profile::StepWork;
 use super::reasoning::ReasoningConfig;
-use crate::workload::{self as trace, spread_ties, SyntheticWorkload, TraceFormat, TraceRequest};
+use crate::workload::{self as trace, TraceRequest};
 use pronto_core::request::RequestFeatures;
 use pronto_core::routing::{Policy, PolicyKind};
+use pronto_core::slo::SloTargets;
 use pronto_core::tokens::{block_hashes, BlockHash, BLOCK_TOKENS};
 
 /// Requests in a `--load` calibration run.
@@ -82,66 +96,12 @@ pub const ORACLE: &str = "oracle";
 /// Suffix of a policy name that swaps the approximate prefix index for the exact one.
 pub const EXACT_SUFFIX: &str = "+exact";
 
+/// Suffix of a policy name that puts the KV admission hold in front of it (module docs).
+pub const HOLD_SUFFIX: &str = "+hold";
+
 /// Policies evaluated when none is given: the baselines, the gateway's default
 /// (`predicted_ttft`) and the oracle that bounds what any router could do.
 pub const DEFAULT_POLICIES: &[&str] = &["round_robin", "least_inflight", "predicted_ttft", ORACLE];
-
-/// `pronto evaluate`: replay a trace through the simulated fleet under each policy.
-#[derive(Debug, Clone, clap::Args)]
-pub struct EvaluateArgs {
-    /// Trace file; without it a seeded synthetic multi-turn chat workload is used.
-    #[arg(long)]
-    pub trace: Option<PathBuf>,
-    /// Trace format.
-    #[arg(long, value_enum, default_value_t = TraceFormat::Mooncake)]
-    pub format: TraceFormat,
-    /// Fleet file.
-    #[arg(long, default_value = "config/sim/fleet.yaml")]
-    pub fleet: PathBuf,
-    /// Policy to evaluate (repeatable): round_robin, least_inflight, predicted_ttft, oracle,
-    /// ... (default: round_robin, least_inflight, predicted_ttft and oracle).
-    #[arg(long = "policy")]
-    pub policies: Vec<String>,
-    /// Offered load as a fraction of fleet capacity (default: the trace's own timing).
-    #[arg(long)]
-    pub load: Option<f64>,
-    /// Replay only the first N requests.
-    #[arg(long)]
-    pub limit: Option<usize>,
-    /// Seed of the synthetic workload.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// Write every request's outcome to `DIR/<policy>.csv` (arrival, prompt tokens, backend,
-    /// predicted and actual TTFT, cached tokens, the decision's reason): to see which requests
-    /// make a tail.
-    #[arg(long, value_name = "DIR")]
-    pub requests_csv: Option<PathBuf>,
-    /// Router replicas in front of the fleet, each with its own ledger, index and models
-    /// (`crate::eval_replicas`).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub replicas: u32,
-    /// How arrivals are spread across replicas.
-    #[arg(long, value_enum, default_value_t = Spread::RoundRobin)]
-    pub spread: Spread,
-    /// How replicas sync: `off`, or the delay of every message (`5ms`).
-    #[arg(long, default_value = "off")]
-    pub sync: SyncMode,
-}
-
-impl EvaluateArgs {
-    /// The replica set-up these arguments ask for.
-    pub fn replication(&self) -> Replication {
-        Replication {
-            replicas: self.replicas as usize,
-            spread: self.spread,
-            sync: self.sync,
-            seed: self.seed,
-        }
-    }
-}
 
 /// One simulated backend: a name and its engine configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -246,6 +206,8 @@ pub fn apply_load(fleet: &[SimBackend], reqs: &mut [TraceRequest], load: f64) ->
 #[derive(Debug, Clone, Copy)]
 struct Track {
     arrival_s: f64,
+    /// When the gateway sent it (its arrival, unless it was held).
+    dispatched_s: f64,
     backend: usize,
     prompt_tokens: u32,
     first_token_s: Option<f64>,
@@ -256,6 +218,9 @@ struct Track {
     predicted_ttft_s: Option<f64>,
     reason: Option<pronto_core::routing::Reason>,
     cached_tokens: u32,
+    output_tokens: u32,
+    tpot_s: Option<f64>,
+    completed: bool,
 }
 
 struct Backend {
@@ -278,21 +243,36 @@ pub fn evaluate(
     reqs: &[TraceRequest],
     policy: &str,
 ) -> anyhow::Result<RunReport> {
-    evaluate_replicated(fleet, model, reqs, policy, Replication::default())
+    evaluate_replicated(
+        fleet,
+        model,
+        reqs,
+        policy,
+        Replication::default(),
+        &SloTargets::default(),
+    )
 }
 
-/// [`evaluate`] with the router replicated as `rep` says ([`crate::eval_replicas`]).
+/// [`evaluate`] with the router replicated as `rep` says ([`crate::eval_replicas`]), every
+/// request carrying the objectives `slo` (as a route's `ttft_slo` / `tpot_slo` would set them:
+/// policies see them, and goodput is counted against them).
 pub fn evaluate_replicated(
     fleet: &[SimBackend],
     model: &str,
     reqs: &[TraceRequest],
     policy: &str,
     rep: Replication,
+    slo: &SloTargets,
 ) -> anyhow::Result<RunReport> {
     anyhow::ensure!(!fleet.is_empty(), "the fleet has no backends");
-    let chooser = if policy == ORACLE {
+    let (base_policy, hold) = match policy.strip_suffix(HOLD_SUFFIX) {
+        Some(p) => (p, true),
+        None => (policy, false),
+    };
+    let chooser = if base_policy == ORACLE {
         Chooser::Oracle
     } else {
+        let policy = base_policy;
         let (name, exact) = match policy.strip_suffix(EXACT_SUFFIX) {
             Some(name) => (name, true),
             None => (policy, false),
@@ -300,7 +280,7 @@ pub fn evaluate_replicated(
         let kind = PolicyKind::parse(name).with_context(|| {
             format!(
                 "unknown policy {policy:?} (known: {}, {ORACLE}; any but {ORACLE} may end \
-                 with {EXACT_SUFFIX})",
+                 with {EXACT_SUFFIX}, any with {HOLD_SUFFIX})",
                 PolicyKind::ALL.join(", ")
             )
         })?;
@@ -315,7 +295,11 @@ pub fn evaluate_replicated(
     let base = Instant::now();
     let mut router = Replicas::new(&names, &capacities, base, rep);
     // Each request's booking and prediction inputs, while it is in flight.
-    let mut dispatched: Vec<Option<Tracked>> = Vec::with_capacity(reqs.len());
+    let mut dispatched: Vec<Option<Tracked>> = (0..reqs.len()).map(|_| None).collect();
+    // Arrived, not yet routed (ids), and the head's prompt ids and features.
+    let mut queue: VecDeque<u64> = VecDeque::new();
+    let mut head: Option<(u64, Vec<u32>, RequestFeatures)> = None;
+    let mut clock: f64;
     let mut backends: Vec<Backend> = fleet
         .iter()
         .map(|b| Backend {
@@ -333,7 +317,6 @@ pub fn evaluate_replicated(
     let (mut hit_tokens, mut prompt_tokens) = (0u64, 0u64);
     let mut last_finish = 0.0f64;
     let mut next = 0usize;
-    let mut ids = Vec::new();
     let mut next_scrape_s = f64::NEG_INFINITY;
     loop {
         let step_end = backends
@@ -345,6 +328,7 @@ pub fn evaluate_replicated(
         match (step_end, arrival) {
             (None, None) => break,
             (Some((t, b)), a) if a.is_none_or(|a| t <= a) => {
+                clock = t;
                 router.deliver_until(t);
                 let events = std::mem::take(&mut backends[b].pending);
                 for ev in events {
@@ -364,7 +348,7 @@ pub fn evaluate_replicated(
                             hit_tokens += u64::from(cached_tokens);
                             prompt_tokens += u64::from(tr.prompt_tokens);
                             if let Some(d) = dispatched[id as usize].as_mut() {
-                                router.on_first_token(d, b, t - tr.arrival_s, t);
+                                router.on_first_token(d, b, t - tr.dispatched_s, t);
                             }
                         }
                         EngineEvent::Token { id } => {
@@ -377,9 +361,17 @@ pub fn evaluate_replicated(
                             }
                         }
                         EngineEvent::Finished { id, output_tokens } => {
-                            let tr = tracks[id as usize];
+                            let tr = &mut tracks[id as usize];
+                            tr.tpot_s = match tr.first_token_s {
+                                Some(f) if output_tokens >= 2 => {
+                                    Some((t - f) / f64::from(output_tokens - 1))
+                                }
+                                _ => None,
+                            };
+                            tr.completed = output_tokens > 0;
+                            let (tr, tpot) = (*tr, tr.tpot_s);
                             if let Some(d) = dispatched[id as usize].take() {
-                                router.on_finish(d, b, t);
+                                router.on_finish(d, b, tpot, t);
                             }
                             if output_tokens == 0 {
                                 rejected += 1;
@@ -393,28 +385,16 @@ pub fn evaluate_replicated(
                 start_step(&mut backends[b], t);
             }
             (_, Some(t)) => {
+                clock = t;
                 router.deliver_until(t);
                 if t >= next_scrape_s {
-                    // The gateway scrapes every backend's /metrics every SCRAPE_INTERVAL_S.
-                    let at = base + Duration::from_secs_f64(t);
-                    for (i, b) in backends.iter().enumerate() {
-                        let st = b.engine.stats();
-                        let load = ScrapedLoad {
-                            waiting: st.waiting as f64,
-                            running: st.running as f64,
-                            kv_usage: st.kv_usage,
-                        };
-                        router.on_scrape(i, load, at);
-                    }
+                    scrape(&mut router, &backends, base, t);
                     next_scrape_s = t + SCRAPE_INTERVAL_S;
                 }
                 let r = &reqs[next];
-                let id = next as u64;
-                next += 1;
-                ids.clear();
-                r.prompt_ids(id, &mut ids);
                 tracks.push(Track {
                     arrival_s: t,
+                    dispatched_s: t,
                     backend: usize::MAX,
                     prompt_tokens: r.input_tokens,
                     first_token_s: None,
@@ -424,68 +404,94 @@ pub fn evaluate_replicated(
                     predicted_ttft_s: None,
                     reason: None,
                     cached_tokens: 0,
+                    output_tokens: r.output_tokens,
+                    tpot_s: None,
+                    completed: false,
                 });
-                let mut features = features_of(model, &ids, r);
-                let now = base + Duration::from_secs_f64(t);
-                let residency = match &chooser {
-                    Chooser::Policy(p, _) => p.limits_prefix_credit_to_residency(),
-                    Chooser::Oracle => true,
-                };
-                let replica = router.pick(id as usize);
-                let views = router.router(replica).views(&features, now, residency);
-                let chosen = match &chooser {
-                    Chooser::Oracle => {
-                        let b = oracle_pick(&backends, &ids, id, r, t);
-                        Some((b, None, None, views[b]))
-                    }
-                    Chooser::Policy(p, exact) => {
-                        let views = if *exact {
-                            exact_views.clear();
-                            exact_views.extend_from_slice(views);
-                            for (v, b) in exact_views.iter_mut().zip(&backends) {
-                                v.cached_tokens = exact_hit(&b.engine, &ids, &features);
-                            }
-                            &exact_views[..]
-                        } else {
-                            views
-                        };
-                        pronto_core::routing::decide(&**p, &features, views, now)
-                            .ok()
-                            .map(|d| (d.index, d.predicted_ttft_s, Some(d.reason), views[d.index]))
-                    }
-                };
-                dispatched.push(None);
-                let Some((b, predicted, reason, view)) = chosen else {
-                    shed += 1;
-                    continue;
-                };
-                // The served model's reasoning, drawn from the prompt as the live fleet does.
-                let thinking = fleet[b].reasoning.map_or(0, |c| c.tokens_for(&ids));
-                let generated = r.output_tokens.saturating_add(thinking);
-                tracks[id as usize].reasoning_tokens = thinking;
-                tracks[id as usize].backend = b;
-                tracks[id as usize].predicted_ttft_s = predicted;
-                tracks[id as usize].reason = reason;
-                per_backend[b] += 1;
-                dispatched[id as usize] =
-                    Some(router.on_dispatch(replica, b, predicted, &view, &features, t));
-                // Block hashes at the gateway's block size, reused by engines of that size.
-                let hashes = std::mem::take(&mut features.block_hashes);
-                let engine = &mut backends[b].engine;
-                if engine.config().block_size == BLOCK_TOKENS {
-                    engine.add_hashed(id, r.input_tokens, hashes.into(), generated);
-                } else {
-                    engine.add_request(SimRequest {
-                        id,
-                        prompt: std::mem::take(&mut ids),
-                        max_tokens: generated,
-                    });
-                }
-                if backends[b].busy_until.is_none() {
-                    start_step(&mut backends[b], t);
-                }
+                queue.push_back(next as u64);
+                next += 1;
             }
             (Some(_), None) => unreachable!("handled by the step-end arm"),
+        }
+        // The gateway's queue, head first: every request is routed at once, except with
+        // `+hold`, where the head waits while `should_hold` says no backend has KV room.
+        while let Some(&id) = queue.front() {
+            let i = id as usize;
+            let r = &reqs[i];
+            if head.as_ref().is_none_or(|h| h.0 != id) {
+                let mut v = Vec::new();
+                r.prompt_ids(id, &mut v);
+                let mut f = features_of(model, &v, r);
+                f.slo = *slo;
+                head = Some((id, v, f));
+            }
+            let t = tracks[i].arrival_s.max(clock);
+            if hold && t > next_scrape_s {
+                scrape(&mut router, &backends, base, t);
+                next_scrape_s = t + SCRAPE_INTERVAL_S;
+            }
+            let (_, ids, features) = head.as_mut().expect("set above");
+            let now = base + Duration::from_secs_f64(t);
+            let residency = match &chooser {
+                Chooser::Policy(p, _) => p.limits_prefix_credit_to_residency(),
+                Chooser::Oracle => true,
+            };
+            let replica = router.pick(i);
+            let views = router.router(replica).views(features, now, residency);
+            if hold && pronto_core::routing::should_hold(features, views) {
+                break;
+            }
+            let chosen = match &chooser {
+                Chooser::Oracle => {
+                    let b = oracle_pick(&backends, ids, id, r, t);
+                    Some((b, None, None, views[b]))
+                }
+                Chooser::Policy(p, exact) => {
+                    let views = if *exact {
+                        exact_views.clear();
+                        exact_views.extend_from_slice(views);
+                        for (v, b) in exact_views.iter_mut().zip(&backends) {
+                            v.cached_tokens = exact_hit(&b.engine, ids, features);
+                        }
+                        &exact_views[..]
+                    } else {
+                        views
+                    };
+                    pronto_core::routing::decide(&**p, features, views, now)
+                        .ok()
+                        .map(|d| (d.index, d.predicted_ttft_s, Some(d.reason), views[d.index]))
+                }
+            };
+            queue.pop_front();
+            let (_, mut ids, mut features) = head.take().expect("set above");
+            let Some((b, predicted, reason, view)) = chosen else {
+                shed += 1;
+                continue;
+            };
+            // The served model's reasoning, drawn from the prompt as the live fleet does.
+            let thinking = fleet[b].reasoning.map_or(0, |c| c.tokens_for(&ids));
+            let generated = r.output_tokens.saturating_add(thinking);
+            let tr = &mut tracks[i];
+            (tr.backend, tr.predicted_ttft_s, tr.reason) = (b, predicted, reason);
+            tr.reasoning_tokens = thinking;
+            tr.dispatched_s = t;
+            per_backend[b] += 1;
+            dispatched[i] = Some(router.on_dispatch(replica, b, predicted, &view, &features, t));
+            // Block hashes at the gateway's block size, reused by engines of that size.
+            let hashes = std::mem::take(&mut features.block_hashes);
+            let engine = &mut backends[b].engine;
+            if engine.config().block_size == BLOCK_TOKENS {
+                engine.add_hashed(id, r.input_tokens, hashes.into(), generated);
+            } else {
+                engine.add_request(SimRequest {
+                    id,
+                    prompt: std::mem::take(&mut ids),
+                    max_tokens: generated,
+                });
+            }
+            if backends[b].busy_until.is_none() {
+                start_step(&mut backends[b], t);
+            }
         }
     }
     let preemptions = backends
@@ -513,6 +519,23 @@ pub fn evaluate_replicated(
         .map(|t| f64::from(t.reasoning_tokens))
         .collect();
     e2e.sort_by(f64::total_cmp);
+    let outcomes: Vec<RequestOutcome> = tracks
+        .iter()
+        .map(|t| RequestOutcome {
+            arrival_s: t.arrival_s,
+            prompt_tokens: t.prompt_tokens,
+            backend: (t.backend != usize::MAX).then_some(t.backend),
+            predicted_ttft_s: t.predicted_ttft_s,
+            reason: t.reason,
+            cached_tokens: t.cached_tokens,
+            ttft_s: t.first_token_s.map(|f| f - t.arrival_s),
+            ttfa_s: t.first_answer_s.map(|f| f - t.arrival_s),
+            tpot_s: t.tpot_s,
+            output_tokens: t.output_tokens,
+            completed: t.completed,
+        })
+        .collect();
+    let ([tpot_p50, tpot_p90, tpot_p99], goodput) = tpot_and_goodput(&outcomes, slo);
     Ok(RunReport {
         policy: policy.to_string(),
         requests: reqs.len() as u64,
@@ -524,6 +547,13 @@ pub fn evaluate_replicated(
         ttfa_mean_ms: ms(ttfa_mean),
         ttfa_p99_ms: ms(percentile(&ttfa, 0.99)),
         reasoning_tokens_mean: mean(&started),
+        tpot_p50_ms: tpot_p50,
+        tpot_p90_ms: tpot_p90,
+        tpot_p99_ms: tpot_p99,
+        ttft_slo_ms: slo.ttft_s.map(ms),
+        tpot_slo_ms: slo.tpot_s.map(ms),
+        goodput_requests: goodput.request_share(),
+        goodput_tokens: goodput.token_share(),
         e2e_mean_ms: ms(e2e_mean),
         e2e_p99_ms: ms(percentile(&e2e, 0.99)),
         throughput_rps: if span > 0.0 {
@@ -547,20 +577,22 @@ pub fn evaluate_replicated(
         replicas: rep.replicas.max(1) as u32,
         sync: rep.sync.to_string(),
         sync_bytes_per_request: router.sync_bytes() as f64 / reqs.len().max(1) as f64,
-        outcomes: tracks
-            .iter()
-            .map(|t| RequestOutcome {
-                arrival_s: t.arrival_s,
-                prompt_tokens: t.prompt_tokens,
-                backend: (t.backend != usize::MAX).then_some(t.backend),
-                predicted_ttft_s: t.predicted_ttft_s,
-                reason: t.reason,
-                cached_tokens: t.cached_tokens,
-                ttft_s: t.first_token_s.map(|f| f - t.arrival_s),
-                ttfa_s: t.first_answer_s.map(|f| f - t.arrival_s),
-            })
-            .collect(),
+        outcomes,
     })
+}
+
+/// The gateway's scrape of every backend's `/metrics` at `t` (every [`SCRAPE_INTERVAL_S`]).
+fn scrape(router: &mut Replicas, backends: &[Backend], base: Instant, t: f64) {
+    let at = base + Duration::from_secs_f64(t);
+    for (i, b) in backends.iter().enumerate() {
+        let st = b.engine.stats();
+        let load = ScrapedLoad {
+            waiting: st.waiting as f64,
+            running: st.running as f64,
+            kv_usage: st.kv_usage,
+        };
+        router.on_scrape(i, load, at);
+    }
 }
 
 fn start_step(b: &mut Backend, now: f64) {
@@ -659,39 +691,6 @@ fn oracle_pick(backends: &[Backend], ids: &[u32], id: u64, r: &TraceRequest, now
     best.1
 }
 
-/// Load the trace (or generate the synthetic workload), apply `--limit`, spread ties and
-/// `--load`. Returns the requests and, with `--load`, the measured fleet capacity.
-pub fn prepare_trace(
-    args: &EvaluateArgs,
-    fleet: &[SimBackend],
-) -> anyhow::Result<(Vec<TraceRequest>, Option<f64>)> {
-    let mut reqs = match &args.trace {
-        Some(path) => trace::read(path, args.format)?,
-        None => SyntheticWorkload {
-            seed: args.seed,
-            ..SyntheticWorkload::default()
-        }
-        .generate(),
-    };
-    if let Some(n) = args.limit {
-        reqs.truncate(n);
-    }
-    spread_ties(&mut reqs);
-    let capacity = args.load.map(|x| apply_load(fleet, &mut reqs, x));
-    Ok((reqs, capacity))
-}
-
-impl EvaluateArgs {
-    /// The policies to run: those given, else [`DEFAULT_POLICIES`].
-    pub fn policies(&self) -> Vec<String> {
-        if self.policies.is_empty() {
-            DEFAULT_POLICIES.iter().map(|s| s.to_string()).collect()
-        } else {
-            self.policies.clone()
-        }
-    }
-}
-
 /// `pronto evaluate`: run every requested policy and print a table or JSON.
 pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
     let fleet = load_fleet(&args.fleet)?;
@@ -700,7 +699,8 @@ pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for p in &args.policies() {
         let started = Instant::now();
-        let report = evaluate_replicated(&fleet, &model, &reqs, p, args.replication())?;
+        let report =
+            evaluate_replicated(&fleet, &model, &reqs, p, args.replication(), &args.slo())?;
         let wall = started.elapsed().as_secs_f64();
         if !args.json {
             eprintln!(

@@ -113,6 +113,7 @@ impl SimFleetArgs {
                             name: format!("sim-{i}"),
                             profile: self.profile.clone(),
                             num_kv_blocks: self.num_kv_blocks,
+                            max_num_seqs: None,
                             port: Some(port),
                             kv_events_port: None,
                             faults: Default::default(),

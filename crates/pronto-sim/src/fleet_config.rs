@@ -128,6 +128,9 @@ pub struct SimBackendConfig {
     /// Override of the profile's KV block count.
     #[serde(default)]
     pub num_kv_blocks: Option<usize>,
+    /// Override of the profile's cap on running requests (vLLM `--max-num-seqs`).
+    #[serde(default)]
+    pub max_num_seqs: Option<usize>,
     /// Port of the live fleet's HTTP server for this backend.
     #[serde(default)]
     pub port: Option<u16>,
@@ -240,6 +243,12 @@ impl FleetConfig {
             if let Err((field, reason)) = b.faults.validate() {
                 return Err(invalid(format!("backends[{i}].faults.{field}"), reason));
             }
+            if b.max_num_seqs == Some(0) {
+                return Err(invalid(
+                    format!("backends[{i}].max_num_seqs"),
+                    "must be > 0",
+                ));
+            }
             if b.num_kv_blocks == Some(0) {
                 return Err(invalid(
                     format!("backends[{i}].num_kv_blocks"),
@@ -286,6 +295,9 @@ impl SimBackendConfig {
         let mut cfg = EngineConfig::from_profile(profile);
         if let Some(n) = self.num_kv_blocks {
             cfg.num_kv_blocks = n;
+        }
+        if let Some(n) = self.max_num_seqs {
+            cfg.max_num_seqs = n;
         }
         Ok(cfg)
     }

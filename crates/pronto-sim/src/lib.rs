@@ -21,6 +21,7 @@
 
 pub mod calibrate;
 pub mod engine;
+pub mod eval_args;
 pub mod eval_replicas;
 pub mod eval_report;
 pub mod eval_router;
@@ -41,3 +42,4 @@ pub mod profile;
 pub mod reasoning;
 pub mod testing;
 pub mod workload;
+pub mod workload_agentic;

@@ -247,7 +247,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 }
 
 /// Sort by arrival (stable) and shift times so the first request arrives at 0.
-fn normalise(mut v: Vec<TraceRequest>) -> Vec<TraceRequest> {
+pub(crate) fn normalise(mut v: Vec<TraceRequest>) -> Vec<TraceRequest> {
     v.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
     let t0 = v.first().map_or(0.0, |r| r.arrival_s);
     for r in &mut v {

@@ -42,8 +42,10 @@
 //! back to load balancing).
 
 mod shared;
+pub mod tpot;
 
 pub use shared::TtftModel;
+pub use tpot::{TpotCoefficients, TpotModel};
 
 use std::time::Instant;
 

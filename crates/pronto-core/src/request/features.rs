@@ -57,6 +57,9 @@ pub struct RequestFeatures {
     pub session_key: Option<String>,
     /// Chained hashes of every full [`crate::tokens::BLOCK_TOKENS`]-token block of the prompt.
     pub block_hashes: Vec<BlockHash>,
+    /// The matched route's objectives (`ttft_slo`, `tpot_slo`): not in the body, set by the
+    /// gateway once the route is known; none until then.
+    pub slo: crate::slo::SloTargets,
 }
 
 impl RequestFeatures {
@@ -75,6 +78,7 @@ impl RequestFeatures {
             max_tokens,
             session_key: None,
             block_hashes: hashes,
+            slo: crate::slo::SloTargets::default(),
         }
     }
 }

@@ -479,6 +479,7 @@ fn build(
         max_tokens: f.max_completion_tokens.or(f.max_tokens),
         session_key,
         block_hashes,
+        slo: crate::slo::SloTargets::default(),
     })
 }
 

@@ -42,7 +42,7 @@ pub use spec::{
 };
 
 use crate::ids::{BackendId, BackendKey};
-use crate::predict::{Coefficients, Quality, TtftInputs};
+use crate::predict::{Coefficients, Quality, TpotCoefficients, TtftInputs};
 use crate::request::RequestFeatures;
 
 /// Engine-side load scraped from a backend's `/metrics`.
@@ -98,6 +98,8 @@ pub struct BackendView {
     pub kv_alloc_rate: f64,
     /// The backend's learned TTFT model, when the caller keeps one.
     pub ttft_model: Option<TtftModelView>,
+    /// The backend's learned TPOT model, once it predicts ([`crate::predict::tpot`]).
+    pub tpot_model: Option<TpotCoefficients>,
 }
 
 /// A backend's TTFT model as a policy sees it.
@@ -151,7 +153,28 @@ impl BackendView {
             kv_capacity_tokens: None,
             kv_alloc_rate: 0.0,
             ttft_model: None,
+            tpot_model: None,
         }
+    }
+
+    /// Predicted seconds per output token for a request sent here now, when the backend has
+    /// a TPOT model: every request in flight decoding beside it (`inflight + 1` sequences).
+    #[inline]
+    pub fn predicted_tpot_s(&self) -> Option<f64> {
+        self.tpot_model
+            .map(|m| m.predict(f64::from(self.inflight) + 1.0))
+    }
+
+    /// Whether a request sent here now is predicted to meet `features.slo`: its TTFT
+    /// prediction `predicted_ttft_s` within `ttft_s` and its predicted TPOT within `tpot_s`
+    /// (an objective not set, or a TPOT the backend cannot predict yet, counts as met).
+    #[inline]
+    pub fn meets_slo(&self, features: &RequestFeatures, predicted_ttft_s: f64) -> bool {
+        let slo = &features.slo;
+        slo.ttft_s.is_none_or(|s| predicted_ttft_s <= s)
+            && slo
+                .tpot_s
+                .is_none_or(|s| self.predicted_tpot_s().is_none_or(|t| t <= s))
     }
 
     /// Whether `features` fits in the backend's KV cache next to what its in-flight requests
@@ -356,6 +379,24 @@ fn prediction(v: &BackendView, features: &RequestFeatures) -> Option<f64> {
         .map(|p| if wait.is_finite() { p + wait } else { p })
 }
 
+/// Whether the gateway should hold `features` back instead of sending it now: no eligible
+/// backend has KV room for it ([`BackendView::kv_fits`]: what its in-flight requests will hold
+/// plus its uncached prompt and expected output stays within the capacity), and every eligible
+/// backend has requests in flight, whose ends will make room. Sent now, it would wait in an
+/// engine queue committed to one backend, or make the engine preempt running requests; held,
+/// it goes to whichever backend makes room first. False when no backend is eligible (nothing
+/// to wait for here) or some backend's capacity is unknown (it always fits).
+pub fn should_hold(features: &RequestFeatures, views: &[BackendView]) -> bool {
+    let mut any = false;
+    for v in views.iter().filter(|v| v.eligible()) {
+        if v.inflight == 0 || v.kv_fits(features) {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
 /// The backend a decision passed over, for explaining it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RunnerUp {
@@ -476,6 +517,37 @@ mod tests {
             },
             since_last_observation_s: 1.0,
         })
+    }
+
+    #[test]
+    fn a_request_is_held_only_while_no_backend_has_kv_room_and_room_will_come() {
+        let mut f = features();
+        f.prompt_tokens = 1000;
+        f.max_tokens = Some(1000);
+        let mut v = views(2);
+        for b in &mut v {
+            b.kv_capacity_tokens = Some(10_000);
+            b.kv_reserved_tokens = 9000;
+            b.inflight = 3;
+        }
+        assert!(should_hold(&f, &v), "2000 more fit nowhere");
+        v[1].kv_reserved_tokens = 8000;
+        assert!(!should_hold(&f, &v), "b1 has room");
+        v[1].kv_reserved_tokens = 9000;
+        v[1].inflight = 0;
+        assert!(
+            !should_hold(&f, &v),
+            "an idle backend: no room will come by waiting"
+        );
+        v[1].inflight = 3;
+        v[1].excluded = true;
+        assert!(should_hold(&f, &v), "only eligible backends count");
+        v[0].kv_capacity_tokens = None;
+        assert!(!should_hold(&f, &v), "unknown capacity always fits");
+        assert!(
+            !should_hold(&f, &[]),
+            "nothing eligible: nothing to wait for"
+        );
     }
 
     #[test]

@@ -29,6 +29,14 @@
 //!    `explore_margin` × the best. So a new or recovered backend is calibrated with at most one
 //!    request at a time, and never at a cost beyond the margin (reason `explore`).
 //! 3. Otherwise the argmin (reason `predicted_best`); ties go to fewer in-flight requests.
+//!    When the request carries a TPOT objective (its route's `tpot_slo`), the argmin is taken
+//!    over the backends with KV room for it now that are predicted to meet *both* objectives
+//!    — TPOT from the decode load it
+//!    would join ([`predicted_tpot_s`](super::BackendView::predicted_tpot_s)), TTFT (`ttft_slo`, when set) from the
+//!    prediction above ([`meets_slo`](super::BackendView::meets_slo)) — whenever at least one does; only when
+//!    none can — or the best that can costs more than `explore_margin` × the best cost, the
+//!    bound a probe gets — does the plain argmin decide. A backend that would break
+//!    `tpot_slo` is thus avoided while another can meet both at a bounded TTFT price.
 //!
 //! **Cold start.** For the exploration test only, an uncalibrated backend is judged on the more
 //! optimistic of its own model (the configured or generic prior) and its best-calibrated
@@ -89,6 +97,9 @@ impl Policy for PredictedTtft {
         _now: Instant,
     ) -> Result<Decision, NoBackend> {
         let mut best: Option<(usize, f64, f64)> = None;
+        // The argmin over backends predicted to meet the request's objectives (rule 3).
+        let mut best_met: Option<(usize, f64, f64)> = None;
+        let tpot_slo = features.slo.tpot_s.is_some();
         let mut probe: Option<(usize, f64, f64)> = None;
         let mut trusted = false;
         // Computed at the first uncalibrated backend: the peer model it may borrow.
@@ -126,6 +137,12 @@ impl Policy for PredictedTtft {
             if beats(cost, best) {
                 best = Some((i, cost, p));
             }
+            // Only a backend with KV room now: one without cannot promise a steady decode
+            // (it queues or preempts), and under overload the few that seem to meet the
+            // objectives would take everything.
+            if tpot_slo && wait == 0.0 && b.meets_slo(features, p) && beats(cost, best_met) {
+                best_met = Some((i, cost, p));
+            }
             let cold = !calibrated || model.since_last_observation_s > self.explore_after_s;
             if cold && b.outstanding_prefill_tokens == 0 {
                 // As a probe, an uncalibrated backend may be judged on its peer's model.
@@ -143,7 +160,10 @@ impl Policy for PredictedTtft {
                 }
             }
         }
-        let (index, cost, p) = best.ok_or(NoBackend)?;
+        // Meeting the objectives may cost at most what a probe may (explore_margin × the best).
+        let met =
+            best_met.filter(|m| best.is_some_and(|b| m.1 <= self.explore_margin * b.1.max(1e-3)));
+        let (index, cost, p) = met.or(best).ok_or(NoBackend)?;
         if !trusted {
             return self.fallback(features, snapshot);
         }
@@ -473,6 +493,68 @@ mod tests {
         v[1].kv_capacity_tokens = None;
         assert_eq!(v[1].kv_wait_s(&f), 0.0);
         v[0].kv_alloc_rate = 1000.0;
+        assert_eq!(pick(&p, &v, &f).index, 1);
+    }
+
+    #[test]
+    fn a_backend_that_would_break_the_tpot_slo_is_avoided_while_another_meets_both() {
+        use crate::predict::TpotCoefficients;
+        let p = PredictedTtft::default();
+        let mut v = views(3);
+        for b in &mut v {
+            b.ttft_model = model(5e-5, 50, 0.1);
+        }
+        // b0 fastest to a first token (0.07 s) but decoding a big batch: 1 ms × 40 = 40 ms
+        // per token. b1 (0.12 s) and b2 (0.37 s) queue some prefill but decode small batches.
+        let tpot = |s_per_seq| {
+            Some(TpotCoefficients {
+                base_s: 0.0,
+                s_per_seq,
+                samples: 10,
+            })
+        };
+        v[0].tpot_model = tpot(0.001);
+        v[0].inflight = 39;
+        v[1].tpot_model = tpot(0.001);
+        v[1].inflight = 4;
+        v[1].outstanding_prefill_tokens = 1000;
+        v[2].tpot_model = tpot(0.001);
+        v[2].inflight = 2;
+        v[2].outstanding_prefill_tokens = 6000;
+        let mut f = prompt(1000);
+        assert_eq!(
+            pick(&p, &v, &f).index,
+            0,
+            "no objective: the soonest first token"
+        );
+        f.slo.tpot_s = Some(0.02);
+        let d = pick(&p, &v, &f);
+        assert_eq!((d.index, d.reason), (1, Reason::PredictedBest), "{d:?}");
+        assert_eq!(v[0].predicted_tpot_s(), Some(0.04));
+        // b1 meets the TPOT but not a 0.1 s TTFT; b2 neither: nobody meets both, so the
+        // plain argmin stands.
+        f.slo.ttft_s = Some(0.1);
+        assert_eq!(pick(&p, &v, &f).index, 0);
+        // With room for b1's TTFT, b1 again.
+        f.slo.ttft_s = Some(0.3);
+        assert_eq!(pick(&p, &v, &f).index, 1);
+        // Meeting them may cost at most explore_margin × the best: at 0.27 s (> 2 × 0.07 s)
+        // b1 is too dear, and the argmin stands.
+        v[1].outstanding_prefill_tokens = 4000;
+        assert_eq!(pick(&p, &v, &f).index, 0);
+        v[1].outstanding_prefill_tokens = 1000;
+        // A backend without a TPOT model yet is not ruled out by it.
+        v[0].tpot_model = None;
+        assert_eq!(pick(&p, &v, &f).index, 0);
+        // Nor does a backend without KV room count as meeting them (it would queue or
+        // preempt): b0 decoding little now (5 ms per token) but full, b1 chosen.
+        v[0].tpot_model = tpot(0.001);
+        v[0].inflight = 4;
+        assert_eq!(pick(&p, &v, &f).index, 0, "b0 meets both while it has room");
+        v[0].kv_capacity_tokens = Some(10_000);
+        v[0].kv_reserved_tokens = 10_000;
+        v[0].kv_alloc_rate = 1e9;
+        v[1].kv_capacity_tokens = Some(10_000);
         assert_eq!(pick(&p, &v, &f).index, 1);
     }
 

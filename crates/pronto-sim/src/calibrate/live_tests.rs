@@ -48,6 +48,7 @@ async fn calibrating_the_sim_fleet_recovers_its_profile() {
                 name: "truth".into(),
                 profile: path.display().to_string(),
                 num_kv_blocks: None,
+                max_num_seqs: None,
                 port: Some(0),
                 kv_events_port: None,
                 faults: Default::default(),

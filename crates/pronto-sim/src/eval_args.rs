@@ -1,0 +1,182 @@
+//! `pronto evaluate`'s arguments and the workload they select: a trace file or a generated
+//! workload, `--limit`, tie spreading, `--arrival-seed` and `--load` ([`prepare_trace`]), the
+//! objectives every request carries ([`EvaluateArgs::slo`]) and the router replication.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::eval_replicas::{Replication, Spread, SyncMode};
+use super::evaluate::{apply_load, SimBackend, DEFAULT_POLICIES};
+use crate::workload::{self as trace, spread_ties, SyntheticWorkload, TraceFormat, TraceRequest};
+use crate::workload_agentic::AgenticWorkload;
+use pronto_core::slo::SloTargets;
+
+/// `pronto evaluate`: replay a trace through the simulated fleet under each policy.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EvaluateArgs {
+    /// Trace file; without it a seeded generated workload (`--workload`) is used.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// The generated workload used without `--trace`: `chat` (multi-turn chat with shared
+    /// system prompts) or `agentic` (tool-using agent sessions, [`crate::workload_agentic`]).
+    #[arg(long, value_enum, default_value_t = Generated::Chat)]
+    pub workload: Generated,
+    /// Trace format.
+    #[arg(long, value_enum, default_value_t = TraceFormat::Mooncake)]
+    pub format: TraceFormat,
+    /// Fleet file.
+    #[arg(long, default_value = "config/sim/fleet.yaml")]
+    pub fleet: PathBuf,
+    /// Policy to evaluate (repeatable): round_robin, least_inflight, predicted_ttft, oracle,
+    /// ... (default: round_robin, least_inflight, predicted_ttft and oracle).
+    #[arg(long = "policy")]
+    pub policies: Vec<String>,
+    /// Offered load as a fraction of fleet capacity (default: the trace's own timing).
+    #[arg(long)]
+    pub load: Option<f64>,
+    /// Replay only the first N requests.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Seed of the synthetic workload.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Re-draw the inter-arrival gaps with this seed: each gap (after tie spreading) is
+    /// multiplied by an exponential draw of mean 1, so the mean rate and the order stay and
+    /// the burstiness is new — another run of the same trace (default: its own timing).
+    #[arg(long)]
+    pub arrival_seed: Option<u64>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write every request's outcome to `DIR/<policy>.csv` (arrival, prompt tokens, backend,
+    /// predicted and actual TTFT, cached tokens, the decision's reason): to see which requests
+    /// make a tail.
+    #[arg(long, value_name = "DIR")]
+    pub requests_csv: Option<PathBuf>,
+    /// Router replicas in front of the fleet, each with its own ledger, index and models
+    /// (`crate::eval_replicas`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub replicas: u32,
+    /// How arrivals are spread across replicas.
+    #[arg(long, value_enum, default_value_t = Spread::RoundRobin)]
+    pub spread: Spread,
+    /// How replicas sync: `off`, or the delay of every message (`5ms`).
+    #[arg(long, default_value = "off")]
+    pub sync: SyncMode,
+    /// Every request's TTFT objective (a route's `ttft_slo`), for goodput; `off`: none.
+    #[arg(long, default_value = "1s")]
+    pub ttft_slo: SloLimit,
+    /// Every request's TPOT objective (a route's `tpot_slo`): policies see it, and goodput
+    /// counts against it; `off`: none.
+    #[arg(long, default_value = "50ms")]
+    pub tpot_slo: SloLimit,
+}
+
+/// A generated workload (`--workload`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Generated {
+    /// [`SyntheticWorkload`]: multi-turn chats on a few shared system prompts.
+    #[default]
+    Chat,
+    /// [`AgenticWorkload`]: agent sessions on long shared tool prompts.
+    Agentic,
+}
+
+/// A `--ttft-slo` / `--tpot-slo` value: a positive duration (`800ms`), or `off` (`None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SloLimit(pub Option<Duration>);
+
+impl std::str::FromStr for SloLimit {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<SloLimit, String> {
+        if s == "off" {
+            return Ok(SloLimit(None));
+        }
+        match humantime::parse_duration(s) {
+            Ok(d) if !d.is_zero() => Ok(SloLimit(Some(d))),
+            Ok(_) => Err("must be greater than zero (or `off`)".into()),
+            Err(e) => Err(format!("{e}; give a duration such as 800ms, or `off`")),
+        }
+    }
+}
+
+impl EvaluateArgs {
+    /// The objectives every request carries (`--ttft-slo`, `--tpot-slo`).
+    pub fn slo(&self) -> SloTargets {
+        SloTargets {
+            ttft_s: self.ttft_slo.0.map(|d| d.as_secs_f64()),
+            tpot_s: self.tpot_slo.0.map(|d| d.as_secs_f64()),
+        }
+    }
+
+    /// The replica set-up these arguments ask for.
+    pub fn replication(&self) -> Replication {
+        Replication {
+            replicas: self.replicas as usize,
+            spread: self.spread,
+            sync: self.sync,
+            seed: self.seed,
+        }
+    }
+}
+
+/// Load the trace (or generate the synthetic workload), apply `--limit`, spread ties and
+/// `--load`. Returns the requests and, with `--load`, the measured fleet capacity.
+pub fn prepare_trace(
+    args: &EvaluateArgs,
+    fleet: &[SimBackend],
+) -> anyhow::Result<(Vec<TraceRequest>, Option<f64>)> {
+    let mut reqs = match &args.trace {
+        Some(path) => trace::read(path, args.format)?,
+        None => match args.workload {
+            Generated::Chat => SyntheticWorkload {
+                seed: args.seed,
+                ..SyntheticWorkload::default()
+            }
+            .generate(),
+            Generated::Agentic => AgenticWorkload {
+                seed: args.seed,
+                ..AgenticWorkload::default()
+            }
+            .generate(),
+        },
+    };
+    if let Some(n) = args.limit {
+        reqs.truncate(n);
+    }
+    spread_ties(&mut reqs);
+    if let Some(seed) = args.arrival_seed {
+        redraw_gaps(&mut reqs, seed);
+    }
+    let capacity = args.load.map(|x| apply_load(fleet, &mut reqs, x));
+    Ok((reqs, capacity))
+}
+
+impl EvaluateArgs {
+    /// The policies to run: those given, else [`DEFAULT_POLICIES`].
+    pub fn policies(&self) -> Vec<String> {
+        if self.policies.is_empty() {
+            DEFAULT_POLICIES.iter().map(|s| s.to_string()).collect()
+        } else {
+            self.policies.clone()
+        }
+    }
+}
+
+/// Multiply each inter-arrival gap by a seeded exponential draw of mean 1 (`--arrival-seed`).
+pub fn redraw_gaps(reqs: &mut [TraceRequest], seed: u64) {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut prev_old = reqs.first().map_or(0.0, |r| r.arrival_s);
+    let mut prev_new = prev_old;
+    for r in reqs.iter_mut() {
+        let gap = r.arrival_s - prev_old;
+        prev_old = r.arrival_s;
+        let draw = -(1.0 - rng.gen::<f64>()).ln();
+        prev_new += gap * draw;
+        r.arrival_s = prev_new;
+    }
+}
