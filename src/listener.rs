@@ -139,7 +139,10 @@ async fn serve<A: ServerApp + Send + Sync + 'static>(
     let l4 = L4Stream::from(tcp);
     let stream: Stream = match tls {
         Some(acceptor) => {
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.tls_handshake(l4)).await {
+            // Boxed: the handshake's future is large, and inline it would size every
+            // connection's task (plaintext ones too) for as long as the connection lives.
+            let handshake = Box::pin(acceptor.tls_handshake(l4));
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                 Ok(Ok(s)) => match head_timeout {
                     Some(t) => Box::new(HeadDeadline::new(s, t)),
                     None => Box::new(s),

@@ -164,10 +164,18 @@ impl Connectors {
         peer: &HttpPeer,
         fresh: bool,
     ) -> pingora_core::Result<(HttpSession, bool)> {
-        let (stream, reused) = if fresh {
-            (self.transport.new_stream(peer).await?, false)
+        // What `TransportConnector::get_stream` does, with the connect boxed: its future is
+        // large (about 8 KiB), and inline it would size the request's whole future, which stays
+        // allocated for as long as the response streams. A pooled connection allocates nothing
+        // more; a new one pays one box next to the connect's own allocations.
+        let pooled = if fresh {
+            None
         } else {
-            self.transport.get_stream(peer).await?
+            self.transport.reused_stream(peer).await
+        };
+        let (stream, reused) = match pooled {
+            Some(stream) => (stream, true),
+            None => (Box::pin(self.transport.new_stream(peer)).await?, false),
         };
         // A pooled connection is wrapped already.
         let stream: Stream = if (*stream).as_any().is::<Coalesce>() {
