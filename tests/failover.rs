@@ -15,7 +15,7 @@ use common::{admin_backends, config_yaml, metric_value, metrics_when, Gateway};
 use futures::StreamExt;
 use pronto_sim::fleet::SimFleet;
 use pronto_sim::fleet_config::FleetConfig;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 const MODEL: &str = "sim-model";
 const STALL: Duration = Duration::from_secs(3);
@@ -70,21 +70,8 @@ struct Stream {
 }
 
 async fn stream(gw: &Gateway, tag: &str) -> Stream {
-    let text: String = (0..40).map(|i| format!(" {tag}{i}")).collect();
-    let body = json!({"model": MODEL, "stream": true, "max_tokens": TOKENS,
-                      "messages": [{"role": "user", "content": text}]});
     let sent = Instant::now();
-    let r = tokio::time::timeout(
-        BOUND,
-        reqwest::Client::new()
-            .post(gw.url("/v1/chat/completions"))
-            .json(&body)
-            .send(),
-    )
-    .await
-    .expect("no hang")
-    .unwrap();
-    assert_eq!(r.status(), 200);
+    let r = gw.post_chat_stream(MODEL, tag, 40, TOKENS, BOUND).await;
     let header = |n: &str| r.headers().get(n).map(|v| v.to_str().unwrap().to_string());
     let mut s = Stream {
         backend: header("x-pronto-backend").unwrap(),

@@ -13,7 +13,7 @@ use common::{config_yaml, metric_value, metrics_when, pool, Gateway};
 use futures::StreamExt;
 use pronto_sim::fleet::SimFleet;
 use pronto_sim::fleet_config::FleetConfig;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 const MODEL: &str = "sim-r1";
 /// Every request reasons exactly this long (`sigma: 0`).
@@ -43,21 +43,8 @@ struct Seen {
 }
 
 async fn stream(gw: &Gateway, tag: &str) -> Seen {
-    let text: String = (0..60).map(|i| format!(" {tag}{i}")).collect();
-    let body = json!({"model": MODEL, "stream": true, "max_tokens": ANSWER,
-                      "messages": [{"role": "user", "content": text}]});
     let sent = Instant::now();
-    let r = tokio::time::timeout(
-        BOUND,
-        reqwest::Client::new()
-            .post(gw.url("/v1/chat/completions"))
-            .json(&body)
-            .send(),
-    )
-    .await
-    .expect("no hang")
-    .unwrap();
-    assert_eq!(r.status(), 200);
+    let r = gw.post_chat_stream(MODEL, tag, 60, ANSWER, BOUND).await;
     let mut bytes = r.bytes_stream();
     let mut buf = String::new();
     let (mut first_token, mut first_answer, mut last_answer) = (None, None, None);

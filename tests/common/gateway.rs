@@ -299,6 +299,33 @@ impl Gateway {
         self.child.as_ref().expect("a process").id()
     }
 
+    /// Send a streamed chat request for `model` whose prompt is `words` words ` {tag}{i}`
+    /// (distinct per tag), within `bound`; returns the response, checked to be a 200.
+    pub async fn post_chat_stream(
+        &self,
+        model: &str,
+        tag: &str,
+        words: usize,
+        max_tokens: u32,
+        bound: Duration,
+    ) -> reqwest::Response {
+        let text: String = (0..words).map(|i| format!(" {tag}{i}")).collect();
+        let body = serde_json::json!({"model": model, "stream": true, "max_tokens": max_tokens,
+                                      "messages": [{"role": "user", "content": text}]});
+        let r = tokio::time::timeout(
+            bound,
+            reqwest::Client::new()
+                .post(self.url("/v1/chat/completions"))
+                .json(&body)
+                .send(),
+        )
+        .await
+        .expect("no hang")
+        .unwrap();
+        assert_eq!(r.status(), 200);
+        r
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.listen)
     }
