@@ -362,6 +362,10 @@ impl GatewayState {
                         Some((pool, _, _)) if same_tokens => Arc::clone(&pool.token_ratio),
                         _ => Arc::default(),
                     },
+                    reasoning: match old {
+                        Some((pool, _, _)) => Arc::clone(&pool.reasoning),
+                        None => Arc::default(),
+                    },
                     tokenizer: resources.tokenizer(&p.model).cloned(),
                     served: p.serve_listed_models.then(|| {
                         let none = Listed::new();

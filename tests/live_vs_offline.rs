@@ -107,6 +107,7 @@ async fn live_and_offline_agree_on_a_short_trace_slice() {
         sync: pronto_sim::eval_replicas::SyncMode::Off,
         ttft_slo: pronto_sim::evaluate::SloLimit(None),
         tpot_slo: pronto_sim::evaluate::SloLimit(None),
+        objective: pronto_sim::evaluate::EvalObjective::Ttft,
     };
     let fleet = load_fleet(&fleet_file).unwrap();
     let (reqs, _) = prepare_trace(&args, &fleet).unwrap();

@@ -56,6 +56,32 @@ fn defaults_and_nulls_for_optional_fields() {
 }
 
 #[test]
+fn reasoning_effort_is_read_on_chat_and_unknown_levels_pass_as_not_given() {
+    use pronto::predict::ReasoningEffort;
+    let msgs = r#""model":"m","messages":[{"role":"user","content":"x"}]"#;
+    for (value, want) in [
+        (r#""high""#, Some(ReasoningEffort::High)),
+        (r#""low""#, Some(ReasoningEffort::Low)),
+        (r#""minimal""#, Some(ReasoningEffort::Minimal)),
+        (r#""\u006eone""#, Some(ReasoningEffort::None)),
+        (r#""xhigh""#, None),
+        ("null", None),
+    ] {
+        let f = chat(&format!(r#"{{{msgs},"reasoning_effort":{value}}}"#)).unwrap();
+        assert_eq!(f.reasoning_effort, want, "{value}");
+    }
+    assert_eq!(chat(&format!("{{{msgs}}}")).unwrap().reasoning_effort, None);
+    // Not a completions field: skipped there whatever its type.
+    let f = parse_request(
+        Endpoint::Completions,
+        br#"{"model":"m","prompt":"x","reasoning_effort":3}"#,
+        None,
+    )
+    .unwrap();
+    assert_eq!(f.reasoning_effort, None);
+}
+
+#[test]
 fn session_header_wins_over_user() {
     let body = br#"{"model":"m","messages":[{"role":"user","content":"x"}],"user":"alice"}"#;
     let f = parse_request(CHAT, body, Some("sess-9")).unwrap();
@@ -210,6 +236,7 @@ fn wrong_typed_fields() {
             "stream_options",
         ),
         (r#""model":"m","user":["u"]"#, "user"),
+        (r#""model":"m","reasoning_effort":3"#, "reasoning_effort"),
         (r#""model":"m","tools":{"type":"function"}"#, "tools"),
     ] {
         let e = chat(&format!("{{{msgs},{extra}}}")).unwrap_err();

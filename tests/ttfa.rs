@@ -168,3 +168,89 @@ async fn a_reasoning_model_answers_after_its_reasoning_and_the_gateway_measures_
     drop(gw);
     fleet.shutdown().await;
 }
+
+/// Post one streamed chat request (with `extra` body fields and `header`), read it to the
+/// end; returns the response's explain headers of interest.
+async fn explained(
+    gw: &Gateway,
+    tag: &str,
+    header: (&str, &str),
+    extra: Value,
+) -> [Option<f64>; 3] {
+    let text: String = (0..60).map(|i| format!(" {tag}{i}")).collect();
+    let mut body = serde_json::json!({"model": MODEL, "stream": true, "max_tokens": ANSWER,
+                                      "messages": [{"role": "user", "content": text}]});
+    if let (Value::Object(b), Value::Object(e)) = (&mut body, extra) {
+        b.extend(e);
+    }
+    let r = tokio::time::timeout(
+        BOUND,
+        reqwest::Client::new()
+            .post(gw.url("/v1/chat/completions"))
+            .header(header.0, header.1)
+            .json(&body)
+            .send(),
+    )
+    .await
+    .expect("no hang")
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let get = |name: &str| {
+        r.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().parse::<f64>().unwrap())
+    };
+    let seen = [
+        get("x-pronto-expected-reasoning-tokens"),
+        get("x-pronto-predicted-ttft-ms"),
+        get("x-pronto-predicted-ttfa-ms"),
+    ];
+    tokio::time::timeout(BOUND, r.bytes())
+        .await
+        .expect("no hang")
+        .unwrap();
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttfa_route_learns_how_long_the_model_reasons_and_predicts_the_answer() {
+    let fleet = fleet().await;
+    let routes = format!(
+        "explain_headers: true\nroutes:\n  \
+         - {{name: think, pool: {MODEL}, objective: ttfa, match: {{headers: {{x-objective: ttfa}}}}}}\n  \
+         - {{name: plain, pool: {MODEL}}}\n"
+    );
+    let gw = Gateway::start(&config_yaml(
+        &pool(MODEL, "predicted_ttft", &fleet.urls()),
+        &routes,
+    ));
+    let ttfa = ("x-objective", "ttfa");
+    let none = serde_json::json!({});
+    // Nothing learnt yet: no reasoning expected.
+    let [expected, ..] = explained(&gw, "first", ttfa, none.clone()).await;
+    assert_eq!(expected, Some(0.0));
+    // Every stream reasons REASONING tokens: once a few have ended (the observation lands
+    // just after each stream's last byte), that is the expectation, and with the TPOT model
+    // predicting, the predicted TTFA is the TTFT plus that reasoning.
+    let mut last = [None; 3];
+    for i in 0..20 {
+        last = explained(&gw, &format!("t{i}"), ttfa, none.clone()).await;
+        if last[0] == Some(f64::from(REASONING)) && last[2].is_some() {
+            break;
+        }
+    }
+    let [expected, ttft, answer] = last;
+    assert_eq!(expected, Some(f64::from(REASONING)), "{last:?}");
+    let (ttft, answer) = (ttft.unwrap(), answer.unwrap());
+    assert!(answer > ttft, "{last:?}");
+    // A reasoning effort not seen yet borrows what requests without one taught.
+    let high = serde_json::json!({"reasoning_effort": "high"});
+    let [expected, ..] = explained(&gw, "h0", ttfa, high).await;
+    assert_eq!(expected, Some(f64::from(REASONING)));
+    // The plain route minimises TTFT: no TTFA in its explanation.
+    let [expected, ttft, answer] = explained(&gw, "p0", ("x-objective", "ttft"), none).await;
+    assert_eq!((expected, answer), (None, None));
+    assert!(ttft.is_some());
+    drop(gw);
+    fleet.shutdown().await;
+}

@@ -97,6 +97,8 @@ pub struct RouteFile {
     pub ttft_slo: Option<Quantity>,
     /// Time-per-output-token objective (after the first token); steers `predicted_ttft`.
     pub tpot_slo: Option<Quantity>,
+    /// What `predicted_ttft` minimises: `ttft` (default) or `ttfa` (time to first answer).
+    pub objective: Option<String>,
     /// Priority class (one of `priority_classes`).
     pub priority: Option<String>,
     /// `queue`, `fallback` or `shed`.

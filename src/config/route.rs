@@ -10,6 +10,7 @@
 //!     pool: llama-fleet
 //!     ttft_slo: 800ms
 //!     tpot_slo: 50ms
+//!     objective: ttfa                        # ttft (default) | ttfa
 //!     priority: interactive
 //!     on_slo_miss: fallback                  # queue | fallback | shed
 //!     fallback_pool: llama-spare
@@ -32,6 +33,13 @@
 //! `ttft_slo`) and `predicted_ttft` avoids a backend predicted to break it while another is
 //! predicted to meet both objectives. Goodput — the share of requests meeting both — is
 //! counted against the pair ([`pronto_core::slo`]).
+//!
+//! **What to minimise.** `objective: ttft` (the default) has `predicted_ttft` send each request
+//! where its first token comes soonest; `objective: ttfa`, where its first *answer* token does
+//! — for a reasoning model, the TTFT plus the reasoning tokens the pool's model is expected to
+//! spend (learned per pool and `reasoning_effort`, [`pronto_core::predict::reasoning`]) at
+//! each backend's predicted time per output token. Other policies ignore it (a warning says
+//! so when the route's own policy is not `predicted_ttft`).
 //!
 //! **Admission settings** are validated here and enforced by [`crate::admission`]. A route
 //! without `ttft_slo` is not admission-controlled. `on_slo_miss` defaults to `queue`;
@@ -107,6 +115,8 @@ pub struct Route {
     pub slo: Option<Slo>,
     /// Time-per-output-token objective (> 0), when set.
     pub tpot_slo: Option<Duration>,
+    /// What `predicted_ttft` minimises for this route's requests.
+    pub objective: RouteObjective,
     /// Priority class name.
     pub priority: Arc<str>,
     /// The class's position in `priority_classes`: 0 is the most urgent.
@@ -125,6 +135,16 @@ pub struct Route {
     pub hedge: Option<super::race::Hedge>,
     /// Routing policy for this route's requests (the pool's when absent).
     pub policy: Option<PolicySpec>,
+}
+
+/// A route's `objective:` (see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RouteObjective {
+    /// The time to the first token.
+    #[default]
+    Ttft,
+    /// The time to the first answer token (after any reasoning).
+    Ttfa,
 }
 
 /// A route's conditions; every one given must hold.
@@ -480,6 +500,27 @@ impl Checker {
             .policy
             .as_ref()
             .map(|file| self.policy_spec(&format!("{path}.policy"), file));
+        let objective = match r.objective.as_deref() {
+            None | Some("ttft") => RouteObjective::Ttft,
+            Some("ttfa") => RouteObjective::Ttfa,
+            Some(other) => {
+                self.error(
+                    format!("{path}.objective"),
+                    format!("unknown objective `{other}`; use ttft or ttfa"),
+                );
+                RouteObjective::Ttft
+            }
+        };
+        if objective == RouteObjective::Ttfa
+            && policy
+                .as_ref()
+                .is_some_and(|p| p.kind() != crate::routing::PolicyKind::PredictedTtft)
+        {
+            self.warn(
+                format!("{path}.objective"),
+                "only predicted_ttft minimises TTFA; this route's policy ignores it",
+            );
+        }
         let max_retries = r
             .max_retries
             .map(|n| self.count(Some(n), &format!("{path}.max_retries"), 0, 0));
@@ -505,6 +546,7 @@ impl Checker {
             pool: pool?,
             slo: slo?,
             tpot_slo,
+            objective,
             priority,
             rank,
             priority_explicit: r.priority.is_some(),

@@ -188,6 +188,10 @@ fn each_invalid_route_class_has_its_message() {
             "routes[0].tpot_slo: `50` has no unit",
         ),
         (
+            "routes:\n  - {name: r, pool: fast, objective: tta}\n",
+            "routes[0].objective: unknown objective `tta`; use ttft or ttfa",
+        ),
+        (
             "routes:\n  - {name: r, pool: fast}\n  - {name: r, pool: spare}\n",
             "routes[1].name: duplicate route name `r` (first used at routes[0])",
         ),
@@ -235,6 +239,33 @@ fn shadowed_routes_and_unreached_pools_warn() {
         w.iter()
             .any(|m| m == "pools.spare: no route sends requests to pool `spare`"),
         "{w:?}"
+    );
+}
+
+#[test]
+fn the_objective_defaults_to_ttft_and_ttfa_warns_under_another_policy() {
+    use crate::config::route::RouteObjective;
+    let c = load(
+        "routes:\n  - {name: think, pool: fast, objective: ttfa, match: {model: r1}}\n  - {name: r, pool: spare, objective: ttft}\n",
+    )
+    .unwrap();
+    assert_eq!(c.routes[0].objective, RouteObjective::Ttfa);
+    assert_eq!(c.routes[1].objective, RouteObjective::Ttft);
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    let c = load("routes:\n  - {name: r, pool: fast}\n  - {name: s, pool: spare}\n").unwrap();
+    assert_eq!(c.routes[0].objective, RouteObjective::Ttft);
+    let c = load(
+        "routes:\n  - {name: r, pool: fast, objective: ttfa, policy: round_robin, match: {model: x}}\n  - {name: s, pool: spare}\n",
+    )
+    .unwrap();
+    let w: Vec<String> = c
+        .warnings
+        .iter()
+        .map(|d| format!("{}: {}", d.path, d.message))
+        .collect();
+    assert_eq!(
+        w,
+        ["routes[0].objective: only predicted_ttft minimises TTFA; this route's policy ignores it"]
     );
 }
 

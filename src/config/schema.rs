@@ -493,6 +493,10 @@ fn route_schema() -> Value {
                 "description": "Time-per-output-token objective (after the first token): predicted_ttft avoids a backend whose predicted TPOT would break it while another meets both objectives",
                 "$ref": "#/$defs/duration",
             },
+            "objective": {
+                "description": "What predicted_ttft minimises: ttft (time to first token, the default) or ttfa (time to first answer: TTFT + expected reasoning tokens × the backend's predicted TPOT)",
+                "enum": ["ttft", "ttfa"],
+            },
             "priority": {
                 "description": "Priority class (one of priority_classes); default: the first",
                 "type": "string",

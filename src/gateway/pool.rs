@@ -13,7 +13,7 @@ use crate::affinity::PrefixIndex;
 use crate::backend::{Backend, InflightGuard};
 use crate::cluster::Link;
 use crate::models::served::ServedModels;
-use crate::predict::TtftInputs;
+use crate::predict::{ReasoningLengths, TtftInputs};
 use crate::request::{RequestFeatures, TokenRatio};
 use crate::routing::{decide, runner_up, BackendView, Decision, NoBackend, Policy, RunnerUp};
 use crate::tokenizer::ModelTokenizer;
@@ -67,6 +67,10 @@ pub struct Pool {
     /// Engine tokens per Pronto token for this model, learned from `usage`; kept across
     /// reloads with the pool's model name (and tokenizer).
     pub token_ratio: Arc<TokenRatio>,
+    /// Reasoning tokens this model spends before its answers, learned per `reasoning_effort`
+    /// from the streams relayed (what `objective: ttfa` expects); kept across reloads with the
+    /// pool's model name.
+    pub reasoning: Arc<ReasoningLengths>,
     /// The model's tokenizer (`tokenizer:`): exact prompt tokens and engine-matching block
     /// hashes instead of the estimate.
     pub tokenizer: Option<Arc<ModelTokenizer>>,

@@ -23,11 +23,13 @@ use super::relay::{client_response_head, Relay, RelayEnd, RelayOutcome};
 use super::retry::{Next, Retries};
 use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
 use super::{request_id, tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
+use crate::config::route::RouteObjective;
 use crate::config::Route;
 use crate::error::GatewayError;
 use crate::gateway::{GatewayState, Pool, Routed, Target};
 use crate::request::{parse_request, Endpoint, RequestFeatures};
 use pronto_core::ids::BackendId;
+use pronto_core::slo::Objective;
 
 /// A failed request: the pool it reached (for the metric label) and the client's error.
 pub(super) type Failure = (Option<Arc<str>>, GatewayError);
@@ -154,6 +156,11 @@ impl Proxy {
                 ttft_s: r.slo.as_ref().map(|s| s.ttft.as_secs_f64()),
                 tpot_s: r.tpot_slo.map(|d| d.as_secs_f64()),
             };
+            if r.objective == RouteObjective::Ttfa {
+                features.objective = Objective::Ttfa {
+                    reasoning_tokens: pool.reasoning.expected(features.reasoning_effort),
+                };
+            }
         }
         tokenize::apply(pool, endpoint, body, &mut features, &self.metrics).await;
         let own_tokens = features.prompt_tokens;
@@ -392,7 +399,7 @@ impl Proxy {
                     let mut extra = pass.headers();
                     extra.push((request_id::HEADER, access.id.clone()));
                     if state.config.explain_headers {
-                        self.explain(&mut extra, pool, &routed, retries.attempts());
+                        self.explain(&mut extra, pool, &routed, features, retries.attempts());
                         if let Some(r) = &access.race {
                             extra.push(("x-pronto-race", r.kind.label().to_string()));
                             extra.push(("x-pronto-race-first", r.first.to_string()));
@@ -425,6 +432,11 @@ impl Proxy {
                     .run(session, &mut upstream)
                     .await;
                     self.finish(state, pass, pool, i, &outcome, sent_at, *own_tokens);
+                    if is_sse && outcome.end == RelayEnd::Complete {
+                        // A whole stream: how long this model reasoned before answering.
+                        pool.reasoning
+                            .observe(features.reasoning_effort, outcome.reasoning_events);
+                    }
                     access.relayed(status, &outcome);
                     access.ttft = outcome
                         .first_token_at
@@ -497,6 +509,7 @@ impl Proxy {
         extra: &mut Vec<(&'static str, String)>,
         pool: &Pool,
         routed: &Routed,
+        features: &RequestFeatures,
         attempts: u32,
     ) {
         let d = &routed.decision;
@@ -506,6 +519,19 @@ impl Proxy {
         ));
         if let Some(p) = d.predicted_ttft_s {
             extra.push(("x-pronto-predicted-ttft-ms", format!("{:.1}", p * 1e3)));
+        }
+        if let Objective::Ttfa { reasoning_tokens } = features.objective {
+            // What the objective ranked by: the TTFT plus the expected reasoning at the
+            // chosen backend's predicted TPOT (when it predicts one).
+            extra.push((
+                "x-pronto-expected-reasoning-tokens",
+                format!("{reasoning_tokens:.0}"),
+            ));
+            let tpot = routed.chosen.predicted_tpot_s();
+            if let (Some(p), Some(t)) = (d.predicted_ttft_s, tpot) {
+                let ttfa = p + reasoning_tokens * t;
+                extra.push(("x-pronto-predicted-ttfa-ms", format!("{:.1}", ttfa * 1e3)));
+            }
         }
         extra.push(("x-pronto-reason", d.reason.as_str().to_string()));
         if let Some(r) = routed.runner_up {

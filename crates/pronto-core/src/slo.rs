@@ -40,6 +40,31 @@ impl SloTargets {
     }
 }
 
+/// What a route's `predicted_ttft` policy minimises (`objective:`; default `ttft`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub enum Objective {
+    /// The time to the first token of any kind.
+    #[default]
+    Ttft,
+    /// The time to the first *answer* token: the TTFT plus the expected reasoning tokens at
+    /// the backend's predicted time per output token ([`crate::predict::reasoning`]).
+    Ttfa {
+        /// Reasoning tokens expected before the answer (learned per pool and effort).
+        reasoning_tokens: f64,
+    },
+}
+
+impl Objective {
+    /// Reasoning tokens to add at each backend's TPOT (0 for [`Objective::Ttft`]).
+    #[inline]
+    pub fn reasoning_tokens(&self) -> f64 {
+        match *self {
+            Objective::Ttft => 0.0,
+            Objective::Ttfa { reasoning_tokens } => reasoning_tokens.max(0.0),
+        }
+    }
+}
+
 /// Goodput counters over a run (see the module docs).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Goodput {

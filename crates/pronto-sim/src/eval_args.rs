@@ -73,6 +73,21 @@ pub struct EvaluateArgs {
     /// counts against it; `off`: none.
     #[arg(long, default_value = "50ms")]
     pub tpot_slo: SloLimit,
+    /// What `predicted_ttft` minimises, as a route's `objective:`: `ttft`, or `ttfa` (the
+    /// first answer token: TTFT + the reasoning length learned from finished requests × each
+    /// backend's predicted TPOT).
+    #[arg(long, value_enum, default_value_t = EvalObjective::Ttft)]
+    pub objective: EvalObjective,
+}
+
+/// `--objective` (a route's `objective:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum EvalObjective {
+    /// Time to first token.
+    #[default]
+    Ttft,
+    /// Time to first answer token.
+    Ttfa,
 }
 
 /// A generated workload (`--workload`).

@@ -58,6 +58,9 @@
 //! its `output_tokens` answer tokens, on whichever backend serves it. TTFT is still the first
 //! token; TTFA is the step that produced the first answer token (the first token after the
 //! reasoning) − arrival. `--load` calibration counts the reasoning tokens as generated work.
+//! With `--objective ttfa` every request carries the `ttfa` objective, its expected reasoning
+//! length learned — as the gateway learns it per pool — from the reasoning tokens of the
+//! requests finished so far ([`pronto_core::predict::ReasoningLengths`]).
 //!
 //! Mooncake's conversation trace is quantised to 3 s; ties are spread over each bucket
 //! ([`crate::workload::spread_ties`]) before anything else; `--arrival-seed` then re-draws the
@@ -71,7 +74,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use super::engine::{Engine, EngineConfig, EngineEvent, SimRequest};
-pub use super::eval_args::{prepare_trace, EvaluateArgs, Generated, SloLimit};
+pub use super::eval_args::{prepare_trace, EvalObjective, EvaluateArgs, Generated, SloLimit};
 use super::eval_replicas::{Replicas, Replication, Tracked};
 use super::eval_report::{percentile, tpot_and_goodput, RequestOutcome, RunReport};
 use super::eval_router::ScrapedLoad;
@@ -79,9 +82,10 @@ use super::fleet_config::FleetConfig;
 use super::profile::StepWork;
 use super::reasoning::ReasoningConfig;
 use crate::workload::{self as trace, TraceRequest};
+use pronto_core::predict::ReasoningLengths;
 use pronto_core::request::RequestFeatures;
 use pronto_core::routing::{Policy, PolicyKind};
-use pronto_core::slo::SloTargets;
+use pronto_core::slo::{Objective, SloTargets};
 use pronto_core::tokens::{block_hashes, BlockHash, BLOCK_TOKENS};
 
 /// Requests in a `--load` calibration run.
@@ -250,12 +254,13 @@ pub fn evaluate(
         policy,
         Replication::default(),
         &SloTargets::default(),
+        EvalObjective::Ttft,
     )
 }
 
 /// [`evaluate`] with the router replicated as `rep` says ([`crate::eval_replicas`]), every
 /// request carrying the objectives `slo` (as a route's `ttft_slo` / `tpot_slo` would set them:
-/// policies see them, and goodput is counted against them).
+/// policies see them, and goodput is counted against them) and minimising `objective`.
 pub fn evaluate_replicated(
     fleet: &[SimBackend],
     model: &str,
@@ -263,6 +268,7 @@ pub fn evaluate_replicated(
     policy: &str,
     rep: Replication,
     slo: &SloTargets,
+    objective: EvalObjective,
 ) -> anyhow::Result<RunReport> {
     anyhow::ensure!(!fleet.is_empty(), "the fleet has no backends");
     let (base_policy, hold) = match policy.strip_suffix(HOLD_SUFFIX) {
@@ -318,6 +324,8 @@ pub fn evaluate_replicated(
     let mut last_finish = 0.0f64;
     let mut next = 0usize;
     let mut next_scrape_s = f64::NEG_INFINITY;
+    // How long the model reasons before answering, learned as the gateway learns it.
+    let reasoning = ReasoningLengths::default();
     loop {
         let step_end = backends
             .iter()
@@ -369,6 +377,9 @@ pub fn evaluate_replicated(
                                 _ => None,
                             };
                             tr.completed = output_tokens > 0;
+                            if tr.completed {
+                                reasoning.observe(None, tr.reasoning_tokens);
+                            }
                             let (tr, tpot) = (*tr, tr.tpot_s);
                             if let Some(d) = dispatched[id as usize].take() {
                                 router.on_finish(d, b, tpot, t);
@@ -423,6 +434,11 @@ pub fn evaluate_replicated(
                 r.prompt_ids(id, &mut v);
                 let mut f = features_of(model, &v, r);
                 f.slo = *slo;
+                if objective == EvalObjective::Ttfa {
+                    f.objective = Objective::Ttfa {
+                        reasoning_tokens: reasoning.expected(None),
+                    };
+                }
                 head = Some((id, v, f));
             }
             let t = tracks[i].arrival_s.max(clock);
@@ -699,8 +715,15 @@ pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for p in &args.policies() {
         let started = Instant::now();
-        let report =
-            evaluate_replicated(&fleet, &model, &reqs, p, args.replication(), &args.slo())?;
+        let report = evaluate_replicated(
+            &fleet,
+            &model,
+            &reqs,
+            p,
+            args.replication(),
+            &args.slo(),
+            args.objective,
+        )?;
         let wall = started.elapsed().as_secs_f64();
         if !args.json {
             eprintln!(

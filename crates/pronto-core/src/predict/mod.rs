@@ -41,9 +41,11 @@
 //! few samples as cold (to be explored) and one with a large error as poorly predicted (fall
 //! back to load balancing).
 
+pub mod reasoning;
 mod shared;
 pub mod tpot;
 
+pub use reasoning::{ReasoningEffort, ReasoningLengths};
 pub use shared::TtftModel;
 pub use tpot::{TpotCoefficients, TpotModel};
 

@@ -14,9 +14,18 @@
 //! Learning: weighted least squares over `(batch, tpot)` with exponential forgetting (each
 //! earlier observation's weight × `exp(−Δt/τ)`, τ = 60 s, as the TTFT model), projected onto
 //! non-negative coefficients. While the batches seen are too alike to tell a slope (variance
-//! under 1), the fit is proportional (`base 0`, `s_per_seq = mean tpot / mean batch`) —
-//! pessimistic for larger batches, which is the safe side for an objective. No prediction
-//! before [`MIN_SAMPLES`] observations.
+//! under 1), the fit keeps the mean and takes its shape from a prior: a decode step's cost
+//! doubles at [`PRIOR_DOUBLING_BATCH`] sequences (`s_per_seq = base / 64`), which is what
+//! memory-bound decode of 8B–70B models at 1–2k tokens of context costs on H100/A100-class GPUs
+//! (the sim profiles' `decode_ms_per_seq + 2 · decode_ms_per_kctx` over `floor_ms`: 1/64 for
+//! an H100 8B, 1/52 for an A100 8B, 1/90 for a 70B on 8 GPUs). So a lightly loaded backend
+//! seen at batch 1–2 is predicted near its floor one or two requests later, not at twice its
+//! TPOT — what an objective that compares backends (`ttfa`) needs — and one seen at a steady
+//! batch is still charged for a larger one. A fitted slope flatter than the prior's is
+//! replaced by the prior's shape through the same mean, so no backend's predicted TPOT ignores
+//! the requests added to it (a flat model would draw every `ttfa` request until the
+//! observations caught up, a stream's length later). No prediction before [`MIN_SAMPLES`]
+//! observations.
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -27,8 +36,10 @@ use crate::seq_cell::SeqCell;
 pub const MIN_SAMPLES: u32 = 3;
 /// Forgetting time constant, seconds.
 const TAU_S: f64 = 60.0;
-/// Below this variance of the observed batches the fit is proportional (see the module docs).
+/// Below this variance of the observed batches the slope comes from the prior (module docs).
 const MIN_BATCH_VARIANCE: f64 = 1.0;
+/// The prior's batch at which a decode step costs twice its empty-batch cost.
+pub const PRIOR_DOUBLING_BATCH: f64 = 64.0;
 
 /// Learned TPOT coefficients of one backend.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -87,12 +98,17 @@ impl TpotFit {
         }
         let (mx, my) = (self.sx / self.s0, self.sy / self.s0);
         let var = self.sxx / self.s0 - mx * mx;
+        // The prior's shape through the mean: my = base · (1 + mx / PRIOR_DOUBLING_BATCH).
+        let prior_base = my / (1.0 + mx / PRIOR_DOUBLING_BATCH);
+        let prior = (prior_base, prior_base / PRIOR_DOUBLING_BATCH);
         let (base_s, s_per_seq) = if var < MIN_BATCH_VARIANCE {
-            (0.0, if mx > 0.0 { my / mx } else { 0.0 })
+            prior
         } else {
             let slope = (self.sxy / self.s0 - mx * my) / var;
-            if slope <= 0.0 {
-                (my, 0.0)
+            if slope < prior.1 {
+                // Flatter than any decode step is (noise, or prefill interference falling
+                // as the batch grew): a flat model would let one backend take everything.
+                prior
             } else if my - slope * mx < 0.0 {
                 (0.0, self.sxy / self.sxx)
             } else {
@@ -171,15 +187,22 @@ mod tests {
     }
 
     #[test]
-    fn no_prediction_before_min_samples_and_alike_batches_fit_proportionally() {
+    fn no_prediction_before_min_samples_and_alike_batches_take_the_priors_shape() {
         let mut f = TpotFit::default();
         f.observe(4.0, 0.02, 0.0);
         f.observe(4.0, 0.02, 1.0);
         assert_eq!(f.coefficients(), None);
         f.observe(4.0, 0.02, 2.0);
         let c = f.coefficients().unwrap();
-        assert_eq!(c.base_s, 0.0);
-        assert!((c.s_per_seq - 0.005).abs() < 1e-12);
+        assert!(
+            (c.predict(4.0) - 0.02).abs() < 1e-12,
+            "the mean is kept: {c:?}"
+        );
+        assert!(
+            (c.predict(64.0) / c.predict(0.0) - 2.0).abs() < 1e-12,
+            "{c:?}"
+        );
+        assert!(c.predict(5.0) > 0.02 && c.predict(5.0) < 0.021, "{c:?}");
         f.observe(f64::NAN, 0.02, 3.0);
         f.observe(4.0, -1.0, 3.0);
         assert_eq!(f.coefficients().unwrap().samples, 3, "bad values ignored");
@@ -187,14 +210,14 @@ mod tests {
 
     #[test]
     fn coefficients_never_go_negative_and_old_evidence_fades() {
-        // TPOT falling with the batch (noise): flat at the mean.
+        // TPOT falling with the batch (noise): the prior's shape through the mean.
         let mut f = TpotFit::default();
         for (b, t) in [(1.0, 0.05), (5.0, 0.04), (9.0, 0.03)] {
             f.observe(b, t, 0.0);
         }
         let c = f.coefficients().unwrap();
-        assert_eq!(c.s_per_seq, 0.0);
-        assert!((c.base_s - 0.04).abs() < 1e-12);
+        assert!((c.predict(5.0) - 0.04).abs() < 1e-12, "{c:?}");
+        assert!((c.s_per_seq * PRIOR_DOUBLING_BATCH - c.base_s).abs() < 1e-12);
         // Ten minutes later the backend is twice as slow: the new evidence dominates.
         for i in 0..20 {
             let b = f64::from(1 + i % 9);

@@ -60,6 +60,11 @@ pub struct RequestFeatures {
     /// The matched route's objectives (`ttft_slo`, `tpot_slo`): not in the body, set by the
     /// gateway once the route is known; none until then.
     pub slo: crate::slo::SloTargets,
+    /// The `reasoning_effort` field (chat completions), when it names a known level.
+    pub reasoning_effort: Option<crate::predict::ReasoningEffort>,
+    /// What the matched route's policy minimises (`objective:`), with the pool's expected
+    /// reasoning length for `ttfa`: set by the gateway once the route is known.
+    pub objective: crate::slo::Objective,
 }
 
 impl RequestFeatures {
@@ -79,6 +84,8 @@ impl RequestFeatures {
             session_key: None,
             block_hashes: hashes,
             slo: crate::slo::SloTargets::default(),
+            reasoning_effort: None,
+            objective: crate::slo::Objective::Ttft,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! ## What is read
 //! | endpoint | fields |
 //! | --- | --- |
-//! | `/v1/chat/completions` | `model`, `messages`, `tools`, `stream`, `stream_options.include_usage`, `max_completion_tokens` else `max_tokens`, `user` |
+//! | `/v1/chat/completions` | `model`, `messages`, `tools`, `stream`, `stream_options.include_usage`, `max_completion_tokens` else `max_tokens`, `user`, `reasoning_effort` |
 //! | `/v1/completions` | `model`, `prompt`, `stream`, `stream_options.include_usage`, `max_tokens`, `user` |
 //! | `/v1/embeddings` | `model`, `input`, `user` |
 //!
@@ -156,6 +156,7 @@ struct Fields<'a> {
     max_tokens: Option<u32>,
     max_completion_tokens: Option<u32>,
     user: Option<JsonStr<'a>>,
+    reasoning_effort: Option<JsonStr<'a>>,
     tools: Option<&'a RawValue>,
     /// `prompt` (completions) or `input` (embeddings).
     input: Option<&'a RawValue>,
@@ -217,6 +218,7 @@ enum Key {
     MaxTokens,
     MaxCompletionTokens,
     User,
+    ReasoningEffort,
     Tools,
     Prompt,
     Input,
@@ -229,7 +231,10 @@ impl Key {
         use Endpoint::*;
         match (self, endpoint) {
             (Key::Model | Key::User, _)
-            | (Key::Messages | Key::Tools | Key::MaxCompletionTokens, ChatCompletions)
+            | (
+                Key::Messages | Key::Tools | Key::MaxCompletionTokens | Key::ReasoningEffort,
+                ChatCompletions,
+            )
             | (Key::Stream | Key::StreamOptions | Key::MaxTokens, ChatCompletions | Completions)
             | (Key::Prompt, Completions)
             | (Key::Input, Embeddings) => self,
@@ -246,6 +251,7 @@ impl Key {
             Key::MaxTokens => "max_tokens",
             Key::MaxCompletionTokens => "max_completion_tokens",
             Key::User => "user",
+            Key::ReasoningEffort => "reasoning_effort",
             Key::Tools => "tools",
             Key::Prompt => "prompt",
             Key::Input => "input",
@@ -256,7 +262,7 @@ impl Key {
     /// What a value of this field must be, for [`RequestError::WrongType`].
     fn expected(self) -> &'static str {
         match self {
-            Key::Model | Key::User => "a string",
+            Key::Model | Key::User | Key::ReasoningEffort => "a string",
             Key::Messages => "a non-empty array of message objects",
             Key::Stream => "a boolean",
             Key::StreamOptions => "an object such as {\"include_usage\": true}",
@@ -287,6 +293,7 @@ impl<'de> Deserialize<'de> for Key {
                     "max_tokens" => Key::MaxTokens,
                     "max_completion_tokens" => Key::MaxCompletionTokens,
                     "user" => Key::User,
+                    "reasoning_effort" => Key::ReasoningEffort,
                     "tools" => Key::Tools,
                     "prompt" => Key::Prompt,
                     "input" => Key::Input,
@@ -349,6 +356,7 @@ impl<'de> Visitor<'de> for BodySeed<'_, 'de> {
                 Key::MaxTokens => f.max_tokens = map.next_value()?,
                 Key::MaxCompletionTokens => f.max_completion_tokens = map.next_value()?,
                 Key::User => f.user = map.next_value()?,
+                Key::ReasoningEffort => f.reasoning_effort = map.next_value()?,
                 Key::Tools => f.tools = map.next_value()?,
                 Key::Prompt | Key::Input => f.input = Some(map.next_value()?),
                 Key::Other => {
@@ -480,6 +488,10 @@ fn build(
         session_key,
         block_hashes,
         slo: crate::slo::SloTargets::default(),
+        reasoning_effort: f
+            .reasoning_effort
+            .and_then(|e| crate::predict::ReasoningEffort::parse(&e.decode())),
+        objective: crate::slo::Objective::Ttft,
     })
 }
 

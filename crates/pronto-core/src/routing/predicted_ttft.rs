@@ -15,6 +15,18 @@
 //! The decision reports `model_b(inputs) + kv_wait_b` of the chosen backend as its prediction
 //! (the distrust factor only ranks).
 //!
+//! **Objective `ttfa`.** When the request's route minimises the time to first *answer*
+//! ([`Objective::Ttfa`](crate::slo::Objective), with `R` reasoning tokens expected before the
+//! answer, [`crate::predict::reasoning`]), every cost above — argmin, objectives and probes —
+//! adds the reasoning at the backend's predicted time per output token:
+//! ```text
+//! cost_ttfa(b) = cost(b) + R × tpot_b      tpot_b = BackendView::predicted_tpot_s (inflight + 1)
+//! ```
+//! A backend whose TPOT model does not predict yet is charged the largest TPOT predicted among
+//! the eligible backends (the safe side: an unknown decoder does not attract long reasoning),
+//! and with none predicted the term is 0 everywhere. The decision still reports the TTFT
+//! prediction (it is what the TTFT model is scored and deadlines are set on).
+//!
 //! Rules, in order:
 //! 1. **Distrust, then fallback.** A calibrated model whose recent relative error exceeds
 //!    `poor_error` is scaled up as above, so a poorly predicted backend wins only when it is
@@ -100,6 +112,17 @@ impl Policy for PredictedTtft {
         // The argmin over backends predicted to meet the request's objectives (rule 3).
         let mut best_met: Option<(usize, f64, f64)> = None;
         let tpot_slo = features.slo.tpot_s.is_some();
+        // The `ttfa` objective's reasoning tokens, and the TPOT charged where none is
+        // predicted (module docs).
+        let reasoning = features.objective.reasoning_tokens();
+        let unknown_tpot = if reasoning > 0.0 {
+            snapshot
+                .eligible()
+                .filter_map(|(_, b)| b.predicted_tpot_s())
+                .fold(0.0, f64::max)
+        } else {
+            0.0
+        };
         let mut probe: Option<(usize, f64, f64)> = None;
         let mut trusted = false;
         // Computed at the first uncalibrated backend: the peer model it may borrow.
@@ -123,11 +146,17 @@ impl Policy for PredictedTtft {
             // Cost: the prediction, scaled up when the model is distrusted (module docs).
             let poor = calibrated && model.quality.rel_error > self.poor_error;
             trusted |= !poor;
-            let cost = if poor {
-                m * (1.0 + model.quality.rel_error) / (1.0 + self.poor_error) + wait
+            let answer = if reasoning > 0.0 {
+                reasoning * b.predicted_tpot_s().unwrap_or(unknown_tpot)
             } else {
-                p
+                0.0
             };
+            let cost = answer
+                + if poor {
+                    m * (1.0 + model.quality.rel_error) / (1.0 + self.poor_error) + wait
+                } else {
+                    p
+                };
             // (index, cost, prediction): lower cost wins, ties to fewer in flight.
             let beats = |cost: f64, cur: Option<(usize, f64, f64)>| {
                 cur.is_none_or(|(j, c, _)| {
@@ -150,8 +179,8 @@ impl Policy for PredictedTtft {
                 if !calibrated {
                     let peer = *reference.get_or_insert_with(|| self.reference_model(snapshot));
                     if let Some(borrowed) = peer.map(|c| c.predict(&inputs) + wait) {
-                        if borrowed < q_cost {
-                            (q_cost, q) = (borrowed, borrowed);
+                        if borrowed + answer < q_cost {
+                            (q_cost, q) = (borrowed + answer, borrowed);
                         }
                     }
                 }
@@ -556,6 +585,60 @@ mod tests {
         v[0].kv_alloc_rate = 1e9;
         v[1].kv_capacity_tokens = Some(10_000);
         assert_eq!(pick(&p, &v, &f).index, 1);
+    }
+
+    #[test]
+    fn the_ttfa_objective_adds_the_reasoning_at_each_backends_tpot() {
+        use crate::predict::TpotCoefficients;
+        use crate::slo::Objective;
+        let p = PredictedTtft::default();
+        let mut v = views(2);
+        for b in &mut v {
+            b.ttft_model = model(5e-5, 50, 0.1);
+        }
+        let tpot = |s_per_seq| {
+            Some(TpotCoefficients {
+                base_s: 0.005,
+                s_per_seq,
+                samples: 10,
+            })
+        };
+        // b0: first token at 0.07 s, decoding 20 ms per token; b1: 0.17 s (2000 tokens of
+        // prefill queued), 8 ms per token.
+        v[0].tpot_model = tpot(0.015);
+        v[1].tpot_model = tpot(0.003);
+        v[1].outstanding_prefill_tokens = 2000;
+        let mut f = prompt(1000);
+        let d = pick(&p, &v, &f);
+        assert_eq!(d.index, 0, "ttft: the soonest first token");
+        // 400 reasoning tokens: 0.07 + 8 s against 0.17 + 3.2 s.
+        f.objective = Objective::Ttfa {
+            reasoning_tokens: 400.0,
+        };
+        let d = pick(&p, &v, &f);
+        assert_eq!((d.index, d.reason), (1, Reason::PredictedBest), "{d:?}");
+        let ttft = 0.02 + 3000.0 * 5e-5 + 0.0;
+        assert!(
+            (d.predicted_ttft_s.unwrap() - ttft).abs() < 1e-9,
+            "the decision reports its TTFT prediction: {d:?}"
+        );
+        // Nothing expected before the answer: as ttft.
+        f.objective = Objective::Ttfa {
+            reasoning_tokens: 0.0,
+        };
+        assert_eq!(pick(&p, &v, &f).index, 0);
+        // A backend whose TPOT is not predicted yet is charged the worst one predicted: b1
+        // without a model costs 0.17 + 8 s and loses to b0.
+        f.objective = Objective::Ttfa {
+            reasoning_tokens: 400.0,
+        };
+        v[1].tpot_model = None;
+        assert_eq!(pick(&p, &v, &f).index, 0);
+        // None predicted anywhere: the term is 0 and the first token decides.
+        v[0].tpot_model = None;
+        v[1].outstanding_prefill_tokens = 0;
+        v[1].inflight = 1;
+        assert_eq!(pick(&p, &v, &f).index, 0, "ties to fewer in flight");
     }
 
     #[test]
