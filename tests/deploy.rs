@@ -493,6 +493,10 @@ fn the_dashboard_is_well_formed_and_covers_the_operating_signals() {
         "pronto_upstream_errors_total",
         "pronto_pool_healthy_backends",
         "pronto_build_info",
+        "pronto_client_ttfa_seconds",
+        "pronto_ttfa_seconds",
+        "pronto_failovers_total",
+        "pronto_hedges_sent_total",
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
     ] {

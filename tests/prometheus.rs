@@ -7,7 +7,8 @@
 //! evaluate without error.
 //!
 //! Panels of events that a healthy run never has (retries, ejections, rate-limit and
-//! admission rejections, upstream errors, client disconnects) return data because the gateway
+//! admission rejections, upstream errors, client disconnects, failovers and hedges — the chat
+//! route has an inert deadline and hedge) return data because the gateway
 //! registers those series at zero at start-up.
 
 mod common;
@@ -151,7 +152,7 @@ async fn every_dashboard_panel_has_data_in_a_real_prometheus() {
             port(urls[2])
         ),
         &format!(
-            "admin: {{token: {TOKEN}}}\nroutes:\n  - {{name: chat, pool: {MODEL}, ttft_slo: 10s, match: {{model: {MODEL}}}}}\n  - {{name: other, pool: discovered}}\nrate_limits:\n  routes:\n    chat: {{requests_per_minute: 100000}}\n"
+            "admin: {{token: {TOKEN}}}\nroutes:\n  - {{name: chat, pool: {MODEL}, ttft_slo: 10s, first_token_deadline: {{after: 30s}}, hedge: {{after: 20s, budget: 0.01}}, match: {{model: {MODEL}}}}}\n  - {{name: other, pool: discovered}}\nrate_limits:\n  routes:\n    chat: {{requests_per_minute: 100000}}\n"
         ),
     );
     let gw = Gateway::start_process(&yaml);
