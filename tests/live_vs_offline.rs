@@ -107,6 +107,8 @@ async fn live_and_offline_agree_on_a_short_trace_slice() {
         sync: pronto_sim::eval_replicas::SyncMode::Off,
         ttft_slo: pronto_sim::evaluate::SloLimit(None),
         tpot_slo: pronto_sim::evaluate::SloLimit(None),
+        first_token_deadline: None,
+        hedge: None,
     };
     let fleet = load_fleet(&fleet_file).unwrap();
     let (reqs, _) = prepare_trace(&args, &fleet).unwrap();

@@ -95,7 +95,8 @@ impl Checker {
         let path = format!("{path}.hedge");
         let before = self.error_count();
         let after = self.race_duration(f.after.as_ref(), &path, "after");
-        let max_predicted = self.race_duration(f.max_predicted_ttft.as_ref(), &path, "max_predicted_ttft");
+        let max_predicted =
+            self.race_duration(f.max_predicted_ttft.as_ref(), &path, "max_predicted_ttft");
         if self.error_count() != before {
             return None;
         }

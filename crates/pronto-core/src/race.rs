@@ -116,15 +116,13 @@ impl FirstTokenDeadline {
                 "only applies with `factor`; an absolute `after` needs no floor",
             )),
             (Some(d), None) => Ok(FirstTokenDeadline::After(d)),
-            (None, Some(factor)) if !(factor.is_finite() && factor >= 1.0) => {
-                Err(FieldError::new(
-                    "factor",
-                    format!(
-                        "must be a number >= 1 (a deadline before the predicted first token \
+            (None, Some(factor)) if !(factor.is_finite() && factor >= 1.0) => Err(FieldError::new(
+                "factor",
+                format!(
+                    "must be a number >= 1 (a deadline before the predicted first token \
                          fails over on time), got {factor}"
-                    ),
-                ))
-            }
+                ),
+            )),
             (None, Some(factor)) => Ok(FirstTokenDeadline::Predicted {
                 factor,
                 floor: floor.unwrap_or(DEFAULT_DEADLINE_FLOOR),
@@ -498,10 +496,28 @@ mod tests {
             (None, None, None, "", "needs `after`"),
             (s, Some(2.0), None, "", "set either"),
             (None, Some(0.5), None, "factor", "must be a number >= 1"),
-            (None, Some(f64::NAN), None, "factor", "must be a number >= 1"),
+            (
+                None,
+                Some(f64::NAN),
+                None,
+                "factor",
+                "must be a number >= 1",
+            ),
             (s, None, s, "floor", "only applies"),
-            (Some(Duration::ZERO), None, None, "after", "greater than zero"),
-            (None, Some(2.0), Some(Duration::ZERO), "floor", "greater than zero"),
+            (
+                Some(Duration::ZERO),
+                None,
+                None,
+                "after",
+                "greater than zero",
+            ),
+            (
+                None,
+                Some(2.0),
+                Some(Duration::ZERO),
+                "floor",
+                "greater than zero",
+            ),
         ] {
             let e = FirstTokenDeadline::from_parts(after, factor, floor).unwrap_err();
             assert_eq!(e.field, field, "{e}");

@@ -59,6 +59,11 @@
 //! token; TTFA is the step that produced the first answer token (the first token after the
 //! reasoning) − arrival. `--load` calibration counts the reasoning tokens as generated work.
 //!
+//! ## Stall faults, failover and hedging
+//! A fleet file's `stall_first_token` faults hold first tokens back, and
+//! `--first-token-deadline` / `--hedge` race a second backend as the gateway's routes do:
+//! see [`race`] for what is modelled and how. Without them a run is unchanged.
+//!
 //! Mooncake's conversation trace is quantised to 3 s; ties are spread over each bucket
 //! ([`crate::workload::spread_ties`]) before anything else; `--arrival-seed` then re-draws the
 //! gaps ([`crate::eval_args::redraw_gaps`]).
@@ -83,6 +88,9 @@ use pronto_core::request::RequestFeatures;
 use pronto_core::routing::{Policy, PolicyKind};
 use pronto_core::slo::SloTargets;
 use pronto_core::tokens::{block_hashes, BlockHash, BLOCK_TOKENS};
+pub use race::{DeadlineFlag, HedgeFlag, RaceConfig, RaceCounts, StallFault, SECOND};
+
+mod race;
 
 /// Requests in a `--load` calibration run.
 pub const CALIBRATION_SAMPLE: usize = 400;
@@ -112,6 +120,8 @@ pub struct SimBackend {
     pub config: EngineConfig,
     /// The model it serves reasons first ([`crate::reasoning`]); `None`: it does not.
     pub reasoning: Option<ReasoningConfig>,
+    /// Its first-token stall fault (the fleet file's `faults:`); `None`: it does not stall.
+    pub stall: Option<StallFault>,
 }
 
 /// Load a fleet file into evaluator backends.
@@ -123,10 +133,12 @@ pub fn load_fleet(path: &Path) -> anyhow::Result<Vec<SimBackend>> {
         .backends
         .iter()
         .zip(configs)
-        .map(|(b, config)| SimBackend {
+        .enumerate()
+        .map(|(i, (b, config))| SimBackend {
             name: b.name.clone(),
             config,
             reasoning: fleet.reasoning,
+            stall: StallFault::of(&b.faults, i),
         })
         .collect())
 }
@@ -264,6 +276,20 @@ pub fn evaluate_replicated(
     rep: Replication,
     slo: &SloTargets,
 ) -> anyhow::Result<RunReport> {
+    evaluate_raced(fleet, model, reqs, policy, rep, slo, &RaceConfig::default())
+}
+
+/// [`evaluate_replicated`] with streams raced as `races` says (a route's
+/// `first_token_deadline` and `hedge`; [`race`]).
+pub fn evaluate_raced(
+    fleet: &[SimBackend],
+    model: &str,
+    reqs: &[TraceRequest],
+    policy: &str,
+    rep: Replication,
+    slo: &SloTargets,
+    races: &RaceConfig,
+) -> anyhow::Result<RunReport> {
     anyhow::ensure!(!fleet.is_empty(), "the fleet has no backends");
     let (base_policy, hold) = match policy.strip_suffix(HOLD_SUFFIX) {
         Some(p) => (p, true),
@@ -318,19 +344,39 @@ pub fn evaluate_replicated(
     let mut last_finish = 0.0f64;
     let mut next = 0usize;
     let mut next_scrape_s = f64::NEG_INFINITY;
+    let mut race = race::Races::new(*races, fleet, matches!(chooser, Chooser::Policy(..)));
     loop {
         let step_end = backends
             .iter()
             .enumerate()
-            .filter_map(|(i, b)| b.busy_until.map(|t| (t, i)))
+            .filter_map(|(i, b)| b.busy_until.map(|t| (t, i, false)))
             .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        // A held event or a race trigger, after the step ends of its instant.
+        let step_end = match race.next_at() {
+            Some((t, b)) if step_end.is_none_or(|s| t < s.0) => Some((t, b, true)),
+            _ => step_end,
+        };
         let arrival = reqs.get(next).map(|r| r.arrival_s);
         match (step_end, arrival) {
             (None, None) => break,
-            (Some((t, b)), a) if a.is_none_or(|a| t <= a) => {
+            (Some((t, b, raced)), a) if a.is_none_or(|a| t <= a) => {
                 clock = t;
                 router.deliver_until(t);
-                let events = std::mem::take(&mut backends[b].pending);
+                let mut w = race::World {
+                    router: &mut router,
+                    backends: &mut backends,
+                    tracks: &mut tracks,
+                    dispatched: &mut dispatched,
+                    per_backend: &mut per_backend,
+                    fleet,
+                    chooser: &chooser,
+                    base,
+                };
+                let mut events = match raced {
+                    true => race.fire(t, &mut w),
+                    false => std::mem::take(&mut w.backends[b].pending),
+                };
+                race.admit(b, t, &mut events, &mut w);
                 for ev in events {
                     match ev {
                         EngineEvent::FirstToken {
@@ -382,7 +428,9 @@ pub fn evaluate_replicated(
                         }
                     }
                 }
-                start_step(&mut backends[b], t);
+                if !raced {
+                    start_step(&mut backends[b], t);
+                }
             }
             (_, Some(t)) => {
                 clock = t;
@@ -463,6 +511,7 @@ pub fn evaluate_replicated(
                 }
             };
             queue.pop_front();
+            race.earn();
             let (_, mut ids, mut features) = head.take().expect("set above");
             let Some((b, predicted, reason, view)) = chosen else {
                 shed += 1;
@@ -477,6 +526,9 @@ pub fn evaluate_replicated(
             tr.dispatched_s = t;
             per_backend[b] += 1;
             dispatched[i] = Some(router.on_dispatch(replica, b, predicted, &view, &features, t));
+            race.on_dispatch(
+                i, b, replica, predicted, &view, &features, &ids, thinking, t,
+            );
             // Block hashes at the gateway's block size, reused by engines of that size.
             let hashes = std::mem::take(&mut features.block_hashes);
             let engine = &mut backends[b].engine;
@@ -493,6 +545,9 @@ pub fn evaluate_replicated(
                 start_step(&mut backends[b], t);
             }
         }
+    }
+    if cfg!(debug_assertions) && rep.replicas <= 1 {
+        race::assert_drained(&backends, &mut router, last_finish);
     }
     let preemptions = backends
         .iter()
@@ -577,6 +632,7 @@ pub fn evaluate_replicated(
         replicas: rep.replicas.max(1) as u32,
         sync: rep.sync.to_string(),
         sync_bytes_per_request: router.sync_bytes() as f64 / reqs.len().max(1) as f64,
+        races: race.counts.into(),
         outcomes,
     })
 }
@@ -699,8 +755,8 @@ pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for p in &args.policies() {
         let started = Instant::now();
-        let report =
-            evaluate_replicated(&fleet, &model, &reqs, p, args.replication(), &args.slo())?;
+        let (rep, slo) = (args.replication(), args.slo());
+        let report = evaluate_raced(&fleet, &model, &reqs, p, rep, &slo, &args.races())?;
         let wall = started.elapsed().as_secs_f64();
         if !args.json {
             eprintln!(
