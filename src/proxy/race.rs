@@ -29,7 +29,6 @@ use pingora_http::RequestHeader;
 
 use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
 use super::Proxy;
-use crate::config::race::HEDGE_BURST;
 use crate::config::Route;
 use crate::gateway::{Attempted, GatewayState, Pool, Routed};
 use crate::request::RequestFeatures;
@@ -98,7 +97,8 @@ pub(super) struct Raced {
 }
 
 /// Hedge credit per route, outliving reloads: a [`HedgeBucket`] per route (each request on a
-/// hedging route earns `budget` hedges, at most [`HEDGE_BURST`] banked; a hedge spends one).
+/// hedging route earns `budget` hedges, at most
+/// [`HEDGE_BURST`](crate::config::race::HEDGE_BURST) banked; a hedge spends one).
 #[derive(Debug, Default)]
 pub(super) struct HedgeBudgets {
     credit: Mutex<HashMap<Arc<str>, HedgeBucket>>,
@@ -376,6 +376,7 @@ impl Race<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::race::HEDGE_BURST;
     use crate::routing::{BackendView, Decision, Reason};
 
     fn routed(predicted: Option<f64>) -> Routed {

@@ -481,7 +481,14 @@ impl Races {
                 self.cancel(i, c, false, t, w);
                 false
             }
-            _ => true,
+            EngineEvent::Finished { .. } => {
+                // Done (or rejected before a race): no trigger may race it any more.
+                if let Some(k) = en.copies[c].as_mut() {
+                    k.alive = false;
+                }
+                true
+            }
+            EngineEvent::Token { .. } => true,
         }
     }
 
