@@ -221,3 +221,47 @@ fn race_flags_parse_as_the_route_settings() {
     assert!(e.contains("quantile: must be between 0 and 1"), "{e}");
     assert!(e.contains("budget: must be a fraction"), "{e}");
 }
+
+#[test]
+fn a_hedge_races_a_stall_and_the_winner_is_relayed() {
+    let reqs = workload();
+    let hedge = RaceConfig {
+        deadline: None,
+        hedge: Some(Hedge {
+            delay: HedgeDelay::After(Duration::from_millis(50)),
+            budget: 1.0,
+            max_predicted_ttft: None,
+        }),
+    };
+    for policy in ["round_robin", "predicted_ttft+exact", "cache_aware+hold"] {
+        let r = run(&fleet(true), &reqs, policy, hedge);
+        assert_eq!(r.completed, reqs.len() as u64, "{policy}");
+        assert!(r.races.hedges_won > 0, "{policy}: {:?}", r.races);
+        assert_eq!(r.races.failovers, 0);
+        // What the stalling backend relays waited out its stall: a race never shortens it.
+        let short_on_b0 = r
+            .outcomes
+            .iter()
+            .filter(|o| o.backend == Some(0) && o.ttft_s.unwrap() < STALL_S)
+            .count();
+        assert_eq!(short_on_b0, 0, "{policy}");
+    }
+    // Replicated routers race too.
+    let rep = Replication {
+        replicas: 2,
+        sync: crate::eval_replicas::SyncMode::Delay(Duration::from_millis(5)),
+        ..Replication::default()
+    };
+    let r = evaluate_raced(
+        &fleet(true),
+        "m",
+        &reqs,
+        "predicted_ttft",
+        rep,
+        &SloTargets::default(),
+        &AFTER_100MS,
+    )
+    .unwrap();
+    assert_eq!(r.completed, reqs.len() as u64);
+    assert!(r.races.failovers_won > 0);
+}
