@@ -60,9 +60,11 @@
 //! reasoning) − arrival. `--load` calibration counts the reasoning tokens as generated work.
 //!
 //! ## Stall faults, failover and hedging
-//! A fleet file's `stall_first_token` faults hold first tokens back, and
-//! `--first-token-deadline` / `--hedge` race a second backend as the gateway's routes do:
-//! see [`race`] for what is modelled and how. Without them a run is unchanged.
+//! A fleet file's `stall_first_token` (with `stall_probability`, a seeded draw per backend and
+//! request) holds a first token back as the live fleet does: the engine prefills and decodes on,
+//! the router sees the first token `stall` after its step ended and the tokens made meanwhile
+//! at once. `--first-token-deadline` / `--hedge` race a second backend as the gateway's routes
+//! do; the loser is aborted and released. Details in [`race`]; without them a run is unchanged.
 //!
 //! Mooncake's conversation trace is quantised to 3 s; ties are spread over each bucket
 //! ([`crate::workload::spread_ties`]) before anything else; `--arrival-seed` then re-draws the
@@ -90,7 +92,7 @@ use pronto_core::slo::SloTargets;
 use pronto_core::tokens::{block_hashes, BlockHash, BLOCK_TOKENS};
 pub use race::{DeadlineFlag, HedgeFlag, RaceConfig, RaceCounts, StallFault, SECOND};
 
-mod race;
+pub mod race;
 
 /// Requests in a `--load` calibration run.
 pub const CALIBRATION_SAMPLE: usize = 400;
