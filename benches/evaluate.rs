@@ -15,6 +15,7 @@ fn bench(c: &mut Criterion) {
             name: format!("b{i}"),
             config: cfg.clone(),
             reasoning: None,
+            stall: None,
         })
         .collect();
     let mut reqs = SyntheticWorkload {

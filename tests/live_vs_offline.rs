@@ -108,6 +108,8 @@ async fn live_and_offline_agree_on_a_short_trace_slice() {
         ttft_slo: pronto_sim::evaluate::SloLimit(None),
         tpot_slo: pronto_sim::evaluate::SloLimit(None),
         objective: pronto_sim::evaluate::EvalObjective::Ttft,
+        first_token_deadline: None,
+        hedge: None,
     };
     let fleet = load_fleet(&fleet_file).unwrap();
     let (reqs, _) = prepare_trace(&args, &fleet).unwrap();

@@ -116,6 +116,7 @@ fn sim_backends(cfg: &FleetConfig) -> anyhow::Result<Vec<SimBackend>> {
             name: b.name.clone(),
             config,
             reasoning: cfg.reasoning,
+            stall: None,
         })
         .collect())
 }

@@ -218,6 +218,7 @@ mod tests {
                 name: b.name.clone(),
                 config,
                 reasoning: fleet_cfg.reasoning,
+                stall: None,
             })
             .collect();
         let window = Duration::from_secs(10);

@@ -29,13 +29,13 @@ use pingora_http::RequestHeader;
 
 use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
 use super::Proxy;
-use crate::config::race::{FirstTokenDeadline, HEDGE_BURST};
 use crate::config::Route;
 use crate::gateway::{Attempted, GatewayState, Pool, Routed};
 use crate::request::RequestFeatures;
 use crate::routing::Policy;
 use crate::telemetry::{FailoverReason, RaceKind};
 use pronto_core::ids::BackendId;
+use pronto_core::race::{DeadlineKind, HedgeBucket};
 
 /// One dispatched attempt's state: its decision, its booking, when it was dispatched.
 pub(super) struct Entrant {
@@ -55,22 +55,26 @@ pub(super) struct Plan {
 
 impl Plan {
     /// The race plan of a streamed request on `route` whose first decision is `routed`;
-    /// `None` when there is nothing to race.
+    /// `None` when there is nothing to race ([`pronto_core::race::plan`]).
     pub fn of(route: Option<&Route>, routed: &Routed, stream: bool) -> Option<Plan> {
         let route = route.filter(|_| stream)?;
-        let predicted = routed.decision.predicted_ttft_s;
         let rel_error = routed.chosen.ttft_model.map(|m| m.quality.rel_error);
-        let plan = Plan {
-            hedge: route.hedge.and_then(|h| h.delay(predicted, rel_error)),
-            deadline: route.first_token_deadline.map(|d| {
-                let reason = match d {
-                    FirstTokenDeadline::After(_) => FailoverReason::AbsoluteDeadline,
-                    FirstTokenDeadline::Predicted { .. } => FailoverReason::RelativeDeadline,
+        let p = pronto_core::race::plan(
+            route.first_token_deadline.as_ref(),
+            route.hedge.as_ref(),
+            routed.decision.predicted_ttft_s,
+            rel_error,
+        )?;
+        Some(Plan {
+            hedge: p.hedge,
+            deadline: p.deadline.map(|(d, kind)| {
+                let reason = match kind {
+                    DeadlineKind::Absolute => FailoverReason::AbsoluteDeadline,
+                    DeadlineKind::Relative => FailoverReason::RelativeDeadline,
                 };
-                (d.resolve(predicted), reason)
+                (d, reason)
             }),
-        };
-        (plan.hedge.is_some() || plan.deadline.is_some()).then_some(plan)
+        })
     }
 }
 
@@ -92,31 +96,25 @@ pub(super) struct Raced {
     pub second_won: bool,
 }
 
-/// Hedge credit per route, outliving reloads: each request on a hedging route earns
-/// `budget` hedges, at most [`HEDGE_BURST`] banked; a hedge spends one.
+/// Hedge credit per route, outliving reloads: a [`HedgeBucket`] per route (each request on a
+/// hedging route earns `budget` hedges, at most
+/// [`HEDGE_BURST`](crate::config::race::HEDGE_BURST) banked; a hedge spends one).
 #[derive(Debug, Default)]
 pub(super) struct HedgeBudgets {
-    credit: Mutex<HashMap<Arc<str>, f64>>,
+    credit: Mutex<HashMap<Arc<str>, HedgeBucket>>,
 }
 
 impl HedgeBudgets {
     /// A request arrived on `route`, which hedges with `budget`.
     pub fn earn(&self, route: &Arc<str>, budget: f64) {
         let mut c = self.credit.lock().expect("hedge budget lock");
-        let credit = c.entry(Arc::clone(route)).or_insert(1.0);
-        *credit = (*credit + budget).min(HEDGE_BURST);
+        c.entry(Arc::clone(route)).or_default().earn(budget);
     }
 
     /// Spend one hedge of `route`, if it has one.
     pub fn take(&self, route: &str) -> bool {
         let mut c = self.credit.lock().expect("hedge budget lock");
-        match c.get_mut(route) {
-            Some(credit) if *credit >= 1.0 => {
-                *credit -= 1.0;
-                true
-            }
-            _ => false,
-        }
+        c.get_mut(route).is_some_and(HedgeBucket::take)
     }
 }
 
@@ -378,6 +376,7 @@ impl Race<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::race::HEDGE_BURST;
     use crate::routing::{BackendView, Decision, Reason};
 
     fn routed(predicted: Option<f64>) -> Routed {

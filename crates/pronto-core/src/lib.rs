@@ -21,6 +21,7 @@ pub mod ids;
 pub mod kv_index;
 pub mod load;
 pub mod predict;
+pub mod race;
 pub mod request;
 pub mod routing;
 pub mod seq_cell;

@@ -154,6 +154,9 @@ struct Req {
     max_tokens: u32,
     output: u32,
     computed: u32,
+    /// Prompt tokens prefilled so far (cache hits excluded, recomputation after a preemption
+    /// included): the work an abort throws away.
+    prefilled: u32,
     blocks: Vec<BlockId>,
     /// Prompt blocks already registered in the prefix cache.
     registered: usize,
@@ -292,6 +295,7 @@ impl Engine {
             max_tokens,
             output: 0,
             computed: 0,
+            prefilled: 0,
             blocks: Vec::new(),
             registered: 0,
             cached_tokens: 0,
@@ -320,6 +324,13 @@ impl Engine {
         } else if let Some(i) = self.rejected.iter().position(|&x| x == id) {
             self.rejected.remove(i);
         }
+    }
+
+    /// Prompt tokens `id` had prefilled by the end of the last scheduled step (its cache hits
+    /// excluded, recomputation after a preemption included); `None` when it is not in the
+    /// engine.
+    pub fn prefilled_tokens(&self, id: u64) -> Option<u32> {
+        self.reqs.get(&id).map(|r| r.prefilled)
     }
 
     /// Whether a step would do anything.
@@ -523,7 +534,9 @@ impl Engine {
     fn apply(&mut self, id: u64, n: u32, events: &mut Vec<EngineEvent>) {
         let bs = self.cfg.block_size;
         let r = self.reqs.get_mut(&id).expect("scheduled request");
+        let before = r.computed.min(r.prompt_len);
         r.computed += n;
+        r.prefilled += r.computed.min(r.prompt_len) - before;
         let full = (r.computed.min(r.prompt_len) as usize / bs).min(r.hashes.len());
         let mut run: Option<usize> = None;
         while r.registered < full {

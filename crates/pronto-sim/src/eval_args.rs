@@ -9,7 +9,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::eval_replicas::{Replication, Spread, SyncMode};
-use super::evaluate::{apply_load, SimBackend, DEFAULT_POLICIES};
+use super::evaluate::{
+    apply_load, DeadlineFlag, HedgeFlag, RaceConfig, SimBackend, DEFAULT_POLICIES,
+};
 use crate::workload::{self as trace, spread_ties, SyntheticWorkload, TraceFormat, TraceRequest};
 use crate::workload_agentic::AgenticWorkload;
 use pronto_core::slo::SloTargets;
@@ -78,6 +80,14 @@ pub struct EvaluateArgs {
     /// backend's predicted TPOT).
     #[arg(long, value_enum, default_value_t = EvalObjective::Ttft)]
     pub objective: EvalObjective,
+    /// Fail over streams whose first token is late, as a route's `first_token_deadline`:
+    /// `'{factor: 1.5, floor: 60ms}'` or `'{after: 150ms}'` (`crate::evaluate` race model).
+    #[arg(long, value_name = "YAML")]
+    pub first_token_deadline: Option<DeadlineFlag>,
+    /// Hedge streams, as a route's `hedge`: `'{quantile: 0.95, budget: 0.1,
+    /// max_predicted_ttft: 2s}'` or `'{after: 300ms}'`.
+    #[arg(long, value_name = "YAML")]
+    pub hedge: Option<HedgeFlag>,
 }
 
 /// `--objective` (a route's `objective:`).
@@ -125,6 +135,14 @@ impl EvaluateArgs {
         SloTargets {
             ttft_s: self.ttft_slo.0.map(|d| d.as_secs_f64()),
             tpot_s: self.tpot_slo.0.map(|d| d.as_secs_f64()),
+        }
+    }
+
+    /// The races these arguments ask for (`--first-token-deadline`, `--hedge`).
+    pub fn races(&self) -> RaceConfig {
+        RaceConfig {
+            deadline: self.first_token_deadline.map(|d| d.0),
+            hedge: self.hedge.map(|h| h.0),
         }
     }
 

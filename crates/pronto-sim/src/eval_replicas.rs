@@ -256,6 +256,43 @@ impl Replicas {
         self.send(tr.replica, SyncEvent::Release { seq: tr.seq }, t);
     }
 
+    /// `tr`'s attempt on `backend` lost a race at `t` and was aborted: what the gateway does
+    /// for a cancelled attempt (`proxy::race`), in its order — a late first attempt observes
+    /// `late_s`, the time it was given (a censored TTFT sample); its prefix record is undone;
+    /// its booking released.
+    pub fn on_cancel(
+        &mut self,
+        mut tr: Tracked,
+        backend: usize,
+        late_s: Option<f64>,
+        features: &RequestFeatures,
+        t: f64,
+    ) {
+        if let Some(waited) = late_s {
+            self.on_first_token(&mut tr, backend, waited, t);
+        }
+        let held = tr.dispatched.held_blocks;
+        self.replicas[tr.replica]
+            .router
+            .undo_record(backend, features, held);
+        self.on_finish(tr, backend, None, t);
+    }
+
+    /// Replica `r`'s views for `features` at `t` without the backends `tried`.
+    pub fn views_excluding(
+        &mut self,
+        r: usize,
+        features: &RequestFeatures,
+        t: f64,
+        residency: bool,
+        tried: &[pronto_core::ids::BackendId],
+    ) -> &[BackendView] {
+        let now = self.at(t);
+        self.replicas[r]
+            .router
+            .views_excluding(features, now, residency, tried)
+    }
+
     /// Send the snapshots due and deliver every message due by `t`; expire silent replicas.
     pub fn deliver_until(&mut self, t: f64) {
         if self.replicas.len() < 2 || self.cfg.sync == SyncMode::Off {

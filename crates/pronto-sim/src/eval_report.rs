@@ -61,9 +61,49 @@ pub struct RunReport {
     pub sync: String,
     /// Sync bytes the replicas published per request (the gateway's wire format; 0 unsynced).
     pub sync_bytes_per_request: f64,
+    /// The races before the first token and the stalls (flattened into the JSON).
+    #[serde(flatten)]
+    pub races: RaceReport,
     /// Every request's outcome, in trace order (written by `--requests-csv`).
     #[serde(skip)]
     pub outcomes: Vec<RequestOutcome>,
+}
+
+/// What the races of a run did (`--first-token-deadline`, `--hedge`) and the stall fault held.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct RaceReport {
+    /// Second copies sent at a missed first-token deadline.
+    pub failovers: u64,
+    /// Failovers the second copy won.
+    pub failovers_won: u64,
+    /// Hedges sent.
+    pub hedges: u64,
+    /// Hedges the second copy won.
+    pub hedges_won: u64,
+    /// First tokens a stall fault held (copies).
+    pub stalled: u64,
+    /// Prompt tokens the engines prefilled for copies that lost a race and were aborted.
+    pub extra_prefill_tokens: u64,
+    /// `extra_prefill_tokens` / the uncached prompt tokens of the relayed first tokens.
+    pub extra_prefill: f64,
+}
+
+impl From<crate::evaluate::RaceCounts> for RaceReport {
+    fn from(c: crate::evaluate::RaceCounts) -> RaceReport {
+        RaceReport {
+            failovers: c.failovers,
+            failovers_won: c.failovers_won,
+            hedges: c.hedges,
+            hedges_won: c.hedges_won,
+            stalled: c.stalled,
+            extra_prefill_tokens: c.extra_prefill_tokens,
+            extra_prefill: if c.relayed_prefill_tokens > 0 {
+                c.extra_prefill_tokens as f64 / c.relayed_prefill_tokens as f64
+            } else {
+                0.0
+            },
+        }
+    }
 }
 
 /// What happened to one request of an evaluator run.
@@ -164,9 +204,29 @@ pub fn to_json(runs: &[RunReport], capacity_rps: Option<f64>) -> String {
     serde_json::json!({ "capacity_rps": capacity_rps, "runs": runs }).to_string()
 }
 
-/// A fixed-width table, one row per policy; with TTFA columns when a run's model reasoned.
+/// A fixed-width table, one row per policy; with TTFA columns when a run's model reasoned, and
+/// race columns when a run raced or stalled.
 pub fn table(runs: &[RunReport]) -> String {
     let mut s = table_without_ttfa(runs);
+    if runs.iter().any(|r| r.races != RaceReport::default()) {
+        s += &format!(
+            "\n{:<16} {:>8} {:>9} {:>8} {:>9} {:>8} {:>9}\n",
+            "policy", "stalled", "failovers", "(won)", "hedges", "(won)", "extra%"
+        );
+        for r in runs {
+            let c = &r.races;
+            s += &format!(
+                "{:<16} {:>8} {:>9} {:>8} {:>9} {:>8} {:>9.1}\n",
+                r.policy,
+                c.stalled,
+                c.failovers,
+                c.failovers_won,
+                c.hedges,
+                c.hedges_won,
+                c.extra_prefill * 100.0
+            );
+        }
+    }
     if runs.iter().any(|r| r.reasoning_tokens_mean > 0.0) {
         s += &format!(
             "\n{:<16} {:>9} {:>9} {:>10}\n",
@@ -307,6 +367,7 @@ mod tests {
             replicas: 1,
             sync: "off".into(),
             sync_bytes_per_request: 0.0,
+            races: RaceReport::default(),
             outcomes: vec![],
         };
         let v: serde_json::Value =
@@ -330,6 +391,11 @@ mod tests {
             "throughput_rps",
             "prefix_hit_rate",
             "shed",
+            "failovers",
+            "failovers_won",
+            "hedges",
+            "hedges_won",
+            "extra_prefill",
         ] {
             assert!(run.get(k).is_some(), "missing {k}");
         }

@@ -176,13 +176,25 @@ impl RouterSideState {
         now: Instant,
         residency: bool,
     ) -> &[BackendView] {
+        self.views_excluding(features, now, residency, &[])
+    }
+
+    /// [`RouterSideState::views`] with the backends `tried` excluded (a race's second
+    /// decision excludes the first backend, as the gateway's does).
+    pub fn views_excluding(
+        &mut self,
+        features: &RequestFeatures,
+        now: Instant,
+        residency: bool,
+        tried: &[BackendId],
+    ) -> &[BackendView] {
         let pool = PoolRouting {
             backends: &self.backends,
             slots: &self.slots,
             index: &self.index,
             token_ratio: self.token_ratio.ratio(),
         };
-        views::build(&pool, features, now, residency, &[], &mut self.scratch)
+        views::build(&pool, features, now, residency, tried, &mut self.scratch)
     }
 
     /// `features` goes to backend `index` at `now`, decided on `chosen` (the view the policy
@@ -222,6 +234,13 @@ impl RouterSideState {
         self.backends[backend]
             .state
             .observe_first_token(&mut d.booking, &d.inputs, ttft_s, now)
+    }
+
+    /// An attempt on `backend` was cancelled (it lost a race): take back the prefix its
+    /// dispatch recorded ([`views::undo_record`], as the gateway's `Pool::undo_record`). The
+    /// booking is released by [`RouterSideState::on_finish`].
+    pub fn undo_record(&self, backend: usize, features: &RequestFeatures, held_blocks: u32) {
+        views::undo_record(&self.pool(), backend, features, held_blocks);
     }
 
     /// A request's stream on `backend` ended (or it was rejected): released.

@@ -20,6 +20,7 @@ fn small_fleet() -> Vec<SimBackend> {
             name: format!("b{i}"),
             config: cfg.clone(),
             reasoning: None,
+            stall: None,
         })
         .collect()
 }
@@ -197,6 +198,8 @@ fn mooncake_conversation_prefix_when_present() {
         ttft_slo: SloLimit(None),
         tpot_slo: SloLimit(None),
         objective: crate::evaluate::EvalObjective::Ttft,
+        first_token_deadline: None,
+        hedge: None,
     };
     let fleet = load_fleet(&args.fleet).unwrap();
     let (reqs, cap) = prepare_trace(&args, &fleet).unwrap();

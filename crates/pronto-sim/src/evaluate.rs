@@ -62,13 +62,19 @@
 //! length learned — as the gateway learns it per pool — from the reasoning tokens of the
 //! requests finished so far ([`pronto_core::predict::ReasoningLengths`]).
 //!
+//! ## Stall faults, failover and hedging
+//! A fleet file's `stall_first_token` (with `stall_probability`, a seeded draw per backend and
+//! request) holds a first token back as the live fleet does: the engine prefills and decodes on,
+//! the router sees the first token `stall` after its step ended and the tokens made meanwhile
+//! at once. `--first-token-deadline` / `--hedge` race a second backend as the gateway's routes
+//! do; the loser is aborted and released. Details in [`race`]; without them a run is unchanged.
+//!
 //! Mooncake's conversation trace is quantised to 3 s; ties are spread over each bucket
 //! ([`crate::workload::spread_ties`]) before anything else; `--arrival-seed` then re-draws the
 //! gaps ([`crate::eval_args::redraw_gaps`]).
 
 use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -86,7 +92,13 @@ use pronto_core::predict::ReasoningLengths;
 use pronto_core::request::RequestFeatures;
 use pronto_core::routing::{Policy, PolicyKind};
 use pronto_core::slo::{Objective, SloTargets};
-use pronto_core::tokens::{block_hashes, BlockHash, BLOCK_TOKENS};
+use pronto_core::tokens::{block_hashes, BLOCK_TOKENS};
+pub use race::{DeadlineFlag, HedgeFlag, RaceConfig, RaceCounts, StallFault, SECOND};
+
+mod oracle;
+pub mod race;
+
+use oracle::{exact_hit, oracle_pick};
 
 /// Requests in a `--load` calibration run.
 pub const CALIBRATION_SAMPLE: usize = 400;
@@ -116,6 +128,8 @@ pub struct SimBackend {
     pub config: EngineConfig,
     /// The model it serves reasons first ([`crate::reasoning`]); `None`: it does not.
     pub reasoning: Option<ReasoningConfig>,
+    /// Its first-token stall fault (the fleet file's `faults:`); `None`: it does not stall.
+    pub stall: Option<StallFault>,
 }
 
 /// Load a fleet file into evaluator backends.
@@ -127,10 +141,12 @@ pub fn load_fleet(path: &Path) -> anyhow::Result<Vec<SimBackend>> {
         .backends
         .iter()
         .zip(configs)
-        .map(|(b, config)| SimBackend {
+        .enumerate()
+        .map(|(i, (b, config))| SimBackend {
             name: b.name.clone(),
             config,
             reasoning: fleet.reasoning,
+            stall: StallFault::of(&b.faults, i),
         })
         .collect())
 }
@@ -270,6 +286,61 @@ pub fn evaluate_replicated(
     slo: &SloTargets,
     objective: EvalObjective,
 ) -> anyhow::Result<RunReport> {
+    let route = RouteSettings {
+        slo: *slo,
+        objective,
+        races: RaceConfig::default(),
+    };
+    evaluate_route(fleet, model, reqs, policy, rep, &route)
+}
+
+/// [`evaluate_replicated`] with streams raced as `races` says (a route's
+/// `first_token_deadline` and `hedge`; [`race`]).
+pub fn evaluate_raced(
+    fleet: &[SimBackend],
+    model: &str,
+    reqs: &[TraceRequest],
+    policy: &str,
+    rep: Replication,
+    slo: &SloTargets,
+    races: &RaceConfig,
+) -> anyhow::Result<RunReport> {
+    let route = RouteSettings {
+        slo: *slo,
+        objective: EvalObjective::Ttft,
+        races: *races,
+    };
+    evaluate_route(fleet, model, reqs, policy, rep, &route)
+}
+
+/// What every request's route asks of the router, as a gateway route would: its objectives
+/// (`ttft_slo`, `tpot_slo`), what `predicted_ttft` minimises (`objective`), and its races
+/// (`first_token_deadline`, `hedge`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RouteSettings {
+    /// The objectives: policies see them, goodput counts against them.
+    pub slo: SloTargets,
+    /// `--objective`.
+    pub objective: EvalObjective,
+    /// `--first-token-deadline`, `--hedge`.
+    pub races: RaceConfig,
+}
+
+/// One run: `reqs` through a fresh fleet under `policy`, the router replicated as `rep` says,
+/// every request on a route as `route` says; deterministic.
+pub fn evaluate_route(
+    fleet: &[SimBackend],
+    model: &str,
+    reqs: &[TraceRequest],
+    policy: &str,
+    rep: Replication,
+    route: &RouteSettings,
+) -> anyhow::Result<RunReport> {
+    let RouteSettings {
+        ref slo,
+        objective,
+        ref races,
+    } = *route;
     anyhow::ensure!(!fleet.is_empty(), "the fleet has no backends");
     let (base_policy, hold) = match policy.strip_suffix(HOLD_SUFFIX) {
         Some(p) => (p, true),
@@ -326,19 +397,39 @@ pub fn evaluate_replicated(
     let mut next_scrape_s = f64::NEG_INFINITY;
     // How long the model reasons before answering, learned as the gateway learns it.
     let reasoning = ReasoningLengths::default();
+    let mut race = race::Races::new(*races, fleet, matches!(chooser, Chooser::Policy(..)));
     loop {
         let step_end = backends
             .iter()
             .enumerate()
-            .filter_map(|(i, b)| b.busy_until.map(|t| (t, i)))
+            .filter_map(|(i, b)| b.busy_until.map(|t| (t, i, false)))
             .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        // A held event or a race trigger, after the step ends of its instant.
+        let step_end = match race.next_at() {
+            Some((t, b)) if step_end.is_none_or(|s| t < s.0) => Some((t, b, true)),
+            _ => step_end,
+        };
         let arrival = reqs.get(next).map(|r| r.arrival_s);
         match (step_end, arrival) {
             (None, None) => break,
-            (Some((t, b)), a) if a.is_none_or(|a| t <= a) => {
+            (Some((t, b, raced)), a) if a.is_none_or(|a| t <= a) => {
                 clock = t;
                 router.deliver_until(t);
-                let events = std::mem::take(&mut backends[b].pending);
+                let mut w = race::World {
+                    router: &mut router,
+                    backends: &mut backends,
+                    tracks: &mut tracks,
+                    dispatched: &mut dispatched,
+                    per_backend: &mut per_backend,
+                    fleet,
+                    chooser: &chooser,
+                    base,
+                };
+                let mut events = match raced {
+                    true => race.fire(t, &mut w),
+                    false => std::mem::take(&mut w.backends[b].pending),
+                };
+                race.admit(b, t, &mut events, &mut w);
                 for ev in events {
                     match ev {
                         EngineEvent::FirstToken {
@@ -393,7 +484,9 @@ pub fn evaluate_replicated(
                         }
                     }
                 }
-                start_step(&mut backends[b], t);
+                if !raced {
+                    start_step(&mut backends[b], t);
+                }
             }
             (_, Some(t)) => {
                 clock = t;
@@ -479,6 +572,7 @@ pub fn evaluate_replicated(
                 }
             };
             queue.pop_front();
+            race.earn();
             let (_, mut ids, mut features) = head.take().expect("set above");
             let Some((b, predicted, reason, view)) = chosen else {
                 shed += 1;
@@ -493,6 +587,9 @@ pub fn evaluate_replicated(
             tr.dispatched_s = t;
             per_backend[b] += 1;
             dispatched[i] = Some(router.on_dispatch(replica, b, predicted, &view, &features, t));
+            race.on_dispatch(
+                i, b, replica, predicted, &view, &features, &ids, thinking, t,
+            );
             // Block hashes at the gateway's block size, reused by engines of that size.
             let hashes = std::mem::take(&mut features.block_hashes);
             let engine = &mut backends[b].engine;
@@ -509,6 +606,9 @@ pub fn evaluate_replicated(
                 start_step(&mut backends[b], t);
             }
         }
+    }
+    if cfg!(debug_assertions) && rep.replicas <= 1 {
+        race::assert_drained(&backends, &mut router, last_finish);
     }
     let preemptions = backends
         .iter()
@@ -593,6 +693,7 @@ pub fn evaluate_replicated(
         replicas: rep.replicas.max(1) as u32,
         sync: rep.sync.to_string(),
         sync_bytes_per_request: router.sync_bytes() as f64 / reqs.len().max(1) as f64,
+        races: race.counts.into(),
         outcomes,
     })
 }
@@ -632,81 +733,6 @@ fn features_of(model: &str, ids: &[u32], r: &TraceRequest) -> RequestFeatures {
     f
 }
 
-/// The prefix hit `engine` would give this prompt now: what an exact, event-fed index reports.
-fn exact_hit(engine: &Engine, ids: &[u32], features: &RequestFeatures) -> u32 {
-    if engine.config().block_size == BLOCK_TOKENS {
-        engine.cached_prefix_tokens_hashed(ids.len() as u32, &features.block_hashes)
-    } else {
-        engine.cached_prefix_tokens(ids)
-    }
-}
-
-/// The backend with the smallest true TTFT for this request (see the module docs).
-///
-/// Backends are tried in order of a lower bound — the rest of the step in flight plus this
-/// request's uncached prefill run as one step with nothing else (real chunks and co-scheduled
-/// work only add time) — and a backend whose bound is not below the best TTFT found so far is
-/// not simulated at all.
-fn oracle_pick(backends: &[Backend], ids: &[u32], id: u64, r: &TraceRequest, now: f64) -> usize {
-    let len = ids.len() as u32;
-    let mut hashes: Option<(usize, Arc<[BlockHash]>)> = None;
-    let mut hashes_for = |e: &Engine| {
-        let bs = e.config().block_size;
-        match &hashes {
-            Some((b, h)) if *b == bs => Arc::clone(h),
-            _ => {
-                let h = e.prompt_hashes(ids);
-                hashes = Some((bs, Arc::clone(&h)));
-                h
-            }
-        }
-    };
-    let mut order: Vec<(f64, usize)> = backends
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            let busy = b.busy_until.map_or(0.0, |end| end - now);
-            let h = hashes_for(&b.engine);
-            let cached = f64::from(b.engine.cached_prefix_tokens_hashed(len, &h));
-            let n = ids.len() as f64 - cached;
-            let own = StepWork {
-                prefill_tokens: n as u64,
-                prefill_pairs: n * (cached + n / 2.0),
-                ..StepWork::default()
-            };
-            (busy + b.engine.config().profile.step_seconds(&own), i)
-        })
-        .collect();
-    order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let mut best = (f64::INFINITY, order[0].1);
-    for (bound, i) in order {
-        if bound >= best.0 {
-            break;
-        }
-        let b = &backends[i];
-        let mut t = b.busy_until.map_or(0.0, |end| end - now);
-        let mut e = b.engine.clone();
-        e.add_hashed(id, len, hashes_for(&b.engine), r.output_tokens);
-        'steps: while let Some(s) = e.step() {
-            t += s.duration_s;
-            if t >= best.0 {
-                break;
-            }
-            for ev in s.events {
-                match ev {
-                    EngineEvent::FirstToken { id: x, .. } if x == id => {
-                        best = (t, i);
-                        break 'steps;
-                    }
-                    EngineEvent::Finished { id: x, .. } if x == id => break 'steps,
-                    _ => {}
-                }
-            }
-        }
-    }
-    best.1
-}
-
 /// `pronto evaluate`: run every requested policy and print a table or JSON.
 pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
     let fleet = load_fleet(&args.fleet)?;
@@ -715,15 +741,12 @@ pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for p in &args.policies() {
         let started = Instant::now();
-        let report = evaluate_replicated(
-            &fleet,
-            &model,
-            &reqs,
-            p,
-            args.replication(),
-            &args.slo(),
-            args.objective,
-        )?;
+        let route = RouteSettings {
+            slo: args.slo(),
+            objective: args.objective,
+            races: args.races(),
+        };
+        let report = evaluate_route(&fleet, &model, &reqs, p, args.replication(), &route)?;
         let wall = started.elapsed().as_secs_f64();
         if !args.json {
             eprintln!(

@@ -22,6 +22,8 @@
 pub mod calibrate;
 pub mod engine;
 pub mod eval_args;
+#[cfg(test)]
+mod eval_race_tests;
 pub mod eval_replicas;
 pub mod eval_report;
 pub mod eval_router;

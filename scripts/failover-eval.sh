@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The offline half of scripts/failover-bench.sh (issue 17): the same setup through
+# `pronto evaluate`, whose discrete-event simulation models the stall fault, first-token
+# failover and hedging with the gateway's own race arithmetic and routing core
+# (crates/pronto-sim/src/evaluate/race.rs).
+#
+# A fleet of BACKENDS × PROFILE (KV_BLOCKS blocks each) whose every backend stalls its first
+# token STALL with probability STALL_P, the generated chat workload at LOAD of the fleet's
+# capacity (seed 1 is the workload `pronto replay` sends in the live bench), predicted_ttft:
+#   nofault      the same fleet without the fault (the reference)
+#   fault        the fault, no race
+#   failover     the fault, --first-token-deadline "$DEADLINE"
+#   hedge        the fault, --hedge "$HEDGE"
+# then a sweep of deadlines (SWEEP_FACTORS × SWEEP_FLOORS, and the absolute SWEEP_AFTERS) over
+# the workload seeds SEEDS:
+# each setting's p99 TTFT under the fault over the same seed's no-fault p99, and its extra
+# prefill (prompt tokens the engines prefilled for aborted copies over the uncached prompt
+# tokens of the relayed first tokens), against the issue's target (≤ 1.2× with ≤ 5 %).
+# Writes the tables to $OUT (default docs/benchmarks/failover/offline.md) and the JSON of
+# every run beside them in $RUNS.
+#
+# Usage: ./scripts/failover-eval.sh
+# Environment (all optional):
+#   LOAD=0.5 BACKENDS=4 PROFILE=h100-llama3-8b KV_BLOCKS=8000 STALL=2s STALL_P=0.05
+#   DEADLINE="{factor: 2, floor: 150ms}"  HEDGE="{quantile: 0.95, budget: 0.1}"
+#   SEEDS="1 2 3 4 5"  SWEEP_FACTORS="1.2 1.5 2"  SWEEP_FLOORS="30ms 60ms 150ms"
+#   SWEEP_AFTERS="60ms 100ms 150ms"
+#   OUT=FILE  RUNS=DIR (default target/failover-eval/<UTC time>)
+#   BIN=PATH  pronto binary (default $CARGO_TARGET_DIR/debug/pronto, built unless SKIP_BUILD=1)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+LOAD=${LOAD:-0.5}
+BACKENDS=${BACKENDS:-4}
+PROFILE=${PROFILE:-h100-llama3-8b}
+KV_BLOCKS=${KV_BLOCKS:-8000}
+STALL=${STALL:-2s}
+STALL_P=${STALL_P:-0.05}
+DEADLINE=${DEADLINE:-"{factor: 2, floor: 150ms}"}
+HEDGE=${HEDGE:-"{quantile: 0.95, budget: 0.1}"}
+SEEDS=${SEEDS:-1 2 3 4 5}
+SWEEP_FACTORS=${SWEEP_FACTORS:-1.2 1.5 2}
+SWEEP_FLOORS=${SWEEP_FLOORS:-30ms 60ms 150ms}
+SWEEP_AFTERS=${SWEEP_AFTERS:-60ms 100ms 150ms}
+OUT=${OUT:-docs/benchmarks/failover/offline.md}
+RUNS=${RUNS:-target/failover-eval/$(date -u +%Y%m%dT%H%M%SZ)}
+BIN=${BIN:-${CARGO_TARGET_DIR:-target}/debug/pronto}
+
+if [[ -z "${SKIP_BUILD:-}" ]]; then
+    cargo build --locked --bin pronto
+fi
+[[ -x "$BIN" ]] || { echo "failover-eval: $BIN not found" >&2; exit 1; }
+mkdir -p "$RUNS"
+
+fleet_file() { # $1: faults flow mapping entries (may be empty)
+    echo "model: sim-llama"
+    echo "backends:"
+    for i in $(seq 0 $((BACKENDS - 1))); do
+        echo "  - { name: b$i, profile: $PROFILE, num_kv_blocks: $KV_BLOCKS, faults: {$1 seed: $i} }"
+    done
+}
+fleet_file "" >"$RUNS/nofault.yaml"
+fleet_file "stall_first_token: $STALL, stall_probability: $STALL_P," >"$RUNS/fault.yaml"
+
+run() { # $1: name, $2: fleet, $3: seed, then extra flags
+    local name=$1 fleet=$2 seed=$3
+    shift 3
+    "$BIN" evaluate --fleet "$RUNS/$fleet.yaml" --policy predicted_ttft --load "$LOAD" \
+        --seed "$seed" --json "$@" >"$RUNS/$name.seed$seed.json"
+}
+
+echo "failover-eval: contenders (seed 1)" >&2
+run nofault nofault 1
+run fault fault 1
+run failover fault 1 --first-token-deadline "$DEADLINE"
+run hedge fault 1 --hedge "$HEDGE"
+SWEEP=()
+for seed in $SEEDS; do
+    echo "failover-eval: sweep, seed $seed" >&2
+    [[ -f "$RUNS/nofault.seed$seed.json" ]] || run nofault nofault "$seed"
+    [[ -f "$RUNS/fault.seed$seed.json" ]] || run fault fault "$seed"
+    for factor in $SWEEP_FACTORS; do
+        for floor in $SWEEP_FLOORS; do
+            run "sweep-$factor-$floor" fault "$seed" \
+                --first-token-deadline "{factor: $factor, floor: $floor}"
+        done
+    done
+    for after in $SWEEP_AFTERS; do
+        run "sweep-after-$after" fault "$seed" --first-token-deadline "{after: $after}"
+    done
+done
+for factor in $SWEEP_FACTORS; do
+    for floor in $SWEEP_FLOORS; do SWEEP+=("$factor/$floor"); done
+done
+for after in $SWEEP_AFTERS; do SWEEP+=("after/$after"); done
+
+mkdir -p "$(dirname "$OUT")"
+LOAD=$LOAD BACKENDS=$BACKENDS PROFILE=$PROFILE KV_BLOCKS=$KV_BLOCKS STALL=$STALL \
+STALL_P=$STALL_P DEADLINE=$DEADLINE HEDGE=$HEDGE SEEDS=$SEEDS \
+REVISION=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown) \
+python3 - "$RUNS" "${SWEEP[@]}" <<'PY' >"$OUT"
+import json, os, sys
+runs, sweep = sys.argv[1], sys.argv[2:]
+env = os.environ
+seeds = env["SEEDS"].split()
+
+def load(name, seed):
+    return json.load(open(f"{runs}/{name}.seed{seed}.json"))["runs"][0]
+
+print("# Stall faults offline: `pronto evaluate` with failover and hedging\n")
+print(f"{env['BACKENDS']} × sim {env['PROFILE']} ({env['KV_BLOCKS']} KV blocks each); each "
+      f"backend stalls its first token {env['STALL']} with probability {env['STALL_P']} "
+      f"(except `nofault`); policy `predicted_ttft`; the generated chat workload (seed 1, the "
+      f"workload of the live bench) at load {env['LOAD']}. failover: `--first-token-deadline "
+      f"'{env['DEADLINE']}'`; hedge: `--hedge '{env['HEDGE']}'`. Produced by "
+      f"`scripts/failover-eval.sh` at {env['REVISION']}; one run each, deterministic.\n")
+print("| contender | requests | TTFT mean (ms) | p50 (ms) | p99 (ms) | p99 vs nofault | stalled "
+      "| failovers (won) | hedges (won) | extra prefill |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+base = load("nofault", 1)["ttft_p99_ms"]
+for c in ["nofault", "fault", "failover", "hedge"]:
+    r = load(c, 1)
+    print(f"| {c} | {r['requests']} | {r['ttft_mean_ms']:.0f} | {r['ttft_p50_ms']:.0f} "
+          f"| {r['ttft_p99_ms']:.0f} | {r['ttft_p99_ms'] / base:.2f}× | {r['stalled']} "
+          f"| {r['failovers']} ({r['failovers_won']}) | {r['hedges']} ({r['hedges_won']}) "
+          f"| {100 * r['extra_prefill']:.1f} % |")
+
+print(f"\n## Deadline sweep, seeds {', '.join(seeds)}\n")
+print("Per seed, p99 TTFT with the fault and the deadline over the same seed's no-fault p99; "
+      "the target is ≤ 1.2× with ≤ 5 % extra prefill.\n")
+print("| deadline | p99 vs nofault, mean (min–max) | extra prefill, mean (max) "
+      "| failovers (won) per run | target met |")
+print("| --- | ---: | ---: | ---: | :---: |")
+def label(s):
+    a, b = s.split("/")
+    return f"after {b}" if a == "after" else f"factor {a}, floor {b}"
+rows = [("none (fault)", "fault")] + [(label(s), f"sweep-{s.replace('/', '-')}") for s in sweep]
+for label, name in rows:
+    ratios, extras, fo, won = [], [], 0, 0
+    for seed in seeds:
+        r = load(name, seed)
+        ratios.append(r["ttft_p99_ms"] / load("nofault", seed)["ttft_p99_ms"])
+        extras.append(r["extra_prefill"])
+        fo += r["failovers"]
+        won += r["failovers_won"]
+    mean = sum(ratios) / len(ratios)
+    met = all(x <= 1.2 for x in ratios) and all(e <= 0.05 for e in extras)
+    print(f"| {label} | {mean:.2f}× ({min(ratios):.2f}–{max(ratios):.2f}) "
+          f"| {100 * sum(extras) / len(extras):.1f} % ({100 * max(extras):.1f} %) "
+          f"| {fo / len(seeds):.0f} ({won / len(seeds):.0f}) | {'yes' if met else 'no'} |")
+print("\nExtra prefill: prompt tokens the engines had prefilled for the copies that lost a race "
+      "and were aborted, over the uncached prompt tokens of the relayed first tokens. "
+      "`stalled`: copies whose first token the fault held.")
+PY
+cat "$OUT"
