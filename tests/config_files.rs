@@ -195,6 +195,7 @@ fn annotated_example_sets_every_field() {
         ttft_slo,
         tpot_slo,
         objective,
+        race_on,
         priority,
         on_slo_miss,
         fallback_pool,
@@ -222,7 +223,7 @@ fn annotated_example_sets_every_field() {
     assert!(name.is_some() && pool.is_some() && ttft_slo.is_some() && priority.is_some());
     assert!(on_slo_miss.is_some() && fallback_pool.is_some() && max_retries.is_some());
     assert!(first_token_timeout.is_some() && idle_timeout.is_some() && tpot_slo.is_some());
-    assert!(objective.is_some());
+    assert!(objective.is_some() && race_on.is_some());
     let file::MatchFile {
         model,
         path: route_path,

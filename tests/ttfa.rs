@@ -254,3 +254,162 @@ async fn a_ttfa_route_learns_how_long_the_model_reasons_and_predicts_the_answer(
     drop(gw);
     fleet.shutdown().await;
 }
+
+/// One streamed request through a raced route, as the client saw it.
+#[derive(Debug)]
+struct Raced {
+    backend: String,
+    race: Option<String>,
+    race_first: Option<String>,
+    /// Response ids seen (one per backend response).
+    ids: Vec<String>,
+    reasoning: u32,
+    answer: u32,
+    first_answer: Duration,
+}
+
+async fn raced(gw: &Gateway, tag: &str) -> Raced {
+    let sent = Instant::now();
+    let r = gw.post_chat_stream(MODEL, tag, 60, ANSWER, BOUND).await;
+    let header = |n: &str| r.headers().get(n).map(|v| v.to_str().unwrap().to_string());
+    let (backend, race, race_first) = (
+        header("x-pronto-backend").unwrap(),
+        header("x-pronto-race"),
+        header("x-pronto-race-first"),
+    );
+    let mut bytes = r.bytes_stream();
+    let mut buf = String::new();
+    let (mut ids, mut reasoning, mut answer, mut first_answer) = (Vec::new(), 0, 0, None);
+    while let Some(chunk) = tokio::time::timeout(BOUND, bytes.next())
+        .await
+        .expect("no hang")
+    {
+        buf.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+        while let Some(end) = buf.find("\n\n") {
+            let event: String = buf.drain(..end + 2).collect();
+            let Some(data) = event.trim().strip_prefix("data: ") else {
+                continue;
+            };
+            if data == "[DONE]" {
+                continue;
+            }
+            let v: Value = serde_json::from_str(data).unwrap();
+            let id = v["id"].as_str().unwrap_or_default().to_string();
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+            let delta = &v["choices"][0]["delta"];
+            if delta["reasoning_content"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty())
+            {
+                reasoning += 1;
+            }
+            if delta["content"].as_str().is_some_and(|s| !s.is_empty()) {
+                answer += 1;
+                first_answer.get_or_insert(sent.elapsed());
+            }
+        }
+    }
+    Raced {
+        backend,
+        race,
+        race_first,
+        ids,
+        reasoning,
+        answer,
+        first_answer: first_answer.expect("an answer"),
+    }
+}
+
+/// `race_on: ttfa`: b0 produces its first token on time but reasons ten times slower than
+/// b1, so only a race on the first *answer* catches it. With a 1 s deadline on the answer, the
+/// request first sent to b0 is answered by b1 — one clean stream (every reasoning and answer
+/// token once, from one response), b0's copy cancelled, bookings released — while the same
+/// deadline on the first token never fires and the client waits for b0's slow reasoning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_race_on_the_first_answer_moves_a_request_off_a_slow_reasoner() {
+    const DEADLINE: Duration = Duration::from_secs(1);
+    let yaml = format!(
+        "model: {MODEL}\nreasoning: {{ mean_tokens: {REASONING}, sigma: 0 }}\nbackends:\n  \
+         - {{ name: b0, profile: h100-llama3-8b, num_kv_blocks: 4000, port: 0, faults: {{ slowdown: 10 }} }}\n  \
+         - {{ name: b1, profile: h100-llama3-8b, num_kv_blocks: 4000, port: 0 }}\n"
+    );
+    let fleet = SimFleet::start(&FleetConfig::parse(&yaml, "ttfa-race").unwrap(), 0.3)
+        .await
+        .unwrap();
+    let urls = fleet.urls();
+    let pools = format!(
+        "  {MODEL}:\n    policy: round_robin\n    backends:\n      \
+         - {{name: b0, url: '{}'}}\n      - {{name: b1, url: '{}'}}\n",
+        urls[0], urls[1]
+    );
+    let cancelled_on_b0 = || async {
+        let m = reqwest::get(format!("{}/metrics", urls[0]))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        m.lines()
+            .find(|l| l.starts_with("sim_cancelled_requests_total"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    for race_on in ["ttfa", "ttft"] {
+        let gw = Gateway::start(&config_yaml(
+            &pools,
+            &format!(
+                "explain_headers: true\nroutes:\n  - {{name: chat, pool: {MODEL}, race_on: {race_on}, \
+                 first_token_deadline: {{after: {}ms}}}}\n",
+                DEADLINE.as_millis()
+            ),
+        ));
+        let before = cancelled_on_b0().await;
+        // Round robin: one of two requests goes first to b0.
+        let seen = [
+            raced(&gw, &format!("{race_on}a")).await,
+            raced(&gw, &format!("{race_on}b")).await,
+        ];
+        for s in &seen {
+            assert_eq!(s.ids.len(), 1, "chunks of two responses: {s:?}");
+            assert_eq!((s.reasoning, s.answer), (REASONING, ANSWER), "{s:?}");
+        }
+        let on_b0: Vec<&Raced> = seen
+            .iter()
+            .filter(|s| s.backend == "b0" || s.race_first.as_deref() == Some("b0"))
+            .collect();
+        assert!(!on_b0.is_empty(), "{seen:?}");
+        if race_on == "ttfa" {
+            // (The race's second decision moves the rotation on: both may start on b0.)
+            for s in &on_b0 {
+                assert_eq!(s.race.as_deref(), Some("failover"), "{s:?}");
+                assert_eq!(s.backend, "b1", "{s:?}");
+            }
+            let want = before + on_b0.len() as f64;
+            let deadline = Instant::now() + BOUND;
+            while cancelled_on_b0().await < want && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert_eq!(cancelled_on_b0().await, want, "b0's copies cancelled");
+        } else {
+            // The first token came in time: no race, and the answer waited for b0.
+            assert_eq!(on_b0.len(), 1, "{seen:?}");
+            let s = on_b0[0];
+            assert_eq!(
+                (s.race.as_deref(), s.backend.as_str()),
+                (None, "b0"),
+                "{s:?}"
+            );
+            assert!(s.first_answer > DEADLINE, "{s:?}");
+        }
+        let m = metrics_when(&gw, |m| {
+            metric_value(m, "pronto_backend_inflight{backend=\"b0\"}") == Some(0.0)
+                && metric_value(m, "pronto_backend_inflight{backend=\"b1\"}") == Some(0.0)
+        })
+        .await;
+        assert!(m.contains("pronto_backend_inflight"), "{m}");
+        drop(gw);
+    }
+    fleet.shutdown().await;
+}

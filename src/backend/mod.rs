@@ -380,6 +380,9 @@ pub struct InflightGuard {
     booking: Booking,
     /// The other replicas' view of this booking (with `cluster:`); dropped after the release.
     synced: Option<crate::cluster::Tracked>,
+    /// A first token seen while the response was held ([`InflightGuard::first_token_held`]),
+    /// not learnt yet: `(seconds after sending, when)`.
+    held_first_token: Option<(f64, Instant)>,
 }
 
 impl InflightGuard {
@@ -390,6 +393,7 @@ impl InflightGuard {
             backend,
             booking,
             synced: None,
+            held_first_token: None,
         }
     }
 
@@ -419,15 +423,35 @@ impl InflightGuard {
         }
     }
 
+    /// The first token arrived at `at`, `actual_s` after sending, while the gateway holds the
+    /// response back (a race on the first answer): the prefill ends now, and the model learns
+    /// this sample at the next [`InflightGuard::first_token`] (which has the inputs). The
+    /// other replicas see the prefill end but not the sample.
+    pub fn first_token_held(&mut self, actual_s: f64, at: Instant) {
+        if self.held_first_token.is_none()
+            && self.backend.state.ledger.end_prefill(&mut self.booking)
+        {
+            self.held_first_token = Some((actual_s, at));
+            if let Some(s) = &self.synced {
+                s.first_token(None);
+            }
+        }
+    }
+
     /// The first token arrived at `at`, `actual_s` after the request was sent: end the prefill
     /// and teach the backend's model (once). Returns the model's own prediction before it
-    /// learned, when this call was the one that ended the prefill.
+    /// learned, when this call was the one that ended the prefill. After
+    /// [`InflightGuard::first_token_held`] the held sample is what is learnt (`actual_s` and
+    /// `at` are ignored: a late copy's censored time is not its real TTFT).
     pub fn first_token(
         &mut self,
         inputs: &crate::predict::TtftInputs,
         actual_s: f64,
         at: Instant,
     ) -> Option<f64> {
+        if let Some((held_s, held_at)) = self.held_first_token.take() {
+            return Some(self.backend.state.ttft.observe(inputs, held_s, held_at));
+        }
         let predicted =
             self.backend
                 .state

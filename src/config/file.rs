@@ -99,6 +99,8 @@ pub struct RouteFile {
     pub tpot_slo: Option<Quantity>,
     /// What `predicted_ttft` minimises: `ttft` (default) or `ttfa` (time to first answer).
     pub objective: Option<String>,
+    /// What `first_token_deadline` and `hedge` race on: `ttft` (default) or `ttfa`.
+    pub race_on: Option<String>,
     /// Priority class (one of `priority_classes`).
     pub priority: Option<String>,
     /// `queue`, `fallback` or `shed`.

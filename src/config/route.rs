@@ -26,7 +26,12 @@
 //! model, as before routes existed; with `routes:`, a request no route matches is a 404.
 //!
 //! **Before the first byte**: `first_token_deadline` (failover) and `hedge` are described,
-//! validated and resolved in [`super::race`].
+//! validated and resolved in [`super::race`]. `race_on: ttfa` moves the race to the first
+//! *answer* token: each copy's reasoning is held in the gateway until its first answer token
+//! (so the client gets the reasoning in one burst when the answer starts, at most 1 MiB held),
+//! the first copy to answer wins, and a relative deadline or quantile hedge scales the predicted
+//! TTFA (`max_predicted_ttft` then bounds it too). For routes whose clients do not display the
+//! reasoning as it streams; a warning says when neither a deadline nor a hedge is set.
 //!
 //! **Objectives.** `tpot_slo` (time per output token after the first) is not admission: it
 //! travels with each request ([`pronto_core::request::RequestFeatures::slo`], with
@@ -117,6 +122,8 @@ pub struct Route {
     pub tpot_slo: Option<Duration>,
     /// What `predicted_ttft` minimises for this route's requests.
     pub objective: RouteObjective,
+    /// What the route's races are run on (see the module docs).
+    pub race_on: RaceOn,
     /// Priority class name.
     pub priority: Arc<str>,
     /// The class's position in `priority_classes`: 0 is the most urgent.
@@ -144,6 +151,16 @@ pub enum RouteObjective {
     #[default]
     Ttft,
     /// The time to the first answer token (after any reasoning).
+    Ttfa,
+}
+
+/// A route's `race_on:` (see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RaceOn {
+    /// A copy wins at its first token.
+    #[default]
+    Ttft,
+    /// A copy wins at its first answer token; the reasoning before it is held.
     Ttfa,
 }
 
@@ -540,6 +557,23 @@ impl Checker {
         });
         let first_token_deadline = self.first_token_deadline(path, r.first_token_deadline.as_ref());
         let hedge = self.hedge(path, r.hedge.as_ref());
+        let race_on = match r.race_on.as_deref() {
+            None | Some("ttft") => RaceOn::Ttft,
+            Some("ttfa") => RaceOn::Ttfa,
+            Some(other) => {
+                self.error(
+                    format!("{path}.race_on"),
+                    format!("unknown value `{other}`; use ttft or ttfa"),
+                );
+                RaceOn::Ttft
+            }
+        };
+        if race_on == RaceOn::Ttfa && r.first_token_deadline.is_none() && r.hedge.is_none() {
+            self.warn(
+                format!("{path}.race_on"),
+                "no effect without first_token_deadline or hedge",
+            );
+        }
         Some(Route {
             name: name?,
             matcher: matcher?,
@@ -547,6 +581,7 @@ impl Checker {
             slo: slo?,
             tpot_slo,
             objective,
+            race_on,
             priority,
             rank,
             priority_explicit: r.priority.is_some(),

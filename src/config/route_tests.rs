@@ -188,6 +188,10 @@ fn each_invalid_route_class_has_its_message() {
             "routes[0].tpot_slo: `50` has no unit",
         ),
         (
+            "routes:\n  - {name: r, pool: fast, race_on: answer}\n",
+            "routes[0].race_on: unknown value `answer`; use ttft or ttfa",
+        ),
+        (
             "routes:\n  - {name: r, pool: fast, objective: tta}\n",
             "routes[0].objective: unknown objective `tta`; use ttft or ttfa",
         ),
@@ -266,6 +270,17 @@ fn the_objective_defaults_to_ttft_and_ttfa_warns_under_another_policy() {
     assert_eq!(
         w,
         ["routes[0].objective: only predicted_ttft minimises TTFA; this route's policy ignores it"]
+    );
+    let c = load("routes:\n  - {name: r, pool: fast, race_on: ttfa, match: {model: x}}\n  - {name: s, pool: spare}\n").unwrap();
+    assert_eq!(c.routes[0].race_on, crate::config::route::RaceOn::Ttfa);
+    let w: Vec<String> = c
+        .warnings
+        .iter()
+        .map(|d| format!("{}: {}", d.path, d.message))
+        .collect();
+    assert_eq!(
+        w,
+        ["routes[0].race_on: no effect without first_token_deadline or hedge"]
     );
 }
 

@@ -497,6 +497,10 @@ fn route_schema() -> Value {
                 "description": "What predicted_ttft minimises: ttft (time to first token, the default) or ttfa (time to first answer: TTFT + expected reasoning tokens × the backend's predicted TPOT)",
                 "enum": ["ttft", "ttfa"],
             },
+            "race_on": {
+                "description": "What first_token_deadline and hedge race on: ttft (the first token, the default) or ttfa (the first answer token: each copy's reasoning is held until its answer, the first to answer wins)",
+                "enum": ["ttft", "ttfa"],
+            },
             "priority": {
                 "description": "Priority class (one of priority_classes); default: the first",
                 "type": "string",

@@ -291,47 +291,50 @@ impl Proxy {
             let mut attempted = pool.dispatch(&routed, features, features.stream, now);
             let may_retry = retries.may_retry(max_retries, routed.others_left);
             // A streamed request on a route with a first-token deadline or hedging may race
-            // a second backend until one produces its first token (super::race).
-            let (routed, mut attempted, outcome) =
-                match (race::Plan::of(*route, &routed, features.stream), route) {
-                    (Some(plan), Some(r)) => {
-                        let race = race::Race {
-                            proxy: self,
-                            state,
-                            pool,
-                            route: r,
-                            policy: &**policy,
-                            features,
-                            body,
-                            client_head: session.req_header(),
-                            request_id: &access.id,
-                            deadlines,
-                            may_retry,
-                        };
-                        let entrant = race::Entrant {
-                            routed,
-                            attempted,
-                            at: now,
-                        };
-                        let f = race.run(entrant, head, plan, &mut retries.tried).await;
-                        access.race = f.raced;
-                        (f.entrant.routed, f.entrant.attempted, f.outcome)
-                    }
-                    _ => {
-                        let outcome = attempt(
-                            &self.connectors,
-                            backend,
-                            head,
-                            body,
-                            features.stream,
-                            deadlines,
-                            may_retry,
-                            &mut attempted.guard,
-                        )
-                        .await;
-                        (routed, attempted, outcome)
-                    }
-                };
+            // a second backend until one produces its first token — or, with `race_on: ttfa`,
+            // its first answer token (super::race).
+            let reasoning = pool.reasoning.expected(features.reasoning_effort);
+            let plan = race::Plan::of(*route, &routed, features.stream, reasoning);
+            let (routed, mut attempted, outcome) = match (plan, route) {
+                (Some(plan), Some(r)) => {
+                    let race = race::Race {
+                        proxy: self,
+                        state,
+                        pool,
+                        route: r,
+                        policy: &**policy,
+                        features,
+                        body,
+                        client_head: session.req_header(),
+                        request_id: &access.id,
+                        deadlines,
+                        may_retry,
+                    };
+                    let entrant = race::Entrant {
+                        routed,
+                        attempted,
+                        at: now,
+                    };
+                    let f = race.run(entrant, head, plan, &mut retries.tried).await;
+                    access.race = f.raced;
+                    (f.entrant.routed, f.entrant.attempted, f.outcome)
+                }
+                _ => {
+                    let outcome = attempt(
+                        &self.connectors,
+                        backend,
+                        head,
+                        body,
+                        features.stream,
+                        false,
+                        deadlines,
+                        may_retry,
+                        &mut attempted.guard,
+                    )
+                    .await;
+                    (routed, attempted, outcome)
+                }
+            };
             let i = routed.decision.index;
             let backend = &pool.backends[i];
             access.backend = Some(backend.config.name.clone());
@@ -384,6 +387,7 @@ impl Proxy {
                     first_chunk,
                     body_done,
                     sent_at,
+                    held_first_token_at,
                 } => {
                     let head = upstream.response_header().ok_or_else(|| {
                         pool_err(GatewayError::Internal("no response head".into()))
@@ -416,6 +420,7 @@ impl Proxy {
                         head: client_head,
                         first_chunk,
                         body_done,
+                        held_first_token_at,
                         sse: is_sse,
                         idle: deadlines.idle,
                         observer: FirstTokenObserver {

@@ -29,6 +29,7 @@ use pingora_http::RequestHeader;
 
 use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
 use super::Proxy;
+use crate::config::route::RaceOn;
 use crate::config::Route;
 use crate::gateway::{Attempted, GatewayState, Pool, Routed};
 use crate::request::RequestFeatures;
@@ -56,13 +57,32 @@ pub(super) struct Plan {
 impl Plan {
     /// The race plan of a streamed request on `route` whose first decision is `routed`;
     /// `None` when there is nothing to race ([`pronto_core::race::plan`]).
-    pub fn of(route: Option<&Route>, routed: &Routed, stream: bool) -> Option<Plan> {
+    ///
+    /// With `race_on: ttfa` the delays measure the first answer: a relative deadline or a
+    /// quantile hedge scales the predicted TTFA — the decision's TTFT plus the pool's expected
+    /// `reasoning_tokens` at the chosen backend's predicted TPOT (no prediction, so the
+    /// deadline's floor, while that backend's TPOT is not predicted yet and reasoning is
+    /// expected).
+    pub fn of(
+        route: Option<&Route>,
+        routed: &Routed,
+        stream: bool,
+        reasoning_tokens: f64,
+    ) -> Option<Plan> {
         let route = route.filter(|_| stream)?;
         let rel_error = routed.chosen.ttft_model.map(|m| m.quality.rel_error);
+        let ttft = routed.decision.predicted_ttft_s;
+        let predicted = match route.race_on {
+            RaceOn::Ttft => ttft,
+            RaceOn::Ttfa if reasoning_tokens <= 0.0 => ttft,
+            RaceOn::Ttfa => ttft
+                .zip(routed.chosen.predicted_tpot_s())
+                .map(|(p, tpot)| p + reasoning_tokens * tpot),
+        };
         let p = pronto_core::race::plan(
             route.first_token_deadline.as_ref(),
             route.hedge.as_ref(),
-            routed.decision.predicted_ttft_s,
+            predicted,
             rel_error,
         )?;
         Some(Plan {
@@ -158,6 +178,7 @@ impl Race<'_> {
             head,
             self.body,
             true,
+            self.route.race_on == RaceOn::Ttfa,
             self.deadlines,
             self.may_retry,
             &mut a.attempted.guard,
@@ -219,6 +240,7 @@ impl Race<'_> {
             head_b,
             self.body,
             true,
+            self.route.race_on == RaceOn::Ttfa,
             self.deadlines,
             self.may_retry,
             &mut b.attempted.guard,
@@ -407,32 +429,76 @@ mod tests {
     fn a_plan_needs_a_stream_and_a_racing_route() {
         let r = route(", first_token_deadline: {factor: 3, floor: 100ms}");
         assert_eq!(
-            Plan::of(Some(&r), &routed(Some(0.2)), false),
+            Plan::of(Some(&r), &routed(Some(0.2)), false, 0.0),
             None,
             "streams only"
         );
-        assert_eq!(Plan::of(None, &routed(Some(0.2)), true), None);
-        assert_eq!(Plan::of(Some(&route("")), &routed(Some(0.2)), true), None);
-        let p = Plan::of(Some(&r), &routed(Some(0.2)), true).unwrap();
+        assert_eq!(Plan::of(None, &routed(Some(0.2)), true, 0.0), None);
+        assert_eq!(
+            Plan::of(Some(&route("")), &routed(Some(0.2)), true, 0.0),
+            None
+        );
+        let p = Plan::of(Some(&r), &routed(Some(0.2)), true, 0.0).unwrap();
         assert_eq!(p.hedge, None);
         let (d, reason) = p.deadline.unwrap();
         assert!((d.as_secs_f64() - 0.6).abs() < 1e-9, "{d:?}");
         assert_eq!(reason, FailoverReason::RelativeDeadline);
         // Without a prediction, the floor.
-        let p = Plan::of(Some(&r), &routed(None), true).unwrap();
+        let p = Plan::of(Some(&r), &routed(None), true, 0.0).unwrap();
         assert_eq!(p.deadline.unwrap().0, Duration::from_millis(100));
         // A saturated fleet gets no hedge (and a route with only a hedge, no plan).
         let h = route(", hedge: {after: 50ms, max_predicted_ttft: 1s}");
-        let p = Plan::of(Some(&h), &routed(Some(0.2)), true).unwrap();
+        let p = Plan::of(Some(&h), &routed(Some(0.2)), true, 0.0).unwrap();
         assert_eq!(p.hedge, Some(Duration::from_millis(50)));
         assert_eq!(p.deadline, None);
-        assert_eq!(Plan::of(Some(&h), &routed(Some(1.5)), true), None);
+        assert_eq!(Plan::of(Some(&h), &routed(Some(1.5)), true, 0.0), None);
         let abs = route(", first_token_deadline: {after: 2s}");
-        let p = Plan::of(Some(&abs), &routed(Some(0.2)), true).unwrap();
+        let p = Plan::of(Some(&abs), &routed(Some(0.2)), true, 0.0).unwrap();
         assert_eq!(
             p.deadline,
             Some((Duration::from_secs(2), FailoverReason::AbsoluteDeadline))
         );
+    }
+
+    #[test]
+    fn racing_on_ttfa_scales_the_deadline_by_the_predicted_answer() {
+        let r = route(", race_on: ttfa, first_token_deadline: {factor: 2, floor: 100ms}");
+        assert_eq!(r.race_on, RaceOn::Ttfa);
+        let mut at = routed(Some(0.2));
+        at.chosen.tpot_model = Some(pronto_core::predict::TpotCoefficients {
+            base_s: 0.01,
+            s_per_seq: 0.0,
+            samples: 10,
+        });
+        // 0.2 s + 400 × 10 ms = 4.2 s predicted to the answer, × 2.
+        let d = Plan::of(Some(&r), &at, true, 400.0)
+            .unwrap()
+            .deadline
+            .unwrap()
+            .0;
+        assert!((d.as_secs_f64() - 8.4).abs() < 1e-9, "{d:?}");
+        // Nothing expected before the answer: the TTFT's.
+        let d = Plan::of(Some(&r), &at, true, 0.0)
+            .unwrap()
+            .deadline
+            .unwrap()
+            .0;
+        assert!((d.as_secs_f64() - 0.4).abs() < 1e-9, "{d:?}");
+        // Reasoning expected but no TPOT predicted: the floor, not a TTFT-sized deadline.
+        let d = Plan::of(Some(&r), &routed(Some(0.2)), true, 400.0)
+            .unwrap()
+            .deadline
+            .unwrap()
+            .0;
+        assert_eq!(d, Duration::from_millis(100));
+        // race_on: ttft ignores the reasoning.
+        let t = route(", first_token_deadline: {factor: 2, floor: 100ms}");
+        let d = Plan::of(Some(&t), &at, true, 400.0)
+            .unwrap()
+            .deadline
+            .unwrap()
+            .0;
+        assert!((d.as_secs_f64() - 0.4).abs() < 1e-9, "{d:?}");
     }
 
     #[test]

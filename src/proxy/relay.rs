@@ -93,6 +93,9 @@ pub struct Relay<'a> {
     pub first_chunk: Option<Bytes>,
     /// The upstream body already ended.
     pub body_done: bool,
+    /// When the first token really arrived, if the attempt held the stream past it (then
+    /// `first_chunk` holds the reasoning; see `upstream::attempt`).
+    pub held_first_token_at: Option<Instant>,
     /// Whether this is an SSE stream (scan for the first token; end with an error event).
     pub sse: bool,
     /// Longest wait for the next upstream chunk.
@@ -111,6 +114,7 @@ impl Relay<'_> {
             head,
             first_chunk,
             mut body_done,
+            mut held_first_token_at,
             sse,
             idle,
             mut observer,
@@ -148,6 +152,7 @@ impl Relay<'_> {
                         out.output_events += update.output_events;
                         out.reasoning_events += update.reasoning_events;
                         if update.first_token {
+                            let at = held_first_token_at.take().unwrap_or(at);
                             out.first_token_at = Some(at);
                             observer.first_token(at);
                         }

@@ -102,6 +102,7 @@ async fn relay(e: &mut Ends, metrics: &Metrics, backend: &Arc<Backend>) -> Relay
     let now = Instant::now();
     Relay {
         head: client_response_head(&head, &[]).unwrap(),
+        held_first_token_at: None,
         first_chunk: first,
         body_done,
         sse: true,

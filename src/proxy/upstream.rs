@@ -51,6 +51,9 @@ pub enum Attempt {
         body_done: bool,
         /// When the request was fully sent.
         sent_at: Instant,
+        /// When the first token arrived, if the attempt held the stream past it (a race on
+        /// the first answer: `first_chunk` is then everything up to the first answer token).
+        held_first_token_at: Option<Instant>,
     },
     /// Nothing reached the client; the request may be tried elsewhere.
     Failed {
@@ -212,6 +215,13 @@ struct SendError(String);
 ///
 /// A non-streamed request's prefill is taken off the ledger when its response head arrives or
 /// its predicted TTFT passes, whichever is first (see [`pronto_core::load`]).
+///
+/// `until_answer` (a stream raced on its first answer, a route's `race_on: ttfa`): the attempt
+/// commits at its first *answer* token, not its first token — the reasoning before it is held
+/// here (read chunk by chunk under the idle timeout, at most [`MAX_HELD_BYTES`]; past that it
+/// commits with what it holds) and becomes `first_chunk`, so until then the copy may still be
+/// dropped. The first token ends the booking's prefill when it arrives
+/// ([`InflightGuard::first_token_held`]).
 #[allow(clippy::too_many_arguments)]
 pub async fn attempt(
     connectors: &Connectors,
@@ -219,6 +229,7 @@ pub async fn attempt(
     head: RequestHeader,
     body: &Bytes,
     stream: bool,
+    until_answer: bool,
     deadlines: Deadlines,
     may_retry_status: bool,
     guard: &mut InflightGuard,
@@ -272,12 +283,72 @@ pub async fn attempt(
             Ok(Ok(Some(c))) => first_chunk = Some(c),
         }
     }
+    let mut held_first_token_at = None;
+    if let Some(first) = first_chunk.take_if(|_| until_answer) {
+        match hold_until_answer(
+            &mut up,
+            first,
+            &mut body_done,
+            deadlines.idle,
+            sent_at,
+            guard,
+        )
+        .await
+        {
+            Ok((held, at)) => (first_chunk, held_first_token_at) = (Some(held), at),
+            Err(e) => return failed(RetryReason::Io, backend, "reading the reasoning from", &e),
+        }
+    }
     Attempt::Committed {
         upstream: Box::new(up),
         first_chunk,
         body_done,
         sent_at,
+        held_first_token_at,
     }
+}
+
+/// Most response bytes an attempt holds back waiting for its first answer token.
+pub const MAX_HELD_BYTES: usize = 1 << 20;
+
+/// Read a stream from its `first` chunk until the first answer token (or its end, or
+/// [`MAX_HELD_BYTES`]): everything read, and when the first token came. See [`attempt`].
+async fn hold_until_answer(
+    up: &mut HttpSession,
+    first: Bytes,
+    body_done: &mut bool,
+    idle: Duration,
+    sent_at: Instant,
+    guard: &mut InflightGuard,
+) -> Result<(Bytes, Option<Instant>), String> {
+    let mut scanner = pronto_core::sse::SseScanner::new();
+    let mut held = bytes::BytesMut::new();
+    let mut first_token_at = None;
+    let mut chunk = Some(first);
+    loop {
+        if let Some(c) = chunk.take() {
+            let update = scanner.feed(&c);
+            held.extend_from_slice(&c);
+            if update.first_token {
+                let at = Instant::now();
+                first_token_at = Some(at);
+                guard.first_token_held(at.saturating_duration_since(sent_at).as_secs_f64(), at);
+            }
+            if update.first_answer || held.len() >= MAX_HELD_BYTES {
+                break;
+            }
+        }
+        if *body_done {
+            break;
+        }
+        match tokio::time::timeout(idle, up.read_response_body()).await {
+            Ok(Ok(Some(c))) => chunk = Some(c),
+            Ok(Ok(None)) => *body_done = true,
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err(format!("no byte for {} ms", idle.as_millis())),
+        }
+    }
+    Ok((held.freeze(), first_token_at))
 }
 
 fn failed(
