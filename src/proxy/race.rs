@@ -469,6 +469,7 @@ mod tests {
             base_s: 0.01,
             s_per_seq: 0.0,
             samples: 10,
+            ..Default::default()
         });
         // 0.2 s + 400 × 10 ms = 4.2 s predicted to the answer, × 2.
         let d = Plan::of(Some(&r), &at, true, 400.0)

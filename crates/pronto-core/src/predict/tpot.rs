@@ -26,6 +26,13 @@
 //! the requests added to it (a flat model would draw every `ttfa` request until the
 //! observations caught up, a stream's length later). No prediction before [`MIN_SAMPLES`]
 //! observations.
+//!
+//! **Central and cautious.** That estimate is the *central* one, for comparing backends (the
+//! `ttfa` objective). Checking an objective (`tpot_slo`) uses a *cautious* fit beside it:
+//! proportional to the batch (`base 0`, `s_per_seq = mean tpot / mean batch`) where no slope
+//! can be told, flat at the mean where the fitted slope is not positive, the fit itself
+//! otherwise. It is pessimistic for batches larger than those seen, and a backend counts as
+//! meeting a TPOT objective only when even it says so.
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -41,8 +48,10 @@ const MIN_BATCH_VARIANCE: f64 = 1.0;
 /// The prior's batch at which a decode step costs twice its empty-batch cost.
 pub const PRIOR_DOUBLING_BATCH: f64 = 64.0;
 
-/// Learned TPOT coefficients of one backend.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Learned TPOT coefficients of one backend: the central estimate (`base_s`, `s_per_seq`,
+/// what comparing backends needs) and the cautious one (`cautious_*`, what checking an
+/// objective needs; see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct TpotCoefficients {
     /// Seconds per token at an empty batch.
     pub base_s: f64,
@@ -50,6 +59,10 @@ pub struct TpotCoefficients {
     pub s_per_seq: f64,
     /// Observations learned from.
     pub samples: u32,
+    /// The cautious fit's seconds per token at an empty batch.
+    pub cautious_base_s: f64,
+    /// The cautious fit's seconds per token per sequence.
+    pub cautious_s_per_seq: f64,
 }
 
 impl TpotCoefficients {
@@ -57,6 +70,13 @@ impl TpotCoefficients {
     #[inline]
     pub fn predict(&self, batch: f64) -> f64 {
         self.base_s + self.s_per_seq * batch
+    }
+
+    /// The cautious fit's prediction for a batch of `batch` (module docs): what a
+    /// `tpot_slo` is checked against.
+    #[inline]
+    pub fn predict_cautious(&self, batch: f64) -> f64 {
+        self.cautious_base_s + self.cautious_s_per_seq * batch
     }
 }
 
@@ -101,24 +121,31 @@ impl TpotFit {
         // The prior's shape through the mean: my = base · (1 + mx / PRIOR_DOUBLING_BATCH).
         let prior_base = my / (1.0 + mx / PRIOR_DOUBLING_BATCH);
         let prior = (prior_base, prior_base / PRIOR_DOUBLING_BATCH);
-        let (base_s, s_per_seq) = if var < MIN_BATCH_VARIANCE {
-            prior
-        } else {
-            let slope = (self.sxy / self.s0 - mx * my) / var;
-            if slope < prior.1 {
-                // Flatter than any decode step is (noise, or prefill interference falling
-                // as the batch grew): a flat model would let one backend take everything.
-                prior
-            } else if my - slope * mx < 0.0 {
-                (0.0, self.sxy / self.sxx)
-            } else {
-                (my - slope * mx, slope)
-            }
+        let slope = (var >= MIN_BATCH_VARIANCE).then(|| (self.sxy / self.s0 - mx * my) / var);
+        let through_origin = (0.0, self.sxy / self.sxx);
+        let fitted = |slope: f64| (my - slope * mx, slope);
+        let (base_s, s_per_seq) = match slope {
+            None => prior,
+            // Flatter than any decode step is (noise, or prefill interference falling as the
+            // batch grew): a flat model would let one backend take everything.
+            Some(b) if b < prior.1 => prior,
+            Some(b) if my - b * mx < 0.0 => through_origin,
+            Some(b) => fitted(b),
+        };
+        // The cautious fit: proportional to the batch where no slope can be told, flat at the
+        // mean where the slope is not positive (module docs).
+        let (cautious_base_s, cautious_s_per_seq) = match slope {
+            None => (0.0, if mx > 0.0 { my / mx } else { 0.0 }),
+            Some(b) if b <= 0.0 => (my, 0.0),
+            Some(b) if my - b * mx < 0.0 => through_origin,
+            Some(b) => fitted(b),
         };
         Some(TpotCoefficients {
             base_s,
             s_per_seq,
             samples: self.samples,
+            cautious_base_s,
+            cautious_s_per_seq,
         })
     }
 }
@@ -128,8 +155,8 @@ impl TpotFit {
 #[derive(Debug)]
 pub struct TpotModel {
     fit: Mutex<TpotFit>,
-    /// base_s bits, s_per_seq bits, samples (0: no prediction yet).
-    published: SeqCell<3>,
+    /// base_s, s_per_seq bits, samples (0: no prediction yet), the cautious pair's bits.
+    published: SeqCell<5>,
     epoch: Instant,
 }
 
@@ -138,7 +165,7 @@ impl TpotModel {
     pub fn new(epoch: Instant) -> TpotModel {
         TpotModel {
             fit: Mutex::new(TpotFit::default()),
-            published: SeqCell::new([0; 3]),
+            published: SeqCell::new([0; 5]),
             epoch,
         }
     }
@@ -153,6 +180,8 @@ impl TpotModel {
                 c.base_s.to_bits(),
                 c.s_per_seq.to_bits(),
                 u64::from(c.samples),
+                c.cautious_base_s.to_bits(),
+                c.cautious_s_per_seq.to_bits(),
             ]);
         }
     }
@@ -165,6 +194,8 @@ impl TpotModel {
             base_s: f64::from_bits(w[0]),
             s_per_seq: f64::from_bits(w[1]),
             samples: w[2] as u32,
+            cautious_base_s: f64::from_bits(w[3]),
+            cautious_s_per_seq: f64::from_bits(w[4]),
         })
     }
 }
@@ -203,6 +234,9 @@ mod tests {
             "{c:?}"
         );
         assert!(c.predict(5.0) > 0.02 && c.predict(5.0) < 0.021, "{c:?}");
+        // The cautious fit is proportional: twice the batch, twice the TPOT.
+        assert_eq!(c.cautious_base_s, 0.0);
+        assert!((c.predict_cautious(8.0) - 0.04).abs() < 1e-12, "{c:?}");
         f.observe(f64::NAN, 0.02, 3.0);
         f.observe(4.0, -1.0, 3.0);
         assert_eq!(f.coefficients().unwrap().samples, 3, "bad values ignored");
@@ -218,6 +252,8 @@ mod tests {
         let c = f.coefficients().unwrap();
         assert!((c.predict(5.0) - 0.04).abs() < 1e-12, "{c:?}");
         assert!((c.s_per_seq * PRIOR_DOUBLING_BATCH - c.base_s).abs() < 1e-12);
+        assert_eq!(c.cautious_s_per_seq, 0.0, "cautious: flat at the mean");
+        assert!((c.cautious_base_s - 0.04).abs() < 1e-12);
         // Ten minutes later the backend is twice as slow: the new evidence dominates.
         for i in 0..20 {
             let b = f64::from(1 + i % 9);
@@ -237,5 +273,6 @@ mod tests {
         let v = m.view().unwrap();
         assert_eq!(v.samples, 3);
         assert!((v.predict(2.0) - 0.02).abs() < 1e-12);
+        assert!((v.predict_cautious(2.0) - 0.02).abs() < 1e-12, "published with the rest");
     }
 }

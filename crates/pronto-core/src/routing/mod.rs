@@ -165,6 +165,14 @@ impl BackendView {
             .map(|m| m.predict(f64::from(self.inflight) + 1.0))
     }
 
+    /// [`BackendView::predicted_tpot_s`] from the model's cautious fit
+    /// ([`crate::predict::tpot`]): what a TPOT objective is checked against.
+    #[inline]
+    pub fn cautious_tpot_s(&self) -> Option<f64> {
+        self.tpot_model
+            .map(|m| m.predict_cautious(f64::from(self.inflight) + 1.0))
+    }
+
     /// Whether a request sent here now is predicted to meet `features.slo`: its TTFT
     /// prediction `predicted_ttft_s` within `ttft_s` and its predicted TPOT within `tpot_s`
     /// (an objective not set, or a TPOT the backend cannot predict yet, counts as met).
@@ -174,7 +182,7 @@ impl BackendView {
         slo.ttft_s.is_none_or(|s| predicted_ttft_s <= s)
             && slo
                 .tpot_s
-                .is_none_or(|s| self.predicted_tpot_s().is_none_or(|t| t <= s))
+                .is_none_or(|s| self.cautious_tpot_s().is_none_or(|t| t <= s))
     }
 
     /// Whether `features` fits in the backend's KV cache next to what its in-flight requests

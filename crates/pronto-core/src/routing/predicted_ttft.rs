@@ -44,7 +44,7 @@
 //!    When the request carries a TPOT objective (its route's `tpot_slo`), the argmin is taken
 //!    over the backends with KV room for it now that are predicted to meet *both* objectives
 //!    — TPOT from the decode load it
-//!    would join ([`predicted_tpot_s`](super::BackendView::predicted_tpot_s)), TTFT (`ttft_slo`, when set) from the
+//!    would join ([`cautious_tpot_s`](super::BackendView::cautious_tpot_s)), TTFT (`ttft_slo`, when set) from the
 //!    prediction above ([`meets_slo`](super::BackendView::meets_slo)) — whenever at least one does; only when
 //!    none can — or the best that can costs more than `explore_margin` × the best cost, the
 //!    bound a probe gets — does the plain argmin decide. A backend that would break
@@ -540,6 +540,8 @@ mod tests {
                 base_s: 0.0,
                 s_per_seq,
                 samples: 10,
+                cautious_base_s: 0.0,
+                cautious_s_per_seq: s_per_seq,
             })
         };
         v[0].tpot_model = tpot(0.001);
@@ -601,6 +603,7 @@ mod tests {
                 base_s: 0.005,
                 s_per_seq,
                 samples: 10,
+                ..Default::default()
             })
         };
         // b0: first token at 0.07 s, decoding 20 ms per token; b1: 0.17 s (2000 tokens of
