@@ -273,6 +273,9 @@ mod tests {
         let v = m.view().unwrap();
         assert_eq!(v.samples, 3);
         assert!((v.predict(2.0) - 0.02).abs() < 1e-12);
-        assert!((v.predict_cautious(2.0) - 0.02).abs() < 1e-12, "published with the rest");
+        assert!(
+            (v.predict_cautious(2.0) - 0.02).abs() < 1e-12,
+            "published with the rest"
+        );
     }
 }
