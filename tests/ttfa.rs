@@ -42,13 +42,10 @@ struct Seen {
     answer_itl: Duration,
 }
 
-async fn stream(gw: &Gateway, tag: &str) -> Seen {
-    let sent = Instant::now();
-    let r = gw.post_chat_stream(MODEL, tag, 60, ANSWER, BOUND).await;
+/// Every data event of a streamed response (not `[DONE]`), with when it arrived after `sent`.
+async fn events(r: reqwest::Response, sent: Instant) -> Vec<(Duration, Value)> {
     let mut bytes = r.bytes_stream();
-    let mut buf = String::new();
-    let (mut first_token, mut first_answer, mut last_answer) = (None, None, None);
-    let (mut reasoning, mut answer) = (0, 0);
+    let (mut buf, mut out) = (String::new(), Vec::new());
     while let Some(chunk) = tokio::time::timeout(BOUND, bytes.next())
         .await
         .expect("no hang")
@@ -56,29 +53,39 @@ async fn stream(gw: &Gateway, tag: &str) -> Seen {
         buf.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
         while let Some(end) = buf.find("\n\n") {
             let event: String = buf.drain(..end + 2).collect();
-            let Some(data) = event.trim().strip_prefix("data: ") else {
-                continue;
-            };
-            if data == "[DONE]" {
-                continue;
+            match event.trim().strip_prefix("data: ") {
+                Some(data) if data != "[DONE]" => {
+                    out.push((sent.elapsed(), serde_json::from_str(data).unwrap()));
+                }
+                _ => {}
             }
-            let v: Value = serde_json::from_str(data).unwrap();
-            let delta = &v["choices"][0]["delta"];
-            let at = sent.elapsed();
-            if delta["reasoning_content"]
-                .as_str()
-                .is_some_and(|s| !s.is_empty())
-            {
-                assert!(first_answer.is_none(), "reasoning after the answer began");
-                reasoning += 1;
-                first_token.get_or_insert(at);
-            }
-            if delta["content"].as_str().is_some_and(|s| !s.is_empty()) {
-                answer += 1;
-                first_token.get_or_insert(at);
-                first_answer.get_or_insert(at);
-                last_answer = Some(at);
-            }
+        }
+    }
+    out
+}
+
+/// Whether `delta[field]` is a non-empty string.
+fn has(delta: &Value, field: &str) -> bool {
+    delta[field].as_str().is_some_and(|s| !s.is_empty())
+}
+
+async fn stream(gw: &Gateway, tag: &str) -> Seen {
+    let sent = Instant::now();
+    let r = gw.post_chat_stream(MODEL, tag, 60, ANSWER, BOUND).await;
+    let (mut first_token, mut first_answer, mut last_answer) = (None, None, None);
+    let (mut reasoning, mut answer) = (0, 0);
+    for (at, v) in events(r, sent).await {
+        let delta = &v["choices"][0]["delta"];
+        if has(delta, "reasoning_content") {
+            assert!(first_answer.is_none(), "reasoning after the answer began");
+            reasoning += 1;
+            first_token.get_or_insert(at);
+        }
+        if has(delta, "content") {
+            answer += 1;
+            first_token.get_or_insert(at);
+            first_answer.get_or_insert(at);
+            last_answer = Some(at);
         }
     }
     let (first_answer, last_answer) = (first_answer.unwrap(), last_answer.unwrap());
@@ -277,38 +284,19 @@ async fn raced(gw: &Gateway, tag: &str) -> Raced {
         header("x-pronto-race"),
         header("x-pronto-race-first"),
     );
-    let mut bytes = r.bytes_stream();
-    let mut buf = String::new();
     let (mut ids, mut reasoning, mut answer, mut first_answer) = (Vec::new(), 0, 0, None);
-    while let Some(chunk) = tokio::time::timeout(BOUND, bytes.next())
-        .await
-        .expect("no hang")
-    {
-        buf.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
-        while let Some(end) = buf.find("\n\n") {
-            let event: String = buf.drain(..end + 2).collect();
-            let Some(data) = event.trim().strip_prefix("data: ") else {
-                continue;
-            };
-            if data == "[DONE]" {
-                continue;
-            }
-            let v: Value = serde_json::from_str(data).unwrap();
-            let id = v["id"].as_str().unwrap_or_default().to_string();
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
-            let delta = &v["choices"][0]["delta"];
-            if delta["reasoning_content"]
-                .as_str()
-                .is_some_and(|s| !s.is_empty())
-            {
-                reasoning += 1;
-            }
-            if delta["content"].as_str().is_some_and(|s| !s.is_empty()) {
-                answer += 1;
-                first_answer.get_or_insert(sent.elapsed());
-            }
+    for (at, v) in events(r, sent).await {
+        let id = v["id"].as_str().unwrap_or_default().to_string();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+        let delta = &v["choices"][0]["delta"];
+        if has(delta, "reasoning_content") {
+            reasoning += 1;
+        }
+        if has(delta, "content") {
+            answer += 1;
+            first_answer.get_or_insert(at);
         }
     }
     Raced {
@@ -408,7 +396,14 @@ async fn a_race_on_the_first_answer_moves_a_request_off_a_slow_reasoner() {
                 && metric_value(m, "pronto_backend_inflight{backend=\"b1\"}") == Some(0.0)
         })
         .await;
-        assert!(m.contains("pronto_backend_inflight"), "{m}");
+        for b in ["b0", "b1"] {
+            let inflight = format!("pronto_backend_inflight{{backend=\"{b}\"}}");
+            assert_eq!(
+                metric_value(&m, &inflight),
+                Some(0.0),
+                "bookings released: {m}"
+            );
+        }
         drop(gw);
     }
     fleet.shutdown().await;

@@ -96,6 +96,14 @@ fn load(routes: &str) -> Result<Config, String> {
     .map_err(|e| e.to_string())
 }
 
+/// A config's warnings as `path: message`.
+fn warnings(c: &Config) -> Vec<String> {
+    c.warnings
+        .iter()
+        .map(|d| format!("{}: {}", d.path, d.message))
+        .collect()
+}
+
 #[test]
 fn a_full_route_loads() {
     let c = load(
@@ -229,11 +237,7 @@ fn shadowed_routes_and_unreached_pools_warn() {
         "routes:\n  - {name: all, pool: fast}\n  - {name: late, pool: fast, match: {model: x}}\n",
     )
     .unwrap();
-    let w: Vec<String> = c
-        .warnings
-        .iter()
-        .map(|d| format!("{}: {}", d.path, d.message))
-        .collect();
+    let w = warnings(&c);
     assert!(
         w.iter()
             .any(|m| m.starts_with("routes[1]: never matches: routes[0]")),
@@ -262,22 +266,14 @@ fn the_objective_defaults_to_ttft_and_ttfa_warns_under_another_policy() {
         "routes:\n  - {name: r, pool: fast, objective: ttfa, policy: round_robin, match: {model: x}}\n  - {name: s, pool: spare}\n",
     )
     .unwrap();
-    let w: Vec<String> = c
-        .warnings
-        .iter()
-        .map(|d| format!("{}: {}", d.path, d.message))
-        .collect();
+    let w = warnings(&c);
     assert_eq!(
         w,
         ["routes[0].objective: only predicted_ttft minimises TTFA; this route's policy ignores it"]
     );
     let c = load("routes:\n  - {name: r, pool: fast, race_on: ttfa, match: {model: x}}\n  - {name: s, pool: spare}\n").unwrap();
     assert_eq!(c.routes[0].race_on, crate::config::route::RaceOn::Ttfa);
-    let w: Vec<String> = c
-        .warnings
-        .iter()
-        .map(|d| format!("{}: {}", d.path, d.message))
-        .collect();
+    let w = warnings(&c);
     assert_eq!(
         w,
         ["routes[0].race_on: no effect without first_token_deadline or hedge"]

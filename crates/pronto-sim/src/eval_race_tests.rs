@@ -11,7 +11,6 @@ use crate::engine::EngineConfig;
 use crate::profile::Profile;
 use crate::workload::{spread_ties, SyntheticWorkload, TraceRequest};
 use pronto_core::race::{FirstTokenDeadline, Hedge, HedgeDelay, HEDGE_BURST};
-use pronto_core::slo::SloTargets;
 
 const STALL_S: f64 = 2.0;
 
@@ -45,8 +44,11 @@ fn workload() -> Vec<TraceRequest> {
 }
 
 fn run(fleet: &[SimBackend], reqs: &[TraceRequest], policy: &str, races: RaceConfig) -> RunReport {
-    let (rep, slo) = (Replication::default(), SloTargets::default());
-    evaluate_raced(fleet, "m", reqs, policy, rep, &slo, &races).unwrap()
+    let route = RouteSettings {
+        races,
+        ..RouteSettings::default()
+    };
+    evaluate_route(fleet, "m", reqs, policy, Replication::default(), &route).unwrap()
 }
 
 fn ttfts(r: &RunReport) -> Vec<Option<f64>> {
@@ -252,16 +254,11 @@ fn a_hedge_races_a_stall_and_the_winner_is_relayed() {
         sync: crate::eval_replicas::SyncMode::Delay(Duration::from_millis(5)),
         ..Replication::default()
     };
-    let r = evaluate_raced(
-        &fleet(true),
-        "m",
-        &reqs,
-        "predicted_ttft",
-        rep,
-        &SloTargets::default(),
-        &AFTER_100MS,
-    )
-    .unwrap();
+    let route = RouteSettings {
+        races: AFTER_100MS,
+        ..RouteSettings::default()
+    };
+    let r = evaluate_route(&fleet(true), "m", &reqs, "predicted_ttft", rep, &route).unwrap();
     assert_eq!(r.completed, reqs.len() as u64);
     assert!(r.races.failovers_won > 0);
 }

@@ -294,25 +294,6 @@ pub fn evaluate_replicated(
     evaluate_route(fleet, model, reqs, policy, rep, &route)
 }
 
-/// [`evaluate_replicated`] with streams raced as `races` says (a route's
-/// `first_token_deadline` and `hedge`; [`race`]).
-pub fn evaluate_raced(
-    fleet: &[SimBackend],
-    model: &str,
-    reqs: &[TraceRequest],
-    policy: &str,
-    rep: Replication,
-    slo: &SloTargets,
-    races: &RaceConfig,
-) -> anyhow::Result<RunReport> {
-    let route = RouteSettings {
-        slo: *slo,
-        objective: EvalObjective::Ttft,
-        races: *races,
-    };
-    evaluate_route(fleet, model, reqs, policy, rep, &route)
-}
-
 /// What every request's route asks of the router, as a gateway route would: its objectives
 /// (`ttft_slo`, `tpot_slo`), what `predicted_ttft` minimises (`objective`), and its races
 /// (`first_token_deadline`, `hedge`).

@@ -380,15 +380,7 @@ impl Races {
     pub fn admit(&mut self, b: usize, t: f64, events: &mut Vec<EngineEvent>, w: &mut World<'_>) {
         if self.entries.is_empty() && self.stalls.is_empty() {
             for ev in events.iter() {
-                if let EngineEvent::FirstToken {
-                    prompt_tokens,
-                    cached_tokens,
-                    ..
-                } = *ev
-                {
-                    self.counts.relayed_prefill_tokens +=
-                        u64::from(prompt_tokens.saturating_sub(cached_tokens));
-                }
+                self.count_relayed(ev);
             }
             return;
         }
@@ -431,15 +423,7 @@ impl Races {
             }
         }
         set_id(ev, i as u64);
-        if let EngineEvent::FirstToken {
-            prompt_tokens,
-            cached_tokens,
-            ..
-        } = *ev
-        {
-            self.counts.relayed_prefill_tokens +=
-                u64::from(prompt_tokens.saturating_sub(cached_tokens));
-        }
+        self.count_relayed(ev);
         let Some(en) = self.entries.get_mut(&i) else {
             return true;
         };
@@ -449,12 +433,7 @@ impl Races {
             EngineEvent::FirstToken { .. } => {
                 en.won = true;
                 if c == 1 {
-                    // The second copy's booking becomes the request's.
-                    std::mem::swap(&mut w.dispatched[i], &mut en.other);
-                    let k = en.copies[1].expect("a second copy");
-                    let tr = &mut w.tracks[i];
-                    (tr.backend, tr.dispatched_s) = (k.backend, k.dispatched_s);
-                    tr.reasoning_tokens = k.reasoning_tokens;
+                    adopt_second(i, en, w);
                     match en.kind {
                         Some(Kind::Failover) => self.counts.failovers_won += 1,
                         Some(Kind::Hedge) => self.counts.hedges_won += 1,
@@ -472,11 +451,7 @@ impl Races {
             } if !en.won && other_alive => {
                 // Rejected during the race: dropped, the other copy awaited alone.
                 if c == 0 {
-                    std::mem::swap(&mut w.dispatched[i], &mut en.other);
-                    let k = en.copies[1].expect("a second copy");
-                    let tr = &mut w.tracks[i];
-                    (tr.backend, tr.dispatched_s) = (k.backend, k.dispatched_s);
-                    tr.reasoning_tokens = k.reasoning_tokens;
+                    adopt_second(i, en, w);
                 }
                 self.cancel(i, c, false, t, w);
                 false
@@ -489,6 +464,19 @@ impl Races {
                 true
             }
             EngineEvent::Token { .. } => true,
+        }
+    }
+
+    /// A relayed event: a first token's uncached prompt is the relayed prefill.
+    fn count_relayed(&mut self, ev: &EngineEvent) {
+        if let EngineEvent::FirstToken {
+            prompt_tokens,
+            cached_tokens,
+            ..
+        } = *ev
+        {
+            self.counts.relayed_prefill_tokens +=
+                u64::from(prompt_tokens.saturating_sub(cached_tokens));
         }
     }
 
@@ -586,6 +574,16 @@ impl Races {
         }
         self.stall_draw(b, id);
     }
+}
+
+/// Request `i`'s second copy becomes the request: its booking (swapped with the first's, which
+/// `en.other` then holds), backend, dispatch time and reasoning.
+fn adopt_second(i: usize, en: &mut Entry, w: &mut World<'_>) {
+    std::mem::swap(&mut w.dispatched[i], &mut en.other);
+    let k = en.copies[1].expect("a second copy");
+    let tr = &mut w.tracks[i];
+    (tr.backend, tr.dispatched_s) = (k.backend, k.dispatched_s);
+    tr.reasoning_tokens = k.reasoning_tokens;
 }
 
 /// At the end of a run every copy is gone: no request left in any engine (the losers were
