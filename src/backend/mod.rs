@@ -428,9 +428,7 @@ impl InflightGuard {
     /// this sample at the next [`InflightGuard::first_token`] (which has the inputs). The
     /// other replicas see the prefill end but not the sample.
     pub fn first_token_held(&mut self, actual_s: f64, at: Instant) {
-        if self.held_first_token.is_none()
-            && self.backend.state.ledger.end_prefill(&mut self.booking)
-        {
+        if self.held_first_token.is_none() && self.backend.state.end_prefill(&mut self.booking) {
             self.held_first_token = Some((actual_s, at));
             if let Some(s) = &self.synced {
                 s.first_token(None);
@@ -450,7 +448,7 @@ impl InflightGuard {
         at: Instant,
     ) -> Option<f64> {
         if let Some((held_s, held_at)) = self.held_first_token.take() {
-            return Some(self.backend.state.ttft.observe(inputs, held_s, held_at));
+            return Some(self.backend.state.learn_ttft(inputs, held_s, held_at));
         }
         let predicted =
             self.backend

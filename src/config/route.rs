@@ -155,14 +155,7 @@ pub enum RouteObjective {
 }
 
 /// A route's `race_on:` (see the module docs).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum RaceOn {
-    /// A copy wins at its first token.
-    #[default]
-    Ttft,
-    /// A copy wins at its first answer token; the reasoning before it is held.
-    Ttfa,
-}
+pub use pronto_core::race::RaceOn;
 
 /// A route's conditions; every one given must hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -71,14 +71,11 @@ impl Plan {
     ) -> Option<Plan> {
         let route = route.filter(|_| stream)?;
         let rel_error = routed.chosen.ttft_model.map(|m| m.quality.rel_error);
-        let ttft = routed.decision.predicted_ttft_s;
-        let predicted = match route.race_on {
-            RaceOn::Ttft => ttft,
-            RaceOn::Ttfa if reasoning_tokens <= 0.0 => ttft,
-            RaceOn::Ttfa => ttft
-                .zip(routed.chosen.predicted_tpot_s())
-                .map(|(p, tpot)| p + reasoning_tokens * tpot),
-        };
+        let predicted = route.race_on.prediction(
+            routed.decision.predicted_ttft_s,
+            routed.chosen.predicted_tpot_s(),
+            reasoning_tokens,
+        );
         let p = pronto_core::race::plan(
             route.first_token_deadline.as_ref(),
             route.hedge.as_ref(),

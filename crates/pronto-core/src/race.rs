@@ -31,6 +31,36 @@ pub const DEFAULT_DEADLINE_FLOOR: Duration = Duration::from_millis(250);
 /// `hedge.budget` when absent: at most 5 % of a route's requests are hedged.
 pub const DEFAULT_HEDGE_BUDGET: f64 = 0.05;
 
+/// What a race waits for (a route's `race_on:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RaceOn {
+    /// A copy wins at its first token.
+    #[default]
+    Ttft,
+    /// A copy wins at its first answer token; the reasoning before it is held.
+    Ttfa,
+}
+
+impl RaceOn {
+    /// The prediction a race plan scales ([`plan`]): the decision's TTFT, or with
+    /// [`RaceOn::Ttfa`] and reasoning expected, the predicted TTFA — that TTFT plus
+    /// `reasoning_tokens` at the chosen backend's predicted TPOT (`None`, so a deadline's
+    /// floor, while that TPOT is not predicted).
+    pub fn prediction(
+        self,
+        ttft_s: Option<f64>,
+        tpot_s: Option<f64>,
+        reasoning_tokens: f64,
+    ) -> Option<f64> {
+        match self {
+            RaceOn::Ttfa if reasoning_tokens > 0.0 => ttft_s
+                .zip(tpot_s)
+                .map(|(p, tpot)| p + reasoning_tokens * tpot),
+            _ => ttft_s,
+        }
+    }
+}
+
 /// When a backend is late.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FirstTokenDeadline {

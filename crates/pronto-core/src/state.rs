@@ -169,8 +169,21 @@ impl<S: Storage> BackendState<S> {
         actual_s: f64,
         at: Instant,
     ) -> Option<f64> {
-        self.ledger
-            .end_prefill(booking)
-            .then(|| self.ttft.observe(inputs, actual_s, at))
+        self.end_prefill(booking)
+            .then(|| self.learn_ttft(inputs, actual_s, at))
+    }
+
+    /// The first half of [`observe_first_token`](Self::observe_first_token), for a first
+    /// token the router holds back from its client (a race on the first answer): the
+    /// booking's prefill ends now; whether this call ended it. The sample is taught later
+    /// with [`learn_ttft`](Self::learn_ttft), when the race is decided.
+    pub fn end_prefill(&self, booking: &mut Booking) -> bool {
+        self.ledger.end_prefill(booking)
+    }
+
+    /// The second half: the model learns a TTFT of `actual_s` measured at `at` for a request
+    /// routed on `inputs`; returns its prediction before it learned.
+    pub fn learn_ttft(&self, inputs: &TtftInputs, actual_s: f64, at: Instant) -> f64 {
+        self.ttft.observe(inputs, actual_s, at)
     }
 }

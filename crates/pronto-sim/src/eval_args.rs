@@ -14,6 +14,7 @@ use super::evaluate::{
 };
 use crate::workload::{self as trace, spread_ties, SyntheticWorkload, TraceFormat, TraceRequest};
 use crate::workload_agentic::AgenticWorkload;
+use pronto_core::race::RaceOn;
 use pronto_core::slo::SloTargets;
 
 /// `pronto evaluate`: replay a trace through the simulated fleet under each policy.
@@ -88,6 +89,21 @@ pub struct EvaluateArgs {
     /// max_predicted_ttft: 2s}'` or `'{after: 300ms}'`.
     #[arg(long, value_name = "YAML")]
     pub hedge: Option<HedgeFlag>,
+    /// What a raced copy must deliver to win, as a route's `race_on:`: `ttft` (its first
+    /// token), or `ttfa` (its first answer token; the reasoning before it is held, and a
+    /// relative deadline or quantile hedge scales the predicted TTFA).
+    #[arg(long, value_enum, default_value_t = EvalRaceOn::Ttft)]
+    pub race_on: EvalRaceOn,
+}
+
+/// `--race-on` (a route's `race_on:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum EvalRaceOn {
+    /// The first token.
+    #[default]
+    Ttft,
+    /// The first answer token.
+    Ttfa,
 }
 
 /// `--objective` (a route's `objective:`).
@@ -143,6 +159,10 @@ impl EvaluateArgs {
         RaceConfig {
             deadline: self.first_token_deadline.map(|d| d.0),
             hedge: self.hedge.map(|h| h.0),
+            on: match self.race_on {
+                EvalRaceOn::Ttft => RaceOn::Ttft,
+                EvalRaceOn::Ttfa => RaceOn::Ttfa,
+            },
         }
     }
 

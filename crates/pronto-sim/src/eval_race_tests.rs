@@ -9,8 +9,9 @@ use super::eval_report::RunReport;
 use super::evaluate::*;
 use crate::engine::EngineConfig;
 use crate::profile::Profile;
+use crate::reasoning::ReasoningConfig;
 use crate::workload::{spread_ties, SyntheticWorkload, TraceRequest};
-use pronto_core::race::{FirstTokenDeadline, Hedge, HedgeDelay, HEDGE_BURST};
+use pronto_core::race::{FirstTokenDeadline, Hedge, HedgeDelay, RaceOn, HEDGE_BURST};
 
 const STALL_S: f64 = 2.0;
 
@@ -56,6 +57,7 @@ fn ttfts(r: &RunReport) -> Vec<Option<f64>> {
 }
 
 const AFTER_100MS: RaceConfig = RaceConfig {
+    on: RaceOn::Ttft,
     deadline: Some(FirstTokenDeadline::After(Duration::from_millis(100))),
     hedge: None,
 };
@@ -118,7 +120,7 @@ fn an_inert_deadline_leaves_a_run_bit_identical() {
         let plain = run(&fleet(false), &reqs, policy, RaceConfig::default());
         let inert = RaceConfig {
             deadline: Some(FirstTokenDeadline::After(Duration::from_secs(3600))),
-            hedge: None,
+            ..RaceConfig::default()
         };
         let r = run(&fleet(false), &reqs, policy, inert);
         assert_eq!(ttfts(&r), ttfts(&plain), "{policy}");
@@ -130,6 +132,7 @@ fn an_inert_deadline_leaves_a_run_bit_identical() {
 fn the_hedge_budget_bounds_the_hedges() {
     let reqs = workload();
     let hedge = |max: Option<Duration>| RaceConfig {
+        on: RaceOn::Ttft,
         deadline: None,
         hedge: Some(Hedge {
             delay: HedgeDelay::After(Duration::from_millis(1)),
@@ -228,6 +231,7 @@ fn race_flags_parse_as_the_route_settings() {
 fn a_hedge_races_a_stall_and_the_winner_is_relayed() {
     let reqs = workload();
     let hedge = RaceConfig {
+        on: RaceOn::Ttft,
         deadline: None,
         hedge: Some(Hedge {
             delay: HedgeDelay::After(Duration::from_millis(50)),
@@ -261,4 +265,92 @@ fn a_hedge_races_a_stall_and_the_winner_is_relayed() {
     let r = evaluate_route(&fleet(true), "m", &reqs, "predicted_ttft", rep, &route).unwrap();
     assert_eq!(r.completed, reqs.len() as u64);
     assert!(r.races.failovers_won > 0);
+}
+
+/// [`fleet`] serving a model that reasons `tokens` tokens before it answers.
+fn reasoning_fleet(stall: bool, tokens: f64) -> Vec<SimBackend> {
+    let reasoning = ReasoningConfig {
+        mean_tokens: tokens,
+        sigma: 0.0,
+        max_tokens: 1000,
+        seed: 1,
+    };
+    let mut f = fleet(stall);
+    for b in &mut f {
+        b.reasoning = Some(reasoning);
+    }
+    f
+}
+
+/// A deadline past every first token and before every first answer: `race_on: ttft` never
+/// fires it, `race_on: ttfa` fires it on every request; a raced stream's reasoning is held,
+/// so its client sees the first token with the first answer.
+#[test]
+fn racing_on_the_first_answer_holds_the_reasoning_and_times_the_answer() {
+    let reqs = workload();
+    let f = reasoning_fleet(false, 200.0);
+    let plain = run(&f, &reqs, "round_robin", RaceConfig::default());
+    let max_ttft = ttfts(&plain).into_iter().flatten().fold(0.0, f64::max);
+    let min_ttfa = plain
+        .outcomes
+        .iter()
+        .map(|o| o.ttfa_s.unwrap())
+        .fold(f64::INFINITY, f64::min);
+    assert!(max_ttft < min_ttfa, "{max_ttft} vs {min_ttfa}");
+    let deadline = |on| RaceConfig {
+        on,
+        deadline: Some(FirstTokenDeadline::After(Duration::from_secs_f64(
+            (max_ttft + min_ttfa) / 2.0,
+        ))),
+        hedge: None,
+    };
+    let ttft = run(&f, &reqs, "round_robin", deadline(RaceOn::Ttft));
+    assert_eq!(ttft.races.failovers, 0);
+    assert_eq!(ttfts(&ttft), ttfts(&plain), "an inert race changes nothing");
+    let r = run(&f, &reqs, "round_robin", deadline(RaceOn::Ttfa));
+    assert_eq!(r.completed, reqs.len() as u64);
+    assert_eq!(r.races.failovers, reqs.len() as u64, "{:?}", r.races);
+    for o in &r.outcomes {
+        // The held reasoning reaches the client with the first answer token.
+        assert_eq!(o.ttft_s, o.ttfa_s);
+        assert!(o.ttft_s.unwrap() >= min_ttfa, "{o:?}");
+    }
+    // The losers were aborted mid-reasoning: their prefill is extra work.
+    assert!(r.races.extra_prefill_tokens > 0);
+    // Deterministic.
+    assert_eq!(run(&f, &reqs, "round_robin", deadline(RaceOn::Ttfa)), r);
+}
+
+/// A stall longer than the reasoning (20 tokens): a TTFA deadline moves the request to the
+/// healthy backend, whose answer wins long before the stall ends.
+#[test]
+fn a_ttfa_deadline_fails_a_stalled_reasoning_stream_over() {
+    let reqs = workload();
+    let healthy = run(
+        &reasoning_fleet(false, 20.0),
+        &reqs,
+        "round_robin",
+        RaceConfig::default(),
+    );
+    assert!(
+        healthy.ttfa_p99_ms < 1e3 * STALL_S / 2.0,
+        "{}",
+        healthy.ttfa_p99_ms
+    );
+    let p99_ttfa = healthy.ttfa_p99_ms / 1e3;
+    let race = RaceConfig {
+        on: RaceOn::Ttfa,
+        deadline: Some(FirstTokenDeadline::After(Duration::from_secs_f64(p99_ttfa))),
+        hedge: None,
+    };
+    for policy in ["round_robin", "predicted_ttft"] {
+        let r = run(&reasoning_fleet(true, 20.0), &reqs, policy, race);
+        assert_eq!(r.completed, reqs.len() as u64, "{policy}");
+        assert!(r.races.failovers_won > 0, "{policy}: {:?}", r.races);
+        assert!(
+            r.outcomes.iter().all(|o| o.backend == Some(1)),
+            "{policy}: a stalled answer never wins"
+        );
+        assert!(r.ttfa_p99_ms < 1e3 * STALL_S, "{policy}: {}", r.ttfa_p99_ms);
+    }
 }

@@ -105,6 +105,9 @@ pub struct Tracked {
     pub dispatched: Dispatched,
     replica: usize,
     seq: u64,
+    /// A first token held back from the client (a race on the first answer), not learnt yet:
+    /// `(seconds after dispatch, when)` — the gateway's `InflightGuard` keeps the same.
+    held: Option<(f64, Instant)>,
 }
 
 struct Replica {
@@ -226,6 +229,7 @@ impl Replicas {
             dispatched,
             replica: r,
             seq,
+            held: None,
         }
     }
 
@@ -233,6 +237,11 @@ impl Replicas {
     pub fn on_first_token(&mut self, tr: &mut Tracked, backend: usize, ttft_s: f64, t: f64) {
         let now = self.at(t);
         let rep = &mut self.replicas[tr.replica];
+        if let Some((held_s, at)) = tr.held.take() {
+            // The held sample, not `ttft_s` (a late copy's censored time, or the release).
+            rep.router.learn_ttft(backend, &tr.dispatched, held_s, at);
+            return;
+        }
         if rep
             .router
             .on_first_token(backend, &mut tr.dispatched, ttft_s, now)
@@ -243,6 +252,21 @@ impl Replicas {
                 ttft_s,
             });
             let seq = tr.seq;
+            self.send(tr.replica, SyncEvent::FirstToken { seq, observed }, t);
+        }
+    }
+
+    /// `tr`'s first token arrived on `backend` at `t`, `ttft_s` after dispatch, and is held
+    /// back from the client (a race on the first answer): its prefill ends now, the other
+    /// replicas hear of that but not of the sample, which [`Replicas::on_first_token`] teaches
+    /// later — the gateway's `InflightGuard::first_token_held`.
+    pub fn on_first_token_held(&mut self, tr: &mut Tracked, backend: usize, ttft_s: f64, t: f64) {
+        let now = self.at(t);
+        let rep = &mut self.replicas[tr.replica];
+        if tr.held.is_none() && rep.router.end_prefill(backend, &mut tr.dispatched) {
+            tr.held = Some((ttft_s, now));
+            let seq = tr.seq;
+            let observed = None;
             self.send(tr.replica, SyncEvent::FirstToken { seq, observed }, t);
         }
     }
@@ -364,5 +388,44 @@ impl Replicas {
         }
         self.payloads
             .insert(order, (events, self.replicas.len() - 1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A held first token ends the prefill at once and is learnt, at its own time, when the
+    /// race is decided: the later call's TTFT (a censored wait, or the release) is not.
+    #[test]
+    fn a_held_first_token_is_learnt_as_it_arrived() {
+        let base = Instant::now();
+        let features = RequestFeatures::synthetic("m", String::new(), Some(16));
+        let model_after = |calls: &[(bool, f64, f64)]| {
+            let mut r = Replicas::new(&["b0"], &[None], base, Replication::default());
+            let view = r.views_excluding(0, &features, 0.0, false, &[])[0];
+            let mut tr = r.on_dispatch(0, 0, Some(0.1), &view, &features, 0.0);
+            for &(held, ttft_s, t) in calls {
+                if held {
+                    r.on_first_token_held(&mut tr, 0, ttft_s, t);
+                    let v = r.views_excluding(0, &features, t, false, &[])[0];
+                    assert_eq!(v.outstanding_prefill_tokens, 0, "the prefill ended");
+                    assert_eq!(
+                        v.ttft_model.unwrap().quality.samples,
+                        0,
+                        "nothing learnt yet"
+                    );
+                } else {
+                    r.on_first_token(&mut tr, 0, ttft_s, t);
+                }
+            }
+            r.views_excluding(0, &features, 9.0, false, &[])[0]
+                .ttft_model
+                .unwrap()
+        };
+        let held = model_after(&[(true, 0.2, 0.2), (false, 5.0, 5.0)]);
+        assert_eq!(held.quality.samples, 1);
+        assert_eq!(held, model_after(&[(false, 0.2, 0.2)]));
+        assert_ne!(held, model_after(&[(false, 5.0, 5.0)]));
     }
 }

@@ -236,6 +236,19 @@ impl RouterSideState {
             .observe_first_token(&mut d.booking, &d.inputs, ttft_s, now)
     }
 
+    /// A held first token on `backend` ([`BackendState::end_prefill`]): whether this ended
+    /// `d`'s prefill.
+    pub fn end_prefill(&mut self, backend: usize, d: &mut Dispatched) -> bool {
+        self.backends[backend].state.end_prefill(&mut d.booking)
+    }
+
+    /// `backend`'s model learns a held first token ([`BackendState::learn_ttft`]).
+    pub fn learn_ttft(&mut self, backend: usize, d: &Dispatched, ttft_s: f64, at: Instant) {
+        self.backends[backend]
+            .state
+            .learn_ttft(&d.inputs, ttft_s, at);
+    }
+
     /// An attempt on `backend` was cancelled (it lost a race): take back the prefix its
     /// dispatch recorded ([`views::undo_record`], as the gateway's `Pool::undo_record`). The
     /// booking is released by [`RouterSideState::on_finish`].

@@ -200,6 +200,7 @@ fn mooncake_conversation_prefix_when_present() {
         objective: crate::evaluate::EvalObjective::Ttft,
         first_token_deadline: None,
         hedge: None,
+        race_on: crate::eval_args::EvalRaceOn::Ttft,
     };
     let fleet = load_fleet(&args.fleet).unwrap();
     let (reqs, cap) = prepare_trace(&args, &fleet).unwrap();

@@ -568,8 +568,9 @@ pub fn evaluate_route(
             tr.dispatched_s = t;
             per_backend[b] += 1;
             dispatched[i] = Some(router.on_dispatch(replica, b, predicted, &view, &features, t));
+            let expected = reasoning.expected(None);
             race.on_dispatch(
-                i, b, replica, predicted, &view, &features, &ids, thinking, t,
+                i, b, replica, predicted, &view, &features, &ids, thinking, expected, t,
             );
             // Block hashes at the gateway's block size, reused by engines of that size.
             let hashes = std::mem::take(&mut features.block_hashes);

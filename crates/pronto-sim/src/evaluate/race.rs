@@ -33,6 +33,19 @@
 //! censored sample). A copy the engine rejects during a race is dropped (its booking released,
 //! its record undone) and the other awaited alone. The request's TTFT, TTFA, TPOT and E2E are
 //! its winner's, counted from the original arrival. The oracle never races.
+//!
+//! ## `--race-on ttfa`
+//! As a route's `race_on: ttfa`: a relative deadline or a quantile hedge scales the predicted
+//! TTFA ([`RaceOn::prediction`]: the decision's TTFT plus the reasoning length learned so far
+//! at the chosen backend's predicted TPOT), and a copy wins at its first *answer* token. Until
+//! the race is decided, each copy's events are held (not delivered): its first token ends its
+//! booking's prefill at once and is learnt, at its true time, when the copy wins or loses a
+//! failover late ([`Replicas::on_first_token_held`], the gateway's
+//! `InflightGuard::first_token_held`). The winner's held events reach the client together
+//! with its first answer token, so a raced stream's TTFT is its TTFA, as the gateway's client
+//! sees it; a loser's held events are dropped. A copy that ends without an answer wins at its
+//! end. The gateway's 1 MiB cap on held reasoning is not modelled (the sim's reasoning tokens
+//! have no size).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -45,7 +58,7 @@ use crate::engine::{Engine, EngineEvent, SimRequest};
 use crate::eval_replicas::{Replicas, Tracked};
 use crate::fleet_config::FaultConfig;
 use pronto_core::ids::BackendId;
-use pronto_core::race::{FirstTokenDeadline, Hedge, HedgeBucket};
+use pronto_core::race::{FirstTokenDeadline, Hedge, HedgeBucket, RaceOn};
 use pronto_core::request::RequestFeatures;
 use pronto_core::routing::BackendView;
 use pronto_core::tokens::BLOCK_TOKENS;
@@ -96,6 +109,8 @@ pub struct RaceConfig {
     pub deadline: Option<FirstTokenDeadline>,
     /// `--hedge`.
     pub hedge: Option<Hedge>,
+    /// `--race-on`: what a copy must deliver to win.
+    pub on: RaceOn,
 }
 
 /// What the races of a run did.
@@ -216,6 +231,10 @@ struct Entry {
     kind: Option<Kind>,
     /// A first token was delivered (the race is decided).
     won: bool,
+    /// With [`RaceOn::Ttfa`], per copy: the tokens it has produced and its events held back
+    /// until its first answer token.
+    tokens: [u32; 2],
+    held: [Vec<EngineEvent>; 2],
 }
 
 struct Stall {
@@ -314,11 +333,14 @@ impl Races {
         features: &RequestFeatures,
         ids: &[u32],
         reasoning_tokens: u32,
+        expected_reasoning: f64,
         t: f64,
     ) {
         self.stall_draw(b, i as u64);
         let rel_error = view.ttft_model.map(|m| m.quality.rel_error);
         let (d, h) = (self.cfg.deadline.as_ref(), self.cfg.hedge.as_ref());
+        let tpot = view.predicted_tpot_s();
+        let predicted = self.cfg.on.prediction(predicted, tpot, expected_reasoning);
         let Some(plan) = pronto_core::race::plan(d, h, predicted, rel_error) else {
             return;
         };
@@ -336,6 +358,8 @@ impl Races {
             other: None,
             kind: None,
             won: false,
+            tokens: [0; 2],
+            held: [Vec::new(), Vec::new()],
         };
         self.entries.insert(i, entry);
         if let Some(d) = plan.hedge {
@@ -384,19 +408,32 @@ impl Races {
             }
             return;
         }
-        events.retain_mut(|ev| self.pass(b, t, ev, w));
+        let mut out = Vec::with_capacity(events.len());
+        for ev in events.drain(..) {
+            self.pass(b, t, ev, w, &mut out);
+        }
+        *events = out;
     }
 
-    fn pass(&mut self, b: usize, t: f64, ev: &mut EngineEvent, w: &mut World<'_>) -> bool {
-        let e = id_of(ev);
+    /// One event of backend `b` at `t`: what of it (and of the events it releases) is
+    /// delivered goes to `out`.
+    fn pass(
+        &mut self,
+        b: usize,
+        t: f64,
+        mut ev: EngineEvent,
+        w: &mut World<'_>,
+        out: &mut Vec<EngineEvent>,
+    ) {
+        let e = id_of(&ev);
         let (i, c) = ((e & !SECOND) as usize, usize::from(e & SECOND != 0));
         if let Some(en) = self.entries.get(&i) {
             if !en.copies[c].is_some_and(|k| k.alive) {
-                return false;
+                return;
             }
         }
         if let Some(s) = self.stalls.get_mut(&e) {
-            let hold = match (*ev, s.release_s) {
+            let hold = match (ev, s.release_s) {
                 (
                     EngineEvent::FirstToken {
                         prompt_tokens,
@@ -414,38 +451,64 @@ impl Races {
                 _ => None,
             };
             if let Some(at) = hold {
-                let ev = *ev;
                 self.push(at, Item::Deliver { backend: b, ev });
-                return false;
+                return;
             }
             if matches!(ev, EngineEvent::Finished { .. }) {
                 self.stalls.remove(&e);
             }
         }
-        set_id(ev, i as u64);
-        self.count_relayed(ev);
+        set_id(&mut ev, i as u64);
         let Some(en) = self.entries.get_mut(&i) else {
-            return true;
+            self.count_relayed(&ev);
+            out.push(ev);
+            return;
         };
-        let other = 1 - c;
-        let other_alive = en.copies[other].is_some_and(|k| k.alive);
-        match *ev {
-            EngineEvent::FirstToken { .. } => {
-                en.won = true;
-                if c == 1 {
-                    adopt_second(i, en, w);
-                    match en.kind {
-                        Some(Kind::Failover) => self.counts.failovers_won += 1,
-                        Some(Kind::Hedge) => self.counts.hedges_won += 1,
-                        None => {}
-                    }
-                }
-                if other_alive {
-                    let late = c == 1 && en.kind == Some(Kind::Failover);
-                    self.cancel(i, other, late, t, w);
-                }
-                true
+        let other_alive = en.copies[1 - c].is_some_and(|k| k.alive);
+        let rejected = matches!(
+            ev,
+            EngineEvent::Finished {
+                output_tokens: 0,
+                ..
             }
+        );
+        if self.cfg.on == RaceOn::Ttfa && !en.won && !(rejected && other_alive) {
+            // Held until the copy's first answer token (or its end without one).
+            if let EngineEvent::FirstToken { .. } = ev {
+                let tr = if c == 0 {
+                    w.dispatched[i].as_mut()
+                } else {
+                    en.other.as_mut()
+                };
+                let k = en.copies[c].expect("an alive copy");
+                if let Some(tr) = tr {
+                    w.router
+                        .on_first_token_held(tr, k.backend, t - k.dispatched_s, t);
+                }
+            }
+            let finished = matches!(ev, EngineEvent::Finished { .. });
+            if !finished {
+                en.tokens[c] += 1;
+            }
+            en.held[c].push(ev);
+            let reasoning = en.copies[c].map_or(0, |k| k.reasoning_tokens);
+            if !finished && en.tokens[c] <= reasoning {
+                return;
+            }
+            let held = std::mem::take(&mut en.held[c]);
+            self.decide(i, c, t, w);
+            for ev in held {
+                self.count_relayed(&ev);
+                if matches!(ev, EngineEvent::Finished { .. }) {
+                    self.finish(i, c);
+                }
+                out.push(ev);
+            }
+            return;
+        }
+        let en = self.entries.get_mut(&i).expect("looked up above");
+        match ev {
+            EngineEvent::FirstToken { .. } if !en.won => self.decide(i, c, t, w),
             EngineEvent::Finished {
                 output_tokens: 0, ..
             } if !en.won && other_alive => {
@@ -454,16 +517,48 @@ impl Races {
                     adopt_second(i, en, w);
                 }
                 self.cancel(i, c, false, t, w);
-                false
+                return;
             }
-            EngineEvent::Finished { .. } => {
-                // Done (or rejected before a race): no trigger may race it any more.
-                if let Some(k) = en.copies[c].as_mut() {
-                    k.alive = false;
-                }
-                true
+            // Done (or rejected before a race): no trigger may race it any more.
+            EngineEvent::Finished { .. } => self.finish(i, c),
+            _ => {}
+        }
+        self.count_relayed(&ev);
+        out.push(ev);
+    }
+
+    /// Copy `c` of request `i` won its race at `t`: it becomes the request, the other copy
+    /// is cancelled.
+    fn decide(&mut self, i: usize, c: usize, t: f64, w: &mut World<'_>) {
+        let Some(en) = self.entries.get_mut(&i) else {
+            return;
+        };
+        en.won = true;
+        let other = 1 - c;
+        let other_alive = en.copies[other].is_some_and(|k| k.alive);
+        en.held[other].clear();
+        if c == 1 {
+            adopt_second(i, en, w);
+            match en.kind {
+                Some(Kind::Failover) => self.counts.failovers_won += 1,
+                Some(Kind::Hedge) => self.counts.hedges_won += 1,
+                None => {}
             }
-            EngineEvent::Token { .. } => true,
+        }
+        if other_alive {
+            let late = c == 1 && en.kind == Some(Kind::Failover);
+            self.cancel(i, other, late, t, w);
+        }
+    }
+
+    /// Copy `c` of request `i` finished: no trigger may race it any more.
+    fn finish(&mut self, i: usize, c: usize) {
+        if let Some(k) = self
+            .entries
+            .get_mut(&i)
+            .and_then(|en| en.copies[c].as_mut())
+        {
+            k.alive = false;
         }
     }
 
