@@ -16,6 +16,9 @@
 # each setting's p99 TTFT under the fault over the same seed's no-fault p99, and its extra
 # prefill (prompt tokens the engines prefilled for aborted copies over the uncached prompt
 # tokens of the relayed first tokens), against the issue's target (≤ 1.2× with ≤ 5 %).
+# Last, the same fleet serving a reasoning model (REASONING, the fleet file's `reasoning:`),
+# seed 1: no fault, the fault, the fault with DEADLINE raced on the first token, and with
+# DEADLINE raced on the first answer (`--race-on ttfa`), on TTFA.
 # Writes the tables to $OUT (default docs/benchmarks/failover/offline.md) and the JSON of
 # every run beside them in $RUNS.
 #
@@ -25,6 +28,7 @@
 #   DEADLINE="{factor: 2, floor: 150ms}"  HEDGE="{quantile: 0.95, budget: 0.1}"
 #   SEEDS="1 2 3 4 5"  SWEEP_FACTORS="1.2 1.5 2"  SWEEP_FLOORS="30ms 60ms 150ms"
 #   SWEEP_AFTERS="60ms 100ms 150ms"
+#   REASONING="{mean_tokens: 30, sigma: 0.6, max_tokens: 600, seed: 1}"
 #   OUT=FILE  RUNS=DIR (default target/failover-eval/<UTC time>)
 #   BIN=PATH  pronto binary (default $CARGO_TARGET_DIR/debug/pronto, built unless SKIP_BUILD=1)
 set -euo pipefail
@@ -42,6 +46,7 @@ SEEDS=${SEEDS:-1 2 3 4 5}
 SWEEP_FACTORS=${SWEEP_FACTORS:-1.2 1.5 2}
 SWEEP_FLOORS=${SWEEP_FLOORS:-30ms 60ms 150ms}
 SWEEP_AFTERS=${SWEEP_AFTERS:-60ms 100ms 150ms}
+REASONING=${REASONING:-"{mean_tokens: 30, sigma: 0.6, max_tokens: 600, seed: 1}"}
 OUT=${OUT:-docs/benchmarks/failover/offline.md}
 RUNS=${RUNS:-target/failover-eval/$(date -u +%Y%m%dT%H%M%SZ)}
 BIN=${BIN:-${CARGO_TARGET_DIR:-target}/debug/pronto}
@@ -52,8 +57,9 @@ fi
 [[ -x "$BIN" ]] || { echo "failover-eval: $BIN not found" >&2; exit 1; }
 mkdir -p "$RUNS"
 
-fleet_file() { # $1: faults flow mapping entries (may be empty)
+fleet_file() { # $1: faults flow mapping entries (may be empty), $2: reasoning (optional)
     echo "model: sim-llama"
+    [[ -n "${2:-}" ]] && echo "reasoning: $2"
     echo "backends:"
     for i in $(seq 0 $((BACKENDS - 1))); do
         echo "  - { name: b$i, profile: $PROFILE, num_kv_blocks: $KV_BLOCKS, faults: {$1 seed: $i} }"
@@ -61,6 +67,9 @@ fleet_file() { # $1: faults flow mapping entries (may be empty)
 }
 fleet_file "" >"$RUNS/nofault.yaml"
 fleet_file "stall_first_token: $STALL, stall_probability: $STALL_P," >"$RUNS/fault.yaml"
+fleet_file "" "$REASONING" >"$RUNS/r-nofault.yaml"
+fleet_file "stall_first_token: $STALL, stall_probability: $STALL_P," "$REASONING" \
+    >"$RUNS/r-fault.yaml"
 
 run() { # $1: name, $2: fleet, $3: seed, then extra flags
     local name=$1 fleet=$2 seed=$3
@@ -74,6 +83,11 @@ run nofault nofault 1
 run fault fault 1
 run failover fault 1 --first-token-deadline "$DEADLINE"
 run hedge fault 1 --hedge "$HEDGE"
+echo "failover-eval: reasoning (seed 1)" >&2
+run r-nofault r-nofault 1
+run r-fault r-fault 1
+run r-failover r-fault 1 --first-token-deadline "$DEADLINE"
+run r-failover-ttfa r-fault 1 --first-token-deadline "$DEADLINE" --race-on ttfa
 SWEEP=()
 for seed in $SEEDS; do
     echo "failover-eval: sweep, seed $seed" >&2
@@ -96,7 +110,7 @@ for after in $SWEEP_AFTERS; do SWEEP+=("after/$after"); done
 
 mkdir -p "$(dirname "$OUT")"
 LOAD=$LOAD BACKENDS=$BACKENDS PROFILE=$PROFILE KV_BLOCKS=$KV_BLOCKS STALL=$STALL \
-STALL_P=$STALL_P DEADLINE=$DEADLINE HEDGE=$HEDGE SEEDS=$SEEDS \
+STALL_P=$STALL_P DEADLINE=$DEADLINE HEDGE=$HEDGE SEEDS=$SEEDS REASONING=$REASONING \
 REVISION=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown) \
 python3 - "$RUNS" "${SWEEP[@]}" <<'PY' >"$OUT"
 import json, os, sys
@@ -151,5 +165,21 @@ for label, name in rows:
 print("\nExtra prefill: prompt tokens the engines had prefilled for the copies that lost a race "
       "and were aborted, over the uncached prompt tokens of the relayed first tokens. "
       "`stalled`: copies whose first token the fault held.")
+
+print(f"\n## A reasoning model: racing on the first answer, seed 1\n")
+print(f"The same fleet serving a model that reasons first (`reasoning: {env['REASONING']}`). "
+      f"failover: `--first-token-deadline '{env['DEADLINE']}'` raced on the first token; "
+      f"failover-ttfa: the same deadline with `--race-on ttfa` — it scales the predicted TTFA, "
+      f"each copy's reasoning is held until its first answer token, which decides the race, so "
+      f"a raced stream's client TTFT is its TTFA.\n")
+print("| contender | TTFT p99 (ms) | TTFA mean (ms) | TTFA p99 (ms) | TTFA p99 vs nofault "
+      "| reasoning tokens (mean) | failovers (won) | extra prefill |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+base = load("r-nofault", 1)["ttfa_p99_ms"]
+for c in ["r-nofault", "r-fault", "r-failover", "r-failover-ttfa"]:
+    r = load(c, 1)
+    print(f"| {c[2:]} | {r['ttft_p99_ms']:.0f} | {r['ttfa_mean_ms']:.0f} | {r['ttfa_p99_ms']:.0f} "
+          f"| {r['ttfa_p99_ms'] / base:.2f}× | {r['reasoning_tokens_mean']:.0f} "
+          f"| {r['failovers']} ({r['failovers_won']}) | {100 * r['extra_prefill']:.1f} % |")
 PY
 cat "$OUT"
