@@ -447,7 +447,7 @@ impl Checker {
                     format!("never matches: routes[{first}] before it matches every request"),
                 );
             }
-            if let Some(route) = self.route(&path, r, &pool_names, classes) {
+            if let Some(route) = self.route(&path, r, pools, &pool_names, classes) {
                 if catch_all.is_none() && route.matcher.is_catch_all() {
                     catch_all = Some(i);
                 }
@@ -473,6 +473,7 @@ impl Checker {
         &mut self,
         path: &str,
         r: &RouteFile,
+        typed_pools: &[Pool],
         pools: &[&str],
         classes: &[Arc<str>],
     ) -> Option<Route> {
@@ -521,14 +522,18 @@ impl Checker {
                 RouteObjective::Ttft
             }
         };
+        // The route's own policy, else its pool's: what routes its requests.
+        let effective = policy.as_ref().map(|p| p.kind()).or_else(|| {
+            let own = pool.as_deref()?;
+            let p = typed_pools.iter().find(|p| &*p.model == own)?;
+            Some(p.policy.kind())
+        });
         if objective == RouteObjective::Ttfa
-            && policy
-                .as_ref()
-                .is_some_and(|p| p.kind() != crate::routing::PolicyKind::PredictedTtft)
+            && effective.is_some_and(|k| k != crate::routing::PolicyKind::PredictedTtft)
         {
             self.warn(
                 format!("{path}.objective"),
-                "only predicted_ttft minimises TTFA; this route's policy ignores it",
+                "only predicted_ttft minimises TTFA; the policy routing this route ignores it",
             );
         }
         let max_retries = r

@@ -269,8 +269,30 @@ fn the_objective_defaults_to_ttft_and_ttfa_warns_under_another_policy() {
     let w = warnings(&c);
     assert_eq!(
         w,
-        ["routes[0].objective: only predicted_ttft minimises TTFA; this route's policy ignores it"]
+        ["routes[0].objective: only predicted_ttft minimises TTFA; the policy routing this route ignores it"]
     );
+    // Without a policy of its own, the route is routed by its pool's.
+    let pools = |policy: &str| {
+        format!(
+            "pools:\n  fast: {{policy: {policy}, backends: [{{name: a, url: 'http://h:1'}}]}}\n"
+        )
+    };
+    let on = |route: &str, policy: &str| {
+        let yaml = format!(
+            "routes:\n  - {{name: r, pool: fast, {route}}}\n{}",
+            pools(policy)
+        );
+        let w = warnings(&Config::from_yaml_str(&yaml, "f.yaml").unwrap());
+        w.into_iter()
+            .filter(|m| m.starts_with("routes"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        on("objective: ttfa", "round_robin"),
+        ["routes[0].objective: only predicted_ttft minimises TTFA; the policy routing this route ignores it"]
+    );
+    assert!(on("objective: ttfa", "predicted_ttft").is_empty());
+    assert!(on("objective: ttfa, policy: predicted_ttft", "round_robin").is_empty());
     let c = load("routes:\n  - {name: r, pool: fast, race_on: ttfa, match: {model: x}}\n  - {name: s, pool: spare}\n").unwrap();
     assert_eq!(c.routes[0].race_on, crate::config::route::RaceOn::Ttfa);
     let w = warnings(&c);
