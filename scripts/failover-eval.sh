@@ -121,6 +121,14 @@ seeds = env["SEEDS"].split()
 def load(name, seed):
     return json.load(open(f"{runs}/{name}.seed{seed}.json"))["runs"][0]
 
+def contenders(names, header, cells):
+    """A table of seed 1's runs `names`, each row `cells(name, run, first run)`."""
+    print("| " + " | ".join(header) + " |")
+    print("| --- |" + " ---: |" * (len(header) - 1))
+    first = load(names[0], 1)
+    for c in names:
+        print("| " + " | ".join(cells(c, load(c, 1), first)) + " |")
+
 print("# Stall faults offline: `pronto evaluate` with failover and hedging\n")
 print(f"{env['BACKENDS']} × sim {env['PROFILE']} ({env['KV_BLOCKS']} KV blocks each); each "
       f"backend stalls its first token {env['STALL']} with probability {env['STALL_P']} "
@@ -128,16 +136,15 @@ print(f"{env['BACKENDS']} × sim {env['PROFILE']} ({env['KV_BLOCKS']} KV blocks 
       f"workload of the live bench) at load {env['LOAD']}. failover: `--first-token-deadline "
       f"'{env['DEADLINE']}'`; hedge: `--hedge '{env['HEDGE']}'`. Produced by "
       f"`scripts/failover-eval.sh` at {env['REVISION']}; one run each, deterministic.\n")
-print("| contender | requests | TTFT mean (ms) | p50 (ms) | p99 (ms) | p99 vs nofault | stalled "
-      "| failovers (won) | hedges (won) | extra prefill |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-base = load("nofault", 1)["ttft_p99_ms"]
-for c in ["nofault", "fault", "failover", "hedge"]:
-    r = load(c, 1)
-    print(f"| {c} | {r['requests']} | {r['ttft_mean_ms']:.0f} | {r['ttft_p50_ms']:.0f} "
-          f"| {r['ttft_p99_ms']:.0f} | {r['ttft_p99_ms'] / base:.2f}× | {r['stalled']} "
-          f"| {r['failovers']} ({r['failovers_won']}) | {r['hedges']} ({r['hedges_won']}) "
-          f"| {100 * r['extra_prefill']:.1f} % |")
+contenders(
+    ["nofault", "fault", "failover", "hedge"],
+    ["contender", "requests", "TTFT mean (ms)", "p50 (ms)", "p99 (ms)", "p99 vs nofault",
+     "stalled", "failovers (won)", "hedges (won)", "extra prefill"],
+    lambda c, r, base: [
+        c, f"{r['requests']}", f"{r['ttft_mean_ms']:.0f}", f"{r['ttft_p50_ms']:.0f}",
+        f"{r['ttft_p99_ms']:.0f}", f"{r['ttft_p99_ms'] / base['ttft_p99_ms']:.2f}×",
+        f"{r['stalled']}", f"{r['failovers']} ({r['failovers_won']})",
+        f"{r['hedges']} ({r['hedges_won']})", f"{100 * r['extra_prefill']:.1f} %"])
 
 print(f"\n## Deadline sweep, seeds {', '.join(seeds)}\n")
 print("Per seed, p99 TTFT with the fault and the deadline over the same seed's no-fault p99; "
@@ -172,14 +179,13 @@ print(f"The same fleet serving a model that reasons first (`reasoning: {env['REA
       f"failover-ttfa: the same deadline with `--race-on ttfa` — it scales the predicted TTFA, "
       f"each copy's reasoning is held until its first answer token, which decides the race, so "
       f"a raced stream's client TTFT is its TTFA.\n")
-print("| contender | TTFT p99 (ms) | TTFA mean (ms) | TTFA p99 (ms) | TTFA p99 vs nofault "
-      "| reasoning tokens (mean) | failovers (won) | extra prefill |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-base = load("r-nofault", 1)["ttfa_p99_ms"]
-for c in ["r-nofault", "r-fault", "r-failover", "r-failover-ttfa"]:
-    r = load(c, 1)
-    print(f"| {c[2:]} | {r['ttft_p99_ms']:.0f} | {r['ttfa_mean_ms']:.0f} | {r['ttfa_p99_ms']:.0f} "
-          f"| {r['ttfa_p99_ms'] / base:.2f}× | {r['reasoning_tokens_mean']:.0f} "
-          f"| {r['failovers']} ({r['failovers_won']}) | {100 * r['extra_prefill']:.1f} % |")
+contenders(
+    ["r-nofault", "r-fault", "r-failover", "r-failover-ttfa"],
+    ["contender", "TTFT p99 (ms)", "TTFA mean (ms)", "TTFA p99 (ms)", "TTFA p99 vs nofault",
+     "reasoning tokens (mean)", "failovers (won)", "extra prefill"],
+    lambda c, r, base: [
+        c[2:], f"{r['ttft_p99_ms']:.0f}", f"{r['ttfa_mean_ms']:.0f}", f"{r['ttfa_p99_ms']:.0f}",
+        f"{r['ttfa_p99_ms'] / base['ttfa_p99_ms']:.2f}×", f"{r['reasoning_tokens_mean']:.0f}",
+        f"{r['failovers']} ({r['failovers_won']})", f"{100 * r['extra_prefill']:.1f} %"])
 PY
 cat "$OUT"
