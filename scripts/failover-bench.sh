@@ -46,27 +46,8 @@ fi
 [[ -x "$BIN" ]] || { echo "failover-bench: $BIN not found" >&2; exit 1; }
 mkdir -p "$OUT"
 
-TMP=$(mktemp -d -t pronto-failover-bench.XXXXXX)
-PIDS=()
-stop_all() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    PIDS=()
-}
-cleanup() {
-    local rc=$?
-    stop_all
-    if [[ $rc -ne 0 ]]; then
-        for log in "$TMP"/*.log; do
-            [[ -s "$log" ]] && { echo "--- $log (last 20 lines)" >&2; tail -n 20 "$log" >&2; }
-        done
-    fi
-    rm -rf "$TMP"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+source scripts/lib/live.sh
+live_init failover-bench
 
 fleet_file() { # $1: faults flow mapping (may be empty)
     echo "model: $MODEL"
@@ -76,49 +57,28 @@ fleet_file() { # $1: faults flow mapping (may be empty)
     done
 }
 
-run() { # $1: contender name, $2: faults, $3: route extra
-    local name=$1 dir="$OUT/$1"
-    fleet_file "$2" >"$TMP/fleet.yaml"
-    RUST_LOG=warn "$BIN" sim-fleet --config "$TMP/fleet.yaml" --time-scale "$TIME_SCALE" \
-        >"$TMP/fleet.log" 2>&1 &
-    PIDS+=($!)
-    for _ in $(seq 300); do
-        grep -E $'^[^\t]+\thttp://[^\t]+\t' "$TMP/fleet.log" >"$TMP/fleet.tsv" || true
-        [[ $(wc -l <"$TMP/fleet.tsv") -ge $BACKENDS ]] && break
-        sleep 0.1
-    done
-    local backends=""
-    while IFS=$'\t' read -r b url _; do
-        backends+="      - { name: $b, url: \"$url\" }"$'\n'
-    done <"$TMP/fleet.tsv"
-    local port admin started=""
-    for _ in 1 2 3 4 5; do
-        port=$((20000 + RANDOM % 20000)); admin=$((port + 1))
-        if listening "$port" || listening "$admin"; then continue; fi
-        cat >"$TMP/pronto.yaml" <<EOF
-listen: 127.0.0.1:$port
-admin_listen: 127.0.0.1:$admin
+gateway_yaml() { # $1: port, $2: admin port; the route's extra keys in ROUTE_EXTRA
+    cat <<EOF
+listen: 127.0.0.1:$1
+admin_listen: 127.0.0.1:$2
 threads: 2
 explain_headers: true
 routes:
-  - { name: chat, pool: $MODEL$3 }
+  - { name: chat, pool: $MODEL$ROUTE_EXTRA }
 pools:
   $MODEL:
     policy: predicted_ttft
     backends:
-$backends
+$FLEET_BACKENDS
 EOF
-        RUST_LOG=warn "$BIN" serve --config "$TMP/pronto.yaml" >"$TMP/gateway.log" 2>&1 &
-        local gw=$!
-        for _ in $(seq 300); do
-            kill -0 "$gw" 2>/dev/null || break
-            if listening "$port" && listening "$admin"; then started=1; break; fi
-            sleep 0.1
-        done
-        if [[ -n $started ]]; then PIDS+=("$gw"); break; fi
-        kill "$gw" 2>/dev/null || true; wait "$gw" 2>/dev/null || true
-    done
-    [[ -n $started ]] || { echo "failover-bench: gateway did not start" >&2; exit 1; }
+}
+
+run() { # $1: contender name, $2: faults, $3: route extra
+    local name=$1 dir="$OUT/$1"
+    fleet_file "$2" >"$TMP/fleet.yaml"
+    start_fleet "$TMP/fleet.log" "$BACKENDS" --config "$TMP/fleet.yaml" --time-scale "$TIME_SCALE"
+    ROUTE_EXTRA=$3 start_gateway gateway_yaml
+    local port=$GW_PORT admin=$GW_ADMIN
     echo "failover-bench: $name: replaying $DURATION at load $LOAD" >&2
     mkdir -p "$dir"
     "$BIN" replay --target "http://127.0.0.1:$port" --duration "$DURATION" \
@@ -126,9 +86,7 @@ EOF
         || { cp "$TMP"/*.log "$dir/"; exit 1; }
     cp "$TMP/pronto.yaml" "$dir/pronto.yaml"
     cp "$TMP/fleet.yaml" "$dir/fleet.yaml"
-    (exec 3<>"/dev/tcp/127.0.0.1/$admin"
-     printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
-     cat <&3) >"$dir/metrics.txt"
+    admin_get "$admin" /metrics >"$dir/metrics.txt"
     stop_all
 }
 
