@@ -380,9 +380,6 @@ pub struct InflightGuard {
     booking: Booking,
     /// The other replicas' view of this booking (with `cluster:`); dropped after the release.
     synced: Option<crate::cluster::Tracked>,
-    /// A first token seen while the response was held ([`InflightGuard::first_token_held`]),
-    /// not learnt yet: `(seconds after sending, when)`.
-    held_first_token: Option<(f64, Instant)>,
 }
 
 impl InflightGuard {
@@ -393,7 +390,6 @@ impl InflightGuard {
             backend,
             booking,
             synced: None,
-            held_first_token: None,
         }
     }
 
@@ -428,8 +424,11 @@ impl InflightGuard {
     /// this sample at the next [`InflightGuard::first_token`] (which has the inputs). The
     /// other replicas see the prefill end but not the sample.
     pub fn first_token_held(&mut self, actual_s: f64, at: Instant) {
-        if self.held_first_token.is_none() && self.backend.state.end_prefill(&mut self.booking) {
-            self.held_first_token = Some((actual_s, at));
+        if self
+            .backend
+            .state
+            .hold_first_token(&mut self.booking, actual_s, at)
+        {
             if let Some(s) = &self.synced {
                 s.first_token(None);
             }
@@ -447,20 +446,17 @@ impl InflightGuard {
         actual_s: f64,
         at: Instant,
     ) -> Option<f64> {
-        if let Some((held_s, held_at)) = self.held_first_token.take() {
-            return Some(self.backend.state.learn_ttft(inputs, held_s, held_at));
-        }
-        let predicted =
+        let learnt =
             self.backend
                 .state
-                .observe_first_token(&mut self.booking, inputs, actual_s, at);
-        if let (Some(_), Some(s)) = (predicted, &self.synced) {
+                .observe_first_token(&mut self.booking, inputs, actual_s, at)?;
+        if let (false, Some(s)) = (learnt.held, &self.synced) {
             s.first_token(Some(pronto_core::cluster::Observation {
                 inputs: *inputs,
                 ttft_s: actual_s,
             }));
         }
-        predicted
+        Some(learnt.predicted_s)
     }
 }
 

@@ -205,6 +205,9 @@ pub struct Booking {
     phase: Phase,
     booked_at: Instant,
     prefill_ends_by: Option<Instant>,
+    /// A first token held back from the client, not learnt yet: `(seconds after sending,
+    /// when)` ([`crate::state::BackendState::hold_first_token`]).
+    pub(crate) held_first_token: Option<(f64, Instant)>,
 }
 
 impl Booking {
@@ -304,6 +307,7 @@ impl<S: Storage> Ledger<S> {
             phase: Phase::Prefill,
             booked_at: now,
             prefill_ends_by,
+            held_first_token: None,
         }
     }
 

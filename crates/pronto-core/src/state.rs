@@ -161,29 +161,96 @@ impl<S: Storage> BackendState<S> {
     /// prediction for those inputs before it learned (what the fit is judged on); the
     /// *decision's* prediction, which the gateway reports, may include more (a wait for KV
     /// room). Only the call that ends the booking's prefill learns: a second one, or one for
-    /// a request already out of prefill, returns `None`.
+    /// a request already out of prefill, returns `None`. After
+    /// [`hold_first_token`](Self::hold_first_token) the held sample is what is learnt
+    /// (`actual_s` and `at` are ignored: a late copy's censored time is not its real TTFT).
     pub fn observe_first_token(
         &self,
         booking: &mut Booking,
         inputs: &TtftInputs,
         actual_s: f64,
         at: Instant,
-    ) -> Option<f64> {
-        self.end_prefill(booking)
-            .then(|| self.learn_ttft(inputs, actual_s, at))
+    ) -> Option<Learnt> {
+        if let Some((held_s, held_at)) = booking.held_first_token.take() {
+            let predicted_s = self.ttft.observe(inputs, held_s, held_at);
+            return Some(Learnt {
+                predicted_s,
+                held: true,
+            });
+        }
+        self.ledger.end_prefill(booking).then(|| Learnt {
+            predicted_s: self.ttft.observe(inputs, actual_s, at),
+            held: false,
+        })
     }
 
-    /// The first half of [`observe_first_token`](Self::observe_first_token), for a first
-    /// token the router holds back from its client (a race on the first answer): the
-    /// booking's prefill ends now; whether this call ended it. The sample is taught later
-    /// with [`learn_ttft`](Self::learn_ttft), when the race is decided.
-    pub fn end_prefill(&self, booking: &mut Booking) -> bool {
-        self.ledger.end_prefill(booking)
+    /// The first token arrived at `at`, `actual_s` after sending, while the router holds the
+    /// response back from its client (a race on the first answer): the prefill ends now, and
+    /// the model learns this sample at the next
+    /// [`observe_first_token`](Self::observe_first_token) (which has the inputs). Whether
+    /// this call ended the prefill.
+    pub fn hold_first_token(&self, booking: &mut Booking, actual_s: f64, at: Instant) -> bool {
+        let ended = booking.held_first_token.is_none() && self.ledger.end_prefill(booking);
+        if ended {
+            booking.held_first_token = Some((actual_s, at));
+        }
+        ended
     }
+}
 
-    /// The second half: the model learns a TTFT of `actual_s` measured at `at` for a request
-    /// routed on `inputs`; returns its prediction before it learned.
-    pub fn learn_ttft(&self, inputs: &TtftInputs, actual_s: f64, at: Instant) -> f64 {
-        self.ttft.observe(inputs, actual_s, at)
+/// What [`BackendState::observe_first_token`] taught the model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Learnt {
+    /// The model's prediction for the request's inputs before it learned.
+    pub predicted_s: f64,
+    /// The sample was a held first token ([`BackendState::hold_first_token`]): the other
+    /// replicas already heard its prefill end, and do not get the sample.
+    pub held: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::{Plain, RequestLoad};
+    use std::time::Duration;
+
+    /// A held first token ends the prefill at once and is what the model learns at the next
+    /// observation, not that call's time; it is learnt once.
+    #[test]
+    fn a_held_first_token_ends_the_prefill_and_is_learnt_later() {
+        let t0 = Instant::now();
+        let s = BackendState::<Plain>::new(BackendId(0), "b", Coefficients::default(), t0, None);
+        let load = RequestLoad {
+            prefill_tokens: 1000,
+            kv_tokens: 1100,
+        };
+        let inputs = TtftInputs {
+            queued_prefill_tokens: 0.0,
+            queued_prefill_sq: 0.0,
+            uncached_tokens: 1000.0,
+            running_decodes: 0.0,
+            engine_waiting: 0.0,
+        };
+        let mut b = s.ledger.book(load, t0, true, None);
+        let t1 = t0 + Duration::from_millis(200);
+        assert!(s.hold_first_token(&mut b, 0.2, t1));
+        assert!(!s.hold_first_token(&mut b, 0.3, t1), "once");
+        assert_eq!(s.load(t1).outstanding_prefill_tokens, 0);
+        assert_eq!(s.ttft.view(t1).quality.samples, 0, "not learnt yet");
+        let t2 = t0 + Duration::from_secs(5);
+        let learnt = s.observe_first_token(&mut b, &inputs, 5.0, t2).unwrap();
+        assert!(learnt.held);
+        assert!(s.observe_first_token(&mut b, &inputs, 5.0, t2).is_none());
+        // The same as learning 0.2 s at t1 directly.
+        let direct =
+            BackendState::<Plain>::new(BackendId(0), "b", Coefficients::default(), t0, None);
+        let mut d = direct.ledger.book(load, t0, true, None);
+        let l = direct
+            .observe_first_token(&mut d, &inputs, 0.2, t1)
+            .unwrap();
+        assert!(!l.held);
+        assert_eq!(s.ttft.view(t2), direct.ttft.view(t2));
+        s.ledger.release(&mut b);
+        direct.ledger.release(&mut d);
     }
 }

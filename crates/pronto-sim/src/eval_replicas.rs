@@ -105,9 +105,6 @@ pub struct Tracked {
     pub dispatched: Dispatched,
     replica: usize,
     seq: u64,
-    /// A first token held back from the client (a race on the first answer), not learnt yet:
-    /// `(seconds after dispatch, when)` — the gateway's `InflightGuard` keeps the same.
-    held: Option<(f64, Instant)>,
 }
 
 struct Replica {
@@ -229,7 +226,6 @@ impl Replicas {
             dispatched,
             replica: r,
             seq,
-            held: None,
         }
     }
 
@@ -237,15 +233,11 @@ impl Replicas {
     pub fn on_first_token(&mut self, tr: &mut Tracked, backend: usize, ttft_s: f64, t: f64) {
         let now = self.at(t);
         let rep = &mut self.replicas[tr.replica];
-        if let Some((held_s, at)) = tr.held.take() {
-            // The held sample, not `ttft_s` (a late copy's censored time, or the release).
-            rep.router.learn_ttft(backend, &tr.dispatched, held_s, at);
-            return;
-        }
+        // A held sample was synced as a prefill end already.
         if rep
             .router
             .on_first_token(backend, &mut tr.dispatched, ttft_s, now)
-            .is_some()
+            .is_some_and(|l| !l.held)
         {
             let observed = Some(Observation {
                 inputs: tr.dispatched.inputs,
@@ -263,8 +255,10 @@ impl Replicas {
     pub fn on_first_token_held(&mut self, tr: &mut Tracked, backend: usize, ttft_s: f64, t: f64) {
         let now = self.at(t);
         let rep = &mut self.replicas[tr.replica];
-        if tr.held.is_none() && rep.router.end_prefill(backend, &mut tr.dispatched) {
-            tr.held = Some((ttft_s, now));
+        if rep
+            .router
+            .hold_first_token(backend, &mut tr.dispatched, ttft_s, now)
+        {
             let seq = tr.seq;
             let observed = None;
             self.send(tr.replica, SyncEvent::FirstToken { seq, observed }, t);

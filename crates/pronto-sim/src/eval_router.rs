@@ -24,7 +24,7 @@ use pronto_core::predict::Coefficients;
 use pronto_core::request::{RequestFeatures, TokenRatio};
 use pronto_core::routing::views::{self, Dispatched, PoolRouting, RoutingBackend, Scratch};
 use pronto_core::routing::BackendView;
-use pronto_core::state::{BackendState, Settings};
+use pronto_core::state::{BackendState, Learnt, Settings};
 use pronto_core::tokens::BlockHash;
 
 /// One simulated backend as the router sees it.
@@ -223,30 +223,31 @@ impl RouterSideState {
 
     /// The first token of a dispatched request came back from `backend`, `ttft_s` after
     /// dispatch: observed as the gateway observes it. Returns the model's own prediction
-    /// before it learned.
+    /// before it learned (and whether the sample was a held one).
     pub fn on_first_token(
         &mut self,
         backend: usize,
         d: &mut Dispatched,
         ttft_s: f64,
         now: Instant,
-    ) -> Option<f64> {
+    ) -> Option<Learnt> {
         self.backends[backend]
             .state
             .observe_first_token(&mut d.booking, &d.inputs, ttft_s, now)
     }
 
-    /// A held first token on `backend` ([`BackendState::end_prefill`]): whether this ended
-    /// `d`'s prefill.
-    pub fn end_prefill(&mut self, backend: usize, d: &mut Dispatched) -> bool {
-        self.backends[backend].state.end_prefill(&mut d.booking)
-    }
-
-    /// `backend`'s model learns a held first token ([`BackendState::learn_ttft`]).
-    pub fn learn_ttft(&mut self, backend: usize, d: &Dispatched, ttft_s: f64, at: Instant) {
+    /// A first token on `backend` held back from the client
+    /// ([`BackendState::hold_first_token`]): whether this ended `d`'s prefill.
+    pub fn hold_first_token(
+        &mut self,
+        backend: usize,
+        d: &mut Dispatched,
+        ttft_s: f64,
+        now: Instant,
+    ) -> bool {
         self.backends[backend]
             .state
-            .learn_ttft(&d.inputs, ttft_s, at);
+            .hold_first_token(&mut d.booking, ttft_s, now)
     }
 
     /// An attempt on `backend` was cancelled (it lost a race): take back the prefix its

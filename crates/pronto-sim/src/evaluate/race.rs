@@ -260,6 +260,8 @@ pub(super) struct Races {
     heap: BinaryHeap<Reverse<(u64, u64)>>,
     items: HashMap<u64, Item>,
     seq: u64,
+    /// [`Races::admit`]'s output buffer, kept between calls (empty outside them).
+    delivered: Vec<EngineEvent>,
     pub counts: RaceCounts,
 }
 
@@ -291,6 +293,7 @@ impl Races {
             heap: BinaryHeap::new(),
             items: HashMap::new(),
             seq: 0,
+            delivered: Vec::new(),
             counts: RaceCounts::default(),
         }
     }
@@ -408,11 +411,13 @@ impl Races {
             }
             return;
         }
-        let mut out = Vec::with_capacity(events.len());
+        // The delivered events go to the run's reused buffer, which becomes `events`.
+        let mut out = std::mem::take(&mut self.delivered);
         for ev in events.drain(..) {
             self.pass(b, t, ev, w, &mut out);
         }
-        *events = out;
+        std::mem::swap(events, &mut out);
+        self.delivered = out;
     }
 
     /// One event of backend `b` at `t`: what of it (and of the events it releases) is
