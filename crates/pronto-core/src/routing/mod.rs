@@ -194,9 +194,11 @@ impl BackendView {
             .is_none_or(|cap| self.kv_reserved_tokens + self.kv_need(features) <= cap)
     }
 
-    /// Seconds a prefix stays in the backend's cache after its last use (infinite: unknown):
-    /// the evictable part of the capacity over the allocation rate
-    /// ([`crate::affinity::residency`]). Prefix credit older than this is not given.
+    /// Seconds a prefix stays in the backend's cache after the dispatch that last used it
+    /// (infinite: unknown): pinned while that request is in flight, then cycled out of the
+    /// evictable part, `max(capacity, reserved) / allocation rate`
+    /// ([`crate::affinity::residency::residency_s`]). Prefix credit older than this is not
+    /// given.
     #[inline]
     pub fn cache_residency_s(&self) -> f64 {
         crate::affinity::residency::residency_s(

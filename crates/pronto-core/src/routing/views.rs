@@ -368,4 +368,69 @@ mod tests {
         assert_eq!(v.cached_tokens, 2 * BLOCK_TOKENS as u32);
         assert_eq!((v.inflight, v.outstanding_prefill_tokens), (0, 0));
     }
+
+    /// Reservations past the capacity (an overloaded backend) keep a fresh prefix credited:
+    /// its blocks are pinned while its request is in flight. Only a prefix older than the
+    /// window `max(capacity, reserved) / rate` loses its credit.
+    #[test]
+    fn an_overbooked_backend_keeps_the_credit_of_a_prefix_it_was_just_sent() {
+        let t0 = Instant::now();
+        let backends = vec![backend(1, t0), backend(2, t0)];
+        let index = PrefixIndex::new(IndexConfig {
+            max_backends: 2,
+            ..IndexConfig::default()
+        });
+        let slots = [0, 1];
+        let hashes: Vec<BlockHash> = (1..=4).map(BlockHash).collect();
+        let mut f = RequestFeatures::synthetic("m", String::new(), Some(16));
+        f.prompt_tokens = 4 * BLOCK_TOKENS as u32;
+        f.block_hashes = hashes;
+        let pool = PoolRouting {
+            backends: &backends,
+            slots: &slots,
+            index: &index,
+            token_ratio: 1.0,
+        };
+        backends[1].0.set_kv_capacity(10_000);
+        let mut scratch = Scratch::default();
+        let chosen = build(&pool, &f, t0, true, &[], &mut scratch)[1];
+        let mut d = dispatch(&pool, 1, &chosen, 0, &f, None, true, t0);
+        // Three times the capacity booked beside it at once: the engine queues the overflow.
+        let load = RequestLoad {
+            prefill_tokens: 0,
+            kv_tokens: 30_000,
+        };
+        let mut other = backends[1].0.ledger.book(load, t0, true, None);
+        let soon = t0 + Duration::from_millis(300);
+        let v = build(&pool, &f, soon, true, &[], &mut scratch)[1];
+        assert!(v.kv_reserved_tokens > 10_000);
+        let window = v.cache_residency_s();
+        assert!(window > 0.3 && window.is_finite(), "window {window}");
+        assert_eq!(
+            v.cached_tokens,
+            f.prompt_tokens - 1,
+            "still pinned in flight"
+        );
+        // Traffic goes on (30k tokens/s, each request done at once): the prefix, unused,
+        // is cycled out once it is older than the window.
+        let quick = RequestLoad {
+            prefill_tokens: 0,
+            kv_tokens: 3_000,
+        };
+        for k in 4..=50 {
+            let at = t0 + Duration::from_millis(100 * k);
+            let mut b = backends[1].0.ledger.book(quick, at, true, None);
+            backends[1].0.ledger.release(&mut b);
+        }
+        let late = t0 + Duration::from_secs(5);
+        let v = build(&pool, &f, late, true, &[], &mut scratch)[1];
+        assert!(
+            v.cache_residency_s() < 5.0,
+            "window {}",
+            v.cache_residency_s()
+        );
+        assert_eq!(v.cached_tokens, 0, "older than the window");
+        backends[1].0.ledger.release(&mut d.booking);
+        backends[1].0.ledger.release(&mut other);
+    }
 }
