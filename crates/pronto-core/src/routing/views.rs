@@ -331,15 +331,19 @@ mod tests {
         backends[0].0.ledger.release(&mut booking);
     }
 
-    #[test]
-    fn a_dispatch_books_and_records_and_an_undo_takes_back_only_what_it_added() {
-        let t0 = Instant::now();
-        let backends = vec![backend(1, t0), backend(2, t0)];
+    /// Two healthy backends in slots 0 and 1 of an empty two-slot index.
+    fn pair(t0: Instant) -> (Vec<B>, PrefixIndex, [usize; 2]) {
         let index = PrefixIndex::new(IndexConfig {
             max_backends: 2,
             ..IndexConfig::default()
         });
-        let slots = [0, 1];
+        (vec![backend(1, t0), backend(2, t0)], index, [0, 1])
+    }
+
+    #[test]
+    fn a_dispatch_books_and_records_and_an_undo_takes_back_only_what_it_added() {
+        let t0 = Instant::now();
+        let (backends, index, slots) = pair(t0);
         let hashes: Vec<BlockHash> = (1..=6).map(BlockHash).collect();
         // Backend 2 already holds the first two blocks (a shared system prompt).
         index.record(1, &hashes[..2], t0);
@@ -375,12 +379,7 @@ mod tests {
     #[test]
     fn an_overbooked_backend_keeps_the_credit_of_a_prefix_it_was_just_sent() {
         let t0 = Instant::now();
-        let backends = vec![backend(1, t0), backend(2, t0)];
-        let index = PrefixIndex::new(IndexConfig {
-            max_backends: 2,
-            ..IndexConfig::default()
-        });
-        let slots = [0, 1];
+        let (backends, index, slots) = pair(t0);
         let hashes: Vec<BlockHash> = (1..=4).map(BlockHash).collect();
         let mut f = RequestFeatures::synthetic("m", String::new(), Some(16));
         f.prompt_tokens = 4 * BLOCK_TOKENS as u32;
