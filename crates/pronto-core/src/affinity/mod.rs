@@ -284,14 +284,15 @@ impl PrefixIndex {
         lengths: &mut [u32],
     ) {
         let clock = self.clock(now);
-        let tick_s = self.tick_nanos as f64 * 1e-9;
+        // Ticks per second: one division per call, not per backend.
+        let ticks_per_s = 1e9 / self.tick_nanos as f64;
         let mut memo = EntryMemo::new(self.max_backends.div_ceil(64));
         for (b, (len, &age)) in lengths.iter_mut().zip(max_age_s).enumerate() {
             if *len == 0 || !(age.is_finite() && age >= 0.0) || b >= self.max_backends {
                 continue;
             }
             let mut tick_at = |i: usize| memo.held_tick(self, hashes[i].0, b).unwrap_or(0);
-            let cutoff = clock.now.saturating_sub(ceil_ticks(age / tick_s));
+            let cutoff = clock.now.saturating_sub(ceil_ticks(age * ticks_per_s));
             let n = (*len as usize).min(hashes.len());
             if tick_at(n - 1) >= cutoff {
                 continue;

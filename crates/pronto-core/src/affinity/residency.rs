@@ -105,11 +105,15 @@ pub fn rate_from_words(w: [u64; 4], now_ns: u64) -> f64 {
     )
 }
 
+/// −1/τ: a multiplication where the routing path would otherwise divide (a view is built per
+/// backend per decision; a division costs several multiplications).
+const NEG_INV_TAU: f64 = -1.0 / RATE_TAU_S;
+
 /// The rate `since_last_s` after the last allocation, from the decayed sum then, the span
 /// from the first allocation to the last and exp(−that span/τ).
 #[inline]
 fn rate_at(decayed_tokens: f64, since_last_s: f64, first_to_last_s: f64, first_decay: f64) -> f64 {
-    let e = (-since_last_s / RATE_TAU_S).exp();
+    let e = (since_last_s * NEG_INV_TAU).exp();
     let span = since_last_s + first_to_last_s;
     // ∫ exp(−s/τ) ds over the observed span (at least 1 s): the weight a constant rate would
     // have. exp(−span/τ) = exp(−since_last/τ) · exp(−first_to_last/τ).

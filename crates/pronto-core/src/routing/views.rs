@@ -203,15 +203,24 @@ pub fn build<'s, B: RoutingBackend>(
             .iter()
             .map(|&s| by_slot.get(s).copied().unwrap_or(0)),
     );
-    if limit_to_residency && views.iter().any(|v| v.cache_residency_s().is_finite()) {
+    if limit_to_residency {
+        // Only backends holding some of the prompt have credit to limit.
         ages.clear();
         ages.resize(slots, f64::INFINITY);
-        for (v, &s) in views.iter().zip(pool.slots) {
-            if let Some(a) = ages.get_mut(s) {
-                *a = v.cache_residency_s();
+        let mut limited = false;
+        for ((v, &s), &h) in views.iter().zip(pool.slots).zip(held.iter()) {
+            if h == 0 {
+                continue;
+            }
+            let r = v.cache_residency_s();
+            if let (Some(a), true) = (ages.get_mut(s), r.is_finite()) {
+                *a = r;
+                limited = true;
             }
         }
-        pool.index.limit_to_recent(hashes, now, ages, by_slot);
+        if limited {
+            pool.index.limit_to_recent(hashes, now, ages, by_slot);
+        }
     }
     matched.clear();
     matched.extend(
