@@ -25,7 +25,6 @@ trap 'rm -rf "$tmp"' EXIT
 # The example starts the gateway through this wrapper; heaptrack traces it to $tmp/pronto.zst.
 cat >"$tmp/wrap.sh" <<EOF
 #!/usr/bin/env bash
-echo \$\$ >"$tmp/wrapper.pid"
 exec heaptrack -o "$tmp/pronto" "$bin" "\$@" >"$tmp/heaptrack.log" 2>&1
 EOF
 chmod +x "$tmp/wrap.sh"
@@ -34,10 +33,11 @@ started=$(date +%s)
     --idle-streams "$N" --nginx /nonexistent --smg /nonexistent >"$tmp/overhead.txt"
 grep -q "| pronto | $N | $N |" "$tmp/overhead.txt" ||
     { cat "$tmp/overhead.txt" >&2; echo "error: not every stream opened" >&2; exit 1; }
-# The example stops the wrapper, not the traced gateway under it: stop that one, so heaptrack
-# writes its data.
-gw=$(pgrep -f "^$bin serve" | head -1 || true)
-[[ -n "$gw" ]] || { echo "error: the traced gateway is not running" >&2; exit 1; }
+# The example stops the wrapper, not the traced gateway under it (by then a child of init):
+# stop that one, so heaptrack writes its data. Exactly one gateway of this binary may run.
+gw=$(pgrep -f "^$bin serve" || true)
+[[ $(wc -w <<<"$gw") -eq 1 ]] ||
+    { echo "error: expected one traced gateway, found: ${gw:-none}" >&2; exit 1; }
 kill -TERM "$gw"
 # Done when the gateway has exited, heaptrack's interpreter too, and the file stopped growing.
 size=-1
@@ -57,8 +57,8 @@ heaptrack_print -f "$tmp/pronto.zst" --print-peaks 1 --print-allocators 0 --prin
     echo
     echo "Written by \`scripts/idle-stream-heap.sh $N\` on $(date -u +%Y-%m-%d) in $(( $(date +%s) - started )) s"
     echo "(the release gateway under heaptrack; $N idle streams over HTTP/2 from the client, one"
-    echo "upstream HTTP/1.1 connection each). Sites that allocate about once per stream, with the"
-    echo "site's peak heap divided by its calls. Heap is not RSS: a buffer's untouched pages are not"
+    echo "upstream HTTP/1.1 connection each). Sites that allocate about once or twice per stream, with"
+    echo "the site's peak heap divided by the $N streams. Heap is not RSS: a buffer's untouched pages are not"
     echo "resident (\`docs/benchmarks/overhead.md\` has the RSS per stream). A relative path is relative"
     echo "to its own crate, which the debug info does not name (\`src/proxy/…\` is Pronto's)."
     echo
@@ -86,12 +86,12 @@ for size, calls, frames in blocks:
     frames = [f for f in frames if not any(k in f for k in skip)]
     # Consecutive duplicates are inlined frames of one call.
     chain = [f for i, f in enumerate(frames) if i == 0 or f != frames[i - 1]][:3]
-    rows.append((size / calls, calls, " ← ".join(f"`{f}`" for f in chain) or "?"))
+    rows.append((size / n, calls / n, " ← ".join(f"`{f}`" for f in chain) or "?"))
 total = sum(r[0] for r in rows)
-print("| bytes per stream | calls | allocated at ← called from |")
+print("| bytes per stream | allocations per stream | allocated at ← called from |")
 print("|---:|---:|---|")
 for per, calls, chain in sorted(rows, reverse=True)[:20]:
-    print(f"| {per:,.0f} | {calls} | {chain} |")
+    print(f"| {per:,.0f} | {calls:.2f} | {chain} |")
 print(f"| **{total:,.0f}** | | all {len(rows)} per-stream sites |")
 PY
 } >"$OUT"

@@ -213,7 +213,7 @@ pub fn build<'s, B: RoutingBackend>(
                 continue;
             }
             let r = v.cache_residency_s();
-            if let (Some(a), true) = (ages.get_mut(s), r.is_finite()) {
+            if let Some(a) = ages.get_mut(s).filter(|_| r.is_finite()) {
                 *a = r;
                 limited = true;
             }
