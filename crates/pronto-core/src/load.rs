@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::affinity::residency::AllocRate;
 use crate::affinity::Residency;
 use crate::seq_cell::SeqCell;
 
@@ -125,9 +126,9 @@ pub trait AllocCell: Debug {
     fn new(epoch: Instant) -> Self;
     /// `tokens` were allocated at `now` ([`Residency::on_alloc`]).
     fn on_alloc(&self, tokens: f64, now: Instant);
-    /// Tokens allocated per second at `now` ([`Residency::rate`]); `now_ns` is `now` in
+    /// The allocation rate at `now` ([`Residency::alloc_rate`]); `now_ns` is `now` in
     /// nanoseconds since the cell's epoch (the atomic cell reads that, the plain one `now`).
-    fn rate(&self, now: Instant, now_ns: u64) -> f64;
+    fn rate(&self, now: Instant, now_ns: u64) -> AllocRate;
 }
 
 impl AllocCell for Cell<Residency> {
@@ -139,8 +140,8 @@ impl AllocCell for Cell<Residency> {
         r.on_alloc(tokens, now);
         Cell::set(self, r);
     }
-    fn rate(&self, now: Instant, _now_ns: u64) -> f64 {
-        Cell::get(self).rate(now)
+    fn rate(&self, now: Instant, _now_ns: u64) -> AllocRate {
+        Cell::get(self).alloc_rate(now)
     }
 }
 
@@ -168,8 +169,8 @@ impl AllocCell for AtomicAlloc {
         self.published.store(r.to_words(self.epoch));
     }
     #[inline]
-    fn rate(&self, _now: Instant, now_ns: u64) -> f64 {
-        crate::affinity::residency::rate_from_words(self.published.load(), now_ns)
+    fn rate(&self, _now: Instant, now_ns: u64) -> AllocRate {
+        crate::affinity::residency::alloc_rate_from_words(self.published.load(), now_ns)
     }
 }
 
@@ -246,8 +247,8 @@ pub struct LoadView {
     pub running_decodes: u32,
     /// KV-cache tokens the in-flight requests will hold at most.
     pub kv_reserved_tokens: u64,
-    /// KV-cache tokens allocated per second (time-averaged; 0: nothing yet).
-    pub kv_alloc_rate: f64,
+    /// KV-cache tokens allocated per second (time-averaged; evaluated on demand).
+    pub kv_alloc: AllocRate,
 }
 
 /// One backend's ledger (see the module docs).
@@ -362,7 +363,7 @@ impl<S: Storage> Ledger<S> {
             outstanding_prefill_sq: self.prefill_sq_units.get() as f64 / 1000.0,
             running_decodes: self.decoding.get() as u32,
             kv_reserved_tokens: self.kv_reserved.get(),
-            kv_alloc_rate: self.alloc.rate(now, now_ns),
+            kv_alloc: self.alloc.rate(now, now_ns),
         }
     }
 }
@@ -417,7 +418,7 @@ mod tests {
             (0, 0, 0)
         );
         assert_eq!((v.kv_reserved_tokens, v.outstanding_prefill_sq), (0, 0.0));
-        assert!(v.kv_alloc_rate > 0.0, "the allocations stay in the rate");
+        assert!(v.kv_alloc.per_s() > 0.0, "the allocations stay in the rate");
     }
 
     #[test]
@@ -444,7 +445,22 @@ mod tests {
         }
         for s in [5u64, 10, 60] {
             let now = t0 + Duration::from_secs(s);
-            assert_eq!(a.view(now), p.view(now));
+            let (va, vp) = (a.view(now), p.view(now));
+            // The atomic cell counts nanoseconds from its epoch, the plain one reads `Instant`s:
+            // the same rate to rounding.
+            let (ra, rp) = (va.kv_alloc.per_s(), vp.kv_alloc.per_s());
+            assert!(ra > 0.0 && (ra - rp).abs() <= 1e-12 * rp, "{ra} vs {rp}");
+            let alloc = AllocRate::NONE;
+            assert_eq!(
+                LoadView {
+                    kv_alloc: alloc,
+                    ..va
+                },
+                LoadView {
+                    kv_alloc: alloc,
+                    ..vp
+                }
+            );
         }
     }
 

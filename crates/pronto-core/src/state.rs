@@ -106,8 +106,35 @@ impl<S: Storage> BackendState<S> {
     /// two copies per backend per decision). Every field is written.
     #[inline]
     pub fn write_view(&self, v: &mut BackendView, settings: Settings, healthy: bool, now: Instant) {
-        // One clock reading for everything kept on the backend's epoch.
-        let now_ns = now.saturating_duration_since(self.epoch).as_nanos() as u64;
+        self.write_view_at(v, settings, healthy, now, self.ns_since_epoch(now));
+    }
+
+    /// The epoch this backend's ledger, model and engine state count time from: backends
+    /// that share one let a caller convert `now` once for all of them
+    /// ([`write_view_at`](Self::write_view_at)).
+    #[inline]
+    pub fn epoch(&self) -> Instant {
+        self.epoch
+    }
+
+    /// `now` in nanoseconds since [`epoch`](Self::epoch).
+    #[inline]
+    pub fn ns_since_epoch(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
+    /// [`write_view`](Self::write_view) with `now_ns` = [`ns_since_epoch`](Self::ns_since_epoch)`(now)`
+    /// already known.
+    #[inline]
+    pub fn write_view_at(
+        &self,
+        v: &mut BackendView,
+        settings: Settings,
+        healthy: bool,
+        now: Instant,
+        now_ns: u64,
+    ) {
+        debug_assert_eq!(now_ns, self.ns_since_epoch(now));
         let load = self.ledger.view_at(now, now_ns);
         // Exhaustive: a field added to the view does not compile until it is written here.
         let BackendView {
@@ -125,7 +152,7 @@ impl<S: Storage> BackendState<S> {
             cached_tokens,
             kv_reserved_tokens,
             kv_capacity_tokens,
-            kv_alloc_rate,
+            kv_alloc,
             ttft_model,
             tpot_model,
         } = v;
@@ -143,7 +170,7 @@ impl<S: Storage> BackendState<S> {
         *cached_tokens = 0;
         *kv_reserved_tokens = load.kv_reserved_tokens;
         *kv_capacity_tokens = self.kv_capacity();
-        *kv_alloc_rate = load.kv_alloc_rate;
+        *kv_alloc = load.kv_alloc;
         *ttft_model = Some(self.ttft.view_at(now_ns));
         *tpot_model = self.tpot.view();
     }

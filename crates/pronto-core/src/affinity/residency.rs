@@ -51,21 +51,26 @@ impl Residency {
     /// Tokens allocated per second, averaged over about [`RATE_TAU_S`] (over the time since
     /// the first allocation while that is shorter, so a cold start is not read as idle).
     pub fn rate(&self, now: Instant) -> f64 {
-        let (Some(last), Some(first)) = (self.last, self.first) else {
-            return 0.0;
-        };
-        rate_at(
-            self.decayed_tokens,
-            now.saturating_duration_since(last).as_secs_f64(),
-            last.saturating_duration_since(first).as_secs_f64(),
-            self.first_decay,
-        )
+        self.alloc_rate(now).per_s()
     }
 
-    /// The state as four words relative to `epoch` (for lock-free publication): the decayed
-    /// sum's bits, the last and first allocation times in nanoseconds since `epoch`
-    /// (`u64::MAX`: none) and the bits of exp(−(last − first)/τ). [`rate_from_words`] reads the
-    /// rate back from them.
+    /// The rate at `now` as a routing view carries it (evaluated on demand).
+    pub fn alloc_rate(&self, now: Instant) -> AllocRate {
+        let (Some(last), Some(first)) = (self.last, self.first) else {
+            return AllocRate::NONE;
+        };
+        AllocRate {
+            tau_over_sum: tau_over(self.decayed_tokens),
+            since_last_s: now.saturating_duration_since(last).as_secs_f64(),
+            first_to_last_s: last.saturating_duration_since(first).as_secs_f64(),
+            first_decay: self.first_decay,
+        }
+    }
+
+    /// The state as four words relative to `epoch` (for lock-free publication): the bits of
+    /// τ over the decayed sum, the last and first allocation times in nanoseconds since
+    /// `epoch` (`u64::MAX`: none) and the bits of exp(−(last − first)/τ).
+    /// [`alloc_rate_from_words`] reads the rate back from them.
     pub fn to_words(&self, epoch: Instant) -> [u64; 4] {
         let ns = |t: Option<Instant>| {
             t.map_or(u64::MAX, |t| {
@@ -73,7 +78,7 @@ impl Residency {
             })
         };
         [
-            self.decayed_tokens.to_bits(),
+            tau_over(self.decayed_tokens).to_bits(),
             ns(self.last),
             ns(self.first),
             self.first_decay.to_bits(),
@@ -89,41 +94,110 @@ impl Residency {
     }
 }
 
-/// [`Residency::rate`] from [`Residency::to_words`]' words, `now_ns` nanoseconds after their
-/// epoch: integer time arithmetic and one `exp`, what a routing view pays per backend.
-#[inline]
-pub fn rate_from_words(w: [u64; 4], now_ns: u64) -> f64 {
-    let [sum, last, first, first_decay] = w;
-    if last == u64::MAX || first == u64::MAX {
-        return 0.0;
-    }
-    rate_at(
-        f64::from_bits(sum),
-        now_ns.saturating_sub(last) as f64 * 1e-9,
-        last.saturating_sub(first) as f64 * 1e-9,
-        f64::from_bits(first_decay),
-    )
-}
-
-/// −1/τ: a multiplication where the routing path would otherwise divide (a view is built per
-/// backend per decision; a division costs several multiplications).
-const NEG_INV_TAU: f64 = -1.0 / RATE_TAU_S;
-
-/// The rate `since_last_s` after the last allocation, from the decayed sum then, the span
-/// from the first allocation to the last and exp(−that span/τ).
-#[inline]
-fn rate_at(decayed_tokens: f64, since_last_s: f64, first_to_last_s: f64, first_decay: f64) -> f64 {
-    let e = (since_last_s * NEG_INV_TAU).exp();
-    let span = since_last_s + first_to_last_s;
-    // ∫ exp(−s/τ) ds over the observed span (at least 1 s): the weight a constant rate would
-    // have. exp(−span/τ) = exp(−since_last/τ) · exp(−first_to_last/τ).
-    let tail = if span >= 1.0 {
-        e * first_decay
+/// τ / `decayed_tokens` (infinite when nothing was allocated): the division a rate read
+/// would otherwise pay, paid once per allocation instead.
+fn tau_over(decayed_tokens: f64) -> f64 {
+    if decayed_tokens > 0.0 {
+        RATE_TAU_S / decayed_tokens
     } else {
-        (-1.0 / RATE_TAU_S).exp()
-    };
-    decayed_tokens * e / (RATE_TAU_S * (1.0 - tail))
+        f64::INFINITY
+    }
 }
+
+/// [`Residency::alloc_rate`] from [`Residency::to_words`]' words, `now_ns` nanoseconds after
+/// their epoch: integer time arithmetic, no `exp` and no division — what a routing view pays
+/// per backend.
+#[inline]
+pub fn alloc_rate_from_words(w: [u64; 4], now_ns: u64) -> AllocRate {
+    let [tau_over_sum, last, first, first_decay] = w;
+    if last == u64::MAX || first == u64::MAX {
+        return AllocRate::NONE;
+    }
+    AllocRate {
+        tau_over_sum: f64::from_bits(tau_over_sum),
+        since_last_s: now_ns.saturating_sub(last) as f64 * 1e-9,
+        first_to_last_s: last.saturating_sub(first) as f64 * 1e-9,
+        first_decay: f64::from_bits(first_decay),
+    }
+}
+
+/// A backend's KV allocation rate as one routing decision reads it: [`Residency`]'s state at
+/// its last allocation and the time since, evaluated only where a decision needs it (the
+/// residency of a backend holding part of the prompt, the wait of one the prompt does not
+/// fit) — and then as its inverse, seconds per token, which takes one `exp` and no division:
+/// ```text
+/// rate = S·e / (τ·(1 − e·f))      e = exp(−since_last/τ), f = exp(−(last − first)/τ), S the decayed sum
+/// 1/rate = (τ/S)·(1/e − f)        (over the first second of traffic: (τ/S)·(1 − exp(−1/τ))/e)
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AllocRate {
+    /// τ over the decayed sum at the last allocation; infinite when nothing was allocated.
+    tau_over_sum: f64,
+    since_last_s: f64,
+    first_to_last_s: f64,
+    /// exp(−first_to_last_s/τ).
+    first_decay: f64,
+}
+
+impl AllocRate {
+    /// Nothing allocated yet: rate 0.
+    pub const NONE: AllocRate = AllocRate {
+        tau_over_sum: f64::INFINITY,
+        since_last_s: 0.0,
+        first_to_last_s: f64::INFINITY,
+        first_decay: 0.0,
+    };
+
+    /// A steady `tokens_per_s` (tests and tools); ≤ 0: [`AllocRate::NONE`].
+    pub fn constant(tokens_per_s: f64) -> AllocRate {
+        AllocRate {
+            tau_over_sum: if tokens_per_s > 0.0 {
+                1.0 / tokens_per_s
+            } else {
+                f64::INFINITY
+            },
+            ..AllocRate::NONE
+        }
+    }
+
+    /// Seconds per allocated token (infinite when nothing allocates).
+    #[inline]
+    pub fn secs_per_token(&self) -> f64 {
+        if self.tau_over_sum.is_infinite() {
+            return f64::INFINITY;
+        }
+        // 1/e, for exp(−since_last/τ).
+        let inv_e = (self.since_last_s * INV_TAU).exp();
+        // ∫ exp(−s/τ) ds over the observed span (at least 1 s): the weight a constant rate
+        // would have. exp(−span/τ)/e = exp(−first_to_last/τ) when the span reaches a second.
+        if self.since_last_s + self.first_to_last_s >= 1.0 {
+            self.tau_over_sum * (inv_e - self.first_decay)
+        } else {
+            self.tau_over_sum * (1.0 - FIRST_SECOND_DECAY) * inv_e
+        }
+    }
+
+    /// Tokens allocated per second (0 when nothing allocates).
+    pub fn per_s(&self) -> f64 {
+        let spt = self.secs_per_token();
+        if spt.is_finite() && spt > 0.0 {
+            1.0 / spt
+        } else {
+            0.0
+        }
+    }
+}
+
+impl Default for AllocRate {
+    fn default() -> Self {
+        AllocRate::NONE
+    }
+}
+
+/// 1/τ: a multiplication where a read would otherwise divide.
+const INV_TAU: f64 = 1.0 / RATE_TAU_S;
+/// exp(−1 s/τ): the decay over the shortest span a rate is averaged on.
+const FIRST_SECOND_DECAY: f64 = 0.967_216_100_482_005_9;
 
 /// Seconds a prefix recorded at a dispatch stays creditable: `max(capacity, pinned) / rate`;
 /// infinite when the capacity is unknown or nothing allocates.
@@ -138,14 +212,16 @@ fn rate_at(decayed_tokens: f64, since_last_s: f64, first_to_last_s: f64, first_d
 /// on the Mooncake traces at 95 % load that alone made `predicted_ttft` 2–2.75 × slower than
 /// `cache_aware` (`docs/benchmarks/eval-95-seeds`).
 #[inline]
-pub fn residency_s(
-    capacity_tokens: Option<f64>,
-    pinned_tokens: f64,
-    rate_tokens_per_s: f64,
-) -> f64 {
-    match capacity_tokens {
-        Some(c) if rate_tokens_per_s > 0.0 => c.max(pinned_tokens) / rate_tokens_per_s,
-        _ => f64::INFINITY,
+pub fn residency_s(capacity_tokens: Option<f64>, pinned_tokens: f64, rate: AllocRate) -> f64 {
+    // The rate is evaluated only when the capacity is known: its `exp` is the costly part.
+    let Some(c) = capacity_tokens else {
+        return f64::INFINITY;
+    };
+    let secs_per_token = rate.secs_per_token();
+    if secs_per_token.is_finite() {
+        c.max(pinned_tokens) * secs_per_token
+    } else {
+        f64::INFINITY
     }
 }
 
@@ -171,17 +247,20 @@ mod tests {
         let now = t0 + Duration::from_secs(300);
         let rate = r.rate(now);
         assert!((rate - 10_000.0).abs() / 10_000.0 < 0.05, "rate {rate}");
-        let res = residency_s(Some(100_000.0), 0.0, rate);
+        let res = residency_s(Some(100_000.0), 0.0, r.alloc_rate(now));
         assert!((res - 10.0).abs() < 0.6, "residency {res}");
         // Traffic stops: the rate decays, the residency grows.
         let later = now + Duration::from_secs(60);
-        assert!(residency_s(Some(100_000.0), 0.0, r.rate(later)) > 5.0 * res);
+        assert!(residency_s(Some(100_000.0), 0.0, r.alloc_rate(later)) > 5.0 * res);
         // Pinned tokens are held in flight first, then cycle like the rest: below the
         // capacity they do not change the window.
-        assert_eq!(residency_s(Some(100_000.0), 50_000.0, rate), res);
+        assert_eq!(
+            residency_s(Some(100_000.0), 50_000.0, r.alloc_rate(now)),
+            res
+        );
         // Reservations past the capacity mean requests stay in flight longer (Little's
         // law): the window grows with them instead of closing.
-        let over = residency_s(Some(100_000.0), 150_000.0, rate);
+        let over = residency_s(Some(100_000.0), 150_000.0, r.alloc_rate(now));
         assert!((over - 1.5 * res).abs() < 1e-9, "over capacity {over}");
     }
 
@@ -190,7 +269,7 @@ mod tests {
     fn the_published_words_give_the_same_rate() {
         let t0 = Instant::now();
         let mut r = Residency::default();
-        assert_eq!(rate_from_words(r.to_words(t0), 0), 0.0);
+        assert_eq!(alloc_rate_from_words(r.to_words(t0), 0), AllocRate::NONE);
         for i in 0..50u32 {
             r.on_alloc(
                 100.0 + f64::from(i),
@@ -201,7 +280,7 @@ mod tests {
         for later_ms in [0u64, 300, 1_000, 45_000, 600_000] {
             let now = t0 + Duration::from_millis(37 * 49 + later_ms);
             let ns = now.duration_since(t0).as_nanos() as u64;
-            let (a, b) = (r.rate(now), rate_from_words(w, ns));
+            let (a, b) = (r.rate(now), alloc_rate_from_words(w, ns).per_s());
             assert!(
                 (a - b).abs() <= 1e-9 * a.max(1.0),
                 "{later_ms} ms: {a} vs {b}"
@@ -251,8 +330,38 @@ mod tests {
             r.on_alloc(500.0, t0 + Duration::from_millis(100 * i));
         }
         // 10k tokens in 2 s (5k tokens/s): residency ≈ 10 s, not the 30-s-average's 3×.
-        let res = residency_s(Some(50_000.0), 0.0, r.rate(t0 + Duration::from_secs(2)));
+        let res = residency_s(
+            Some(50_000.0),
+            0.0,
+            r.alloc_rate(t0 + Duration::from_secs(2)),
+        );
         assert!((5.0..15.0).contains(&res), "residency {res}");
+    }
+
+    /// The inverse read gives the definition's rate, and the constants are what they say.
+    #[test]
+    fn seconds_per_token_invert_the_rate() {
+        assert_eq!(FIRST_SECOND_DECAY, (-1.0 / RATE_TAU_S).exp());
+        assert_eq!(INV_TAU, 1.0 / RATE_TAU_S);
+        assert_eq!(AllocRate::constant(2_000.0).secs_per_token(), 1.0 / 2_000.0);
+        assert_eq!(AllocRate::constant(2_000.0).per_s(), 2_000.0);
+        assert_eq!(AllocRate::constant(0.0), AllocRate::NONE);
+        assert!(AllocRate::NONE.secs_per_token().is_infinite());
+        assert_eq!(AllocRate::NONE.per_s(), 0.0);
+        let t0 = Instant::now();
+        let mut r = Residency::default();
+        r.on_alloc(0.0, t0);
+        assert_eq!(
+            r.rate(t0 + Duration::from_secs(1)),
+            0.0,
+            "nothing allocated"
+        );
+        r.on_alloc(600.0, t0 + Duration::from_millis(500));
+        for ms in [500u64, 900, 1_600, 40_000] {
+            let a = r.alloc_rate(t0 + Duration::from_millis(ms));
+            let (rate, spt) = (a.per_s(), a.secs_per_token());
+            assert!(rate > 0.0 && (rate * spt - 1.0).abs() < 1e-12, "{ms} ms");
+        }
     }
 
     #[test]
@@ -260,9 +369,9 @@ mod tests {
         let t0 = Instant::now();
         let mut r = Residency::default();
         assert_eq!(r.rate(t0), 0.0);
-        assert!(residency_s(Some(1e5), 0.0, r.rate(t0)).is_infinite());
+        assert!(residency_s(Some(1e5), 0.0, r.alloc_rate(t0)).is_infinite());
         r.on_alloc(1e6, t0);
-        assert!(residency_s(None, 0.0, r.rate(t0)).is_infinite());
-        assert!(residency_s(Some(1e5), 0.0, r.rate(t0)).is_finite());
+        assert!(residency_s(None, 0.0, r.alloc_rate(t0)).is_infinite());
+        assert!(residency_s(Some(1e5), 0.0, r.alloc_rate(t0)).is_finite());
     }
 }

@@ -41,6 +41,7 @@ pub use spec::{
     SeedParams, SpecError, MAX_VIRTUAL_NODES,
 };
 
+pub use crate::affinity::residency::AllocRate;
 use crate::ids::{BackendId, BackendKey};
 use crate::predict::{Coefficients, Quality, TpotCoefficients, TtftInputs};
 use crate::request::RequestFeatures;
@@ -92,10 +93,11 @@ pub struct BackendView {
     /// The engine's KV-cache capacity in tokens, when known (config hint or scrape).
     pub kv_capacity_tokens: Option<u64>,
     /// KV-cache tokens the backend allocates per second (its dispatched uncached prompts and
-    /// expected outputs, time-averaged; 0: unknown). In a steady state blocks are freed as fast
-    /// as they are taken, so this is also how fast room appears ([`BackendView::kv_wait_s`]),
-    /// and how fast an unused prefix is evicted ([`BackendView::cache_residency_s`]).
-    pub kv_alloc_rate: f64,
+    /// expected outputs, time-averaged; evaluated on demand, [`AllocRate`]). In a steady state
+    /// blocks are freed as fast as they are taken, so this is also how fast room appears
+    /// ([`BackendView::kv_wait_s`]), and how fast an unused prefix is evicted
+    /// ([`BackendView::cache_residency_s`]).
+    pub kv_alloc: AllocRate,
     /// The backend's learned TTFT model, when the caller keeps one.
     pub ttft_model: Option<TtftModelView>,
     /// The backend's learned TPOT model, once it predicts ([`crate::predict::tpot`]).
@@ -151,7 +153,7 @@ impl BackendView {
             cached_tokens: 0,
             kv_reserved_tokens: 0,
             kv_capacity_tokens: None,
-            kv_alloc_rate: 0.0,
+            kv_alloc: AllocRate::NONE,
             ttft_model: None,
             tpot_model: None,
         }
@@ -204,13 +206,13 @@ impl BackendView {
         crate::affinity::residency::residency_s(
             self.kv_capacity_tokens.filter(|&c| c > 0).map(|c| c as f64),
             self.kv_reserved_tokens as f64,
-            self.kv_alloc_rate,
+            self.kv_alloc,
         )
     }
 
     /// Expected seconds before `features` has room in this backend's KV cache: 0 when it fits
     /// ([`BackendView::kv_fits`]); else the tokens that do not fit over the rate at which the
-    /// backend's cache turns over ([`BackendView::kv_alloc_rate`]); infinite when that rate is
+    /// backend's cache turns over ([`BackendView::kv_alloc`]); infinite when that rate is
     /// unknown. An engine out of blocks queues the request (or preempts) until running
     /// requests finish, a wait the TTFT model cannot see in its inputs.
     #[inline]
@@ -221,10 +223,9 @@ impl BackendView {
         let overflow = (self.kv_reserved_tokens + self.kv_need(features)).saturating_sub(cap);
         if overflow == 0 {
             0.0
-        } else if self.kv_alloc_rate > 0.0 {
-            overflow as f64 / self.kv_alloc_rate
         } else {
-            f64::INFINITY
+            // Infinite when nothing allocates.
+            overflow as f64 * self.kv_alloc.secs_per_token()
         }
     }
 

@@ -288,7 +288,7 @@ mod tests {
     use super::*;
     use crate::predict::{Coefficients, Quality};
     use crate::routing::test_support::views;
-    use crate::routing::{BackendView, TtftModelView};
+    use crate::routing::{AllocRate, BackendView, TtftModelView};
 
     fn model(s_per_token: f64, samples: u32, rel_error: f64) -> Option<TtftModelView> {
         Some(TtftModelView {
@@ -505,23 +505,23 @@ mod tests {
         assert_eq!(v[0].kv_wait_s(&f), f64::INFINITY);
         assert_eq!(pick(&p, &v, &f).index, 1);
         // 10k tokens/s turn over: 50 ms of waiting, still the best (0.12 s).
-        v[0].kv_alloc_rate = 10_000.0;
+        v[0].kv_alloc = AllocRate::constant(10_000.0);
         let d = pick(&p, &v, &f);
         assert_eq!(d.index, 0);
         assert!((d.predicted_ttft_s.unwrap() - 0.12).abs() < 1e-9, "{d:?}");
         // 1k tokens/s: 0.5 s of waiting loses to b1's queue.
-        v[0].kv_alloc_rate = 1000.0;
+        v[0].kv_alloc = AllocRate::constant(1000.0);
         assert_eq!(pick(&p, &v, &f).index, 1);
         // b1 full too, with no known turnover: b0's known wait is the better bet.
         v[1].kv_reserved_tokens = 9000;
         assert_eq!(pick(&p, &v, &f).index, 0);
         // No wait known anywhere: the plain argmin.
-        v[0].kv_alloc_rate = 0.0;
+        v[0].kv_alloc = AllocRate::constant(0.0);
         assert_eq!(pick(&p, &v, &f).index, 0);
         // Unknown capacity always fits.
         v[1].kv_capacity_tokens = None;
         assert_eq!(v[1].kv_wait_s(&f), 0.0);
-        v[0].kv_alloc_rate = 1000.0;
+        v[0].kv_alloc = AllocRate::constant(1000.0);
         assert_eq!(pick(&p, &v, &f).index, 1);
     }
 
@@ -584,7 +584,7 @@ mod tests {
         assert_eq!(pick(&p, &v, &f).index, 0, "b0 meets both while it has room");
         v[0].kv_capacity_tokens = Some(10_000);
         v[0].kv_reserved_tokens = 10_000;
-        v[0].kv_alloc_rate = 1e9;
+        v[0].kv_alloc = AllocRate::constant(1e9);
         v[1].kv_capacity_tokens = Some(10_000);
         assert_eq!(pick(&p, &v, &f).index, 1);
     }

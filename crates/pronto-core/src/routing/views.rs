@@ -179,8 +179,20 @@ pub fn build<'s, B: RoutingBackend>(
     // Written in place: the buffer keeps its views between decisions.
     views.truncate(pool.backends.len());
     views.resize_with(pool.backends.len(), || BackendView::idle(""));
+    // `now` on the last backend's epoch: converted again only when a backend has another.
+    let mut clock: Option<(Instant, u64)> = None;
     for (v, b) in views.iter_mut().zip(pool.backends) {
-        b.state().write_view(v, b.settings(), b.healthy(now), now);
+        let state = b.state();
+        let epoch = state.epoch();
+        let now_ns = match clock {
+            Some((e, ns)) if e == epoch => ns,
+            _ => {
+                let ns = state.ns_since_epoch(now);
+                clock = Some((epoch, ns));
+                ns
+            }
+        };
+        state.write_view_at(v, b.settings(), b.healthy(now), now, now_ns);
         v.excluded = tried.contains(&v.id);
     }
     if features.block_hashes.is_empty() {
@@ -335,6 +347,60 @@ mod tests {
         let v = build(&pool, &f, now, true, &[], &mut scratch);
         assert_eq!(v[1].cached_tokens, f.prompt_tokens - 1);
         backends[0].0.ledger.release(&mut booking);
+    }
+
+    /// Backends counting time from different epochs each get `now` on their own: the same
+    /// booking at the same instant reads the same in every view, alone or beside the others.
+    #[test]
+    fn backends_with_different_epochs_read_the_same_clock() {
+        let t0 = Instant::now();
+        let epochs = [
+            t0,
+            t0 + Duration::from_millis(3),
+            t0,
+            t0 + Duration::from_millis(7),
+        ];
+        let backends: Vec<B> = epochs
+            .iter()
+            .enumerate()
+            .map(|(i, &e)| backend(i as u64, e))
+            .collect();
+        let at = t0 + Duration::from_millis(10);
+        let load = RequestLoad {
+            prefill_tokens: 500,
+            kv_tokens: 800,
+        };
+        let mut bookings: Vec<Booking> = backends
+            .iter()
+            .map(|b| b.0.ledger.book(load, at, true, None))
+            .collect();
+        let index = PrefixIndex::new(IndexConfig {
+            max_backends: 4,
+            ..IndexConfig::default()
+        });
+        let slots = [0, 1, 2, 3];
+        let pool = PoolRouting {
+            backends: &backends,
+            slots: &slots,
+            index: &index,
+            token_ratio: 1.0,
+        };
+        let now = t0 + Duration::from_millis(1_500);
+        let mut scratch = Scratch::default();
+        let v = build(&pool, &prompt(2), now, true, &[], &mut scratch).to_vec();
+        let rate = v[0].kv_alloc.per_s();
+        assert!(rate > 0.0);
+        for (i, view) in v.iter().enumerate() {
+            let alone = backends[i].0.view(backends[i].settings(), true, now);
+            assert_eq!(view.kv_alloc, alone.kv_alloc, "backend {i}");
+            assert!(
+                (view.kv_alloc.per_s() - rate).abs() <= 1e-9 * rate,
+                "backend {i}"
+            );
+        }
+        for (b, booking) in backends.iter().zip(&mut bookings) {
+            b.0.ledger.release(booking);
+        }
     }
 
     /// A prompt of `blocks` full blocks, hashed 1..=blocks.
