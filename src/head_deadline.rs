@@ -7,7 +7,10 @@
 //! read: once a head has begun, it must end (`\r\n\r\n`) before the deadline, or reads fail
 //! with `TimedOut` and pingora closes the connection. After the head, the body's deadlines are
 //! the proxy's; the next head on a keep-alive connection starts once the gateway has written
-//! its answer to the previous one. An HTTP/2 connection (the client preface `PRI * HTTP/2.0`,
+//! its answer to the previous one. The wait for that next head is not timed here but by
+//! pingora's keep-alive timeout (`limits.keepalive_timeout`): this wrapper cannot tell a client
+//! waiting between requests from one reading a long stream, and a read that failed mid-stream
+//! would end the stream as if the client had hung up. An HTTP/2 connection (the client preface `PRI * HTTP/2.0`,
 //! or ALPN `h2`) is not watched: h2 frames its own headers.
 //!
 //! The wrapper also keeps the edge's answers in one vocabulary. A head that misses its deadline
@@ -45,12 +48,12 @@ pub const MAX_HEAD_WIRE_BYTES: usize = 128 * 1024;
 /// Pingora's limit on header lines in one head (`MAX_HEADERS` in its HTTP/1 code); a head with
 /// more gets its canned 400, which is answered here as a 431.
 const PINGORA_MAX_HEADERS: usize = 256;
-/// How long a keep-alive connection may wait, its last answer sent, for its next request.
-pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// Waiting for the first byte of a head (no deadline: idle keep-alive is pingora's).
+    /// Waiting for the first byte of a head. A fresh connection has `header_timeout` to begin
+    /// one; after an answer the wait is pingora's keep-alive timeout (`limits.keepalive_timeout`,
+    /// set per request by the proxy), which applies only while pingora reads a head.
     Idle,
     /// A head has begun: `matched` bytes of `\r\n\r\n` seen at its end so far, `bytes` and
     /// `lines` (line feeds) read of it.
@@ -59,7 +62,8 @@ enum State {
         bytes: usize,
         lines: usize,
     },
-    /// Past a head: body or answer; the next head starts after the gateway writes.
+    /// Past a head: body or answer; the next head starts after the gateway writes. No deadline
+    /// here: the relay's hang-up probe reads in this state for as long as a stream lasts.
     AfterHead { wrote: bool },
     /// Not watched (HTTP/2).
     Off,
@@ -246,11 +250,6 @@ impl<T: IO> AsyncRead for HeadDeadline<T> {
             buf.put_slice(&this.replay[..n]);
             this.replay.drain(..n);
             return Poll::Ready(Ok(()));
-        }
-        if this.timer.is_none() && this.state == (State::AfterHead { wrote: true }) {
-            // The answer is out and the next head is awaited: an idle keep-alive connection
-            // is closed after KEEPALIVE_IDLE.
-            this.timer = Some(Box::pin(tokio::time::sleep(KEEPALIVE_IDLE)));
         }
         if let Some(t) = this.timer.as_mut() {
             if t.as_mut().poll(cx).is_ready() {

@@ -247,6 +247,7 @@ fn annotated_example_sets_every_field() {
         header_timeout,
         body_timeout,
         write_timeout,
+        keepalive_timeout,
         min_send_rate,
         max_buffered_bytes,
         max_connections,
@@ -254,7 +255,7 @@ fn annotated_example_sets_every_field() {
     assert!(max_body_bytes.is_some() && connect_timeout.is_some());
     assert!(first_token_timeout.is_some() && idle_timeout.is_some());
     assert!(request_timeout.is_some() && header_timeout.is_some() && body_timeout.is_some());
-    assert!(write_timeout.is_some() && min_send_rate.is_some());
+    assert!(write_timeout.is_some() && keepalive_timeout.is_some() && min_send_rate.is_some());
     assert!(max_buffered_bytes.is_some() && max_connections.is_some());
     assert!(retry.expect("retry").max_retries.is_some());
     let file::ReloadFile {

@@ -294,6 +294,99 @@ async fn slowloris_body_is_cut_off_by_the_idle_timeout() {
     assert_eq!(b.requests(), 0);
 }
 
+/// Read one HTTP/1.1 response from `s` (a `Content-Length` or chunked body), up to 20 s.
+async fn read_response(s: &mut tokio::net::TcpStream) -> String {
+    let mut buf = Vec::new();
+    let complete = |b: &[u8]| {
+        let text = String::from_utf8_lossy(b);
+        let Some(head_end) = text.find("\r\n\r\n") else {
+            return false;
+        };
+        let head = text[..head_end].to_ascii_lowercase();
+        let body = &b[head_end + 4..];
+        match head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|n| n.trim().parse::<usize>().ok())
+        {
+            Some(n) => body.len() >= n,
+            None => body.ends_with(b"0\r\n\r\n"),
+        }
+    };
+    let read = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut chunk = [0u8; 4096];
+        while !complete(&buf) {
+            let n = s.read(&mut chunk).await.unwrap();
+            assert!(
+                n > 0,
+                "closed mid-response: {}",
+                String::from_utf8_lossy(&buf)
+            );
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await;
+    assert!(
+        read.is_ok(),
+        "no complete response: {}",
+        String::from_utf8_lossy(&buf)
+    );
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalive_timeout_closes_idle_connections_but_never_cuts_a_stream() {
+    // A stream of about 3 s through a gateway whose keep-alive timeout is 1 s: the wait for the
+    // next request starts when the answer is complete, so the stream ends with [DONE] and the
+    // connection then serves another request before it is closed for idleness.
+    let b = TestBackend::start(
+        "b0",
+        Behavior {
+            tokens: 6,
+            token_delay: Duration::from_millis(500),
+            ..Behavior::default()
+        },
+    )
+    .await;
+    let gw = Gateway::start(&config_yaml(
+        &pool("m", "round_robin", &[b.url()]),
+        "limits: {keepalive_timeout: 1s}\n",
+    ));
+    let request = |stream: bool| {
+        let mut json: serde_json::Value = serde_json::from_slice(&body("m")).unwrap();
+        json["stream"] = stream.into();
+        let json = json.to_string();
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{json}",
+            json.len()
+        )
+    };
+    let mut s = tokio::net::TcpStream::connect(gw.listen).await.unwrap();
+    s.write_all(request(true).as_bytes()).await.unwrap();
+    let streamed = read_response(&mut s).await;
+    assert_eq!(status_of(&streamed), 200, "{streamed}");
+    assert!(streamed.contains("data: [DONE]"), "{streamed}");
+    assert!(!streamed.contains("\"error\""), "{streamed}");
+
+    // Well within the timeout, the connection is still there for the next request.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    b.set(|b| b.token_delay = Duration::ZERO);
+    s.write_all(request(false).as_bytes()).await.unwrap();
+    let second = read_response(&mut s).await;
+    assert_eq!(status_of(&second), 200, "{second}");
+    assert_eq!(b.requests(), 2);
+
+    // Then nothing: the gateway closes the idle connection, without an answer.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest)).await;
+    assert!(
+        closed.is_ok(),
+        "the idle keep-alive connection was not closed"
+    );
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+}
+
 // === bounded in-process fuzzing (seeded; the cargo-fuzz targets in fuzz/ go further) ===
 
 /// Mutations of valid request bodies and SSE streams: byte flips, truncations, splices and

@@ -32,6 +32,7 @@ impl Config {
                 "header_timeout": format_duration(self.limits.header_timeout),
                 "body_timeout": format_duration(self.limits.body_timeout),
                 "write_timeout": format_duration(self.limits.write_timeout),
+                "keepalive_timeout": format_duration(self.limits.keepalive_timeout),
                 "min_send_rate": self.limits.min_send_rate.map(format_size),
                 "max_buffered_bytes": format_size(self.limits.max_buffered_bytes),
                 "max_connections": self.limits.max_connections,

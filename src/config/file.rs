@@ -155,6 +155,8 @@ pub struct LimitsFile {
     pub body_timeout: Option<Quantity>,
     /// Longest a write to a client may wait for it to read.
     pub write_timeout: Option<Quantity>,
+    /// How long an idle keep-alive connection waits for its next request.
+    pub keepalive_timeout: Option<Quantity>,
     /// Bytes per second a client must read at least (a larger write gets a longer deadline).
     pub min_send_rate: Option<Quantity>,
     /// Request body bytes buffered at once, over all requests.

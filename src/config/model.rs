@@ -42,6 +42,8 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default deadline for one write to a client that does not read.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default wait of an idle keep-alive connection for its next request.
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default budget of request bytes buffered at once (bodies are held until routed and sent).
 pub const DEFAULT_MAX_BUFFERED_BYTES: u64 = 512 << 20;
 /// Default cap on open client connections.
@@ -162,6 +164,10 @@ pub struct Limits {
     /// A client that reads nothing for this long while a write waits is gone: its stream ends
     /// and the upstream request is cancelled.
     pub write_timeout: Duration,
+    /// A keep-alive connection whose last answer is complete waits this long for its next
+    /// request head, then is closed (whole seconds: pingora's granularity). Never applies
+    /// while an answer is still streaming.
+    pub keepalive_timeout: Duration,
     /// With a minimum send rate (bytes/s), a large write may wait `len / rate` instead.
     pub min_send_rate: Option<u64>,
     /// Budget of request body bytes buffered at once over all requests; a request over it
@@ -485,6 +491,7 @@ impl Default for Limits {
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
+            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
             min_send_rate: None,
             max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
             max_connections: DEFAULT_MAX_CONNECTIONS,

@@ -80,6 +80,10 @@ fn schema_value() -> Value {
                     "A write to a client that does not read fails after this: the stream ends, the upstream request is cancelled",
                     DEFAULT_WRITE_TIMEOUT
                 ),
+                "keepalive_timeout": duration(
+                    "An idle keep-alive connection, its last answer complete, is closed after this (whole seconds)",
+                    DEFAULT_KEEPALIVE_TIMEOUT
+                ),
                 "min_send_rate": {
                     "description": "Minimum bytes per second a client must read (a larger write may wait len / rate)",
                     "$ref": "#/$defs/size",

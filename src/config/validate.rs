@@ -312,6 +312,22 @@ impl Checker {
         }
     }
 
+    /// A positive duration in whole seconds (a keep-alive timeout: pingora counts seconds);
+    /// `default` when absent or invalid.
+    pub(super) fn whole_seconds(
+        &mut self,
+        q: Option<&Quantity>,
+        path: &str,
+        default: Duration,
+    ) -> Duration {
+        let d = self.duration(q, path, default);
+        if d.subsec_nanos() != 0 {
+            self.error(path, format!("must be whole seconds, got {d:?}"));
+            return default;
+        }
+        d
+    }
+
     /// An integer in `min..=u32::MAX`; `default` when absent or invalid.
     pub(super) fn count(&mut self, value: Option<u64>, path: &str, min: u64, default: u32) -> u32 {
         match value {

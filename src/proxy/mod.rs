@@ -114,6 +114,12 @@ impl Proxy {
         // the relay ends and the upstream request is dropped (its engine slot freed).
         let limits = state.config.limits;
         session.set_write_timeout(Some(limits.write_timeout));
+        // Pingora keeps an HTTP/1.1 connection alive without end between requests unless told
+        // otherwise; it applies this timeout only while it waits for the next head, never
+        // while an answer streams. (Validation keeps it at whole seconds, at least one.)
+        if session.get_keepalive().is_some() {
+            session.set_keepalive(Some(limits.keepalive_timeout.as_secs()));
+        }
         if let Some(rate) = limits.min_send_rate {
             session.set_min_send_rate(Some(rate as usize));
         }

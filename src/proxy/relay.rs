@@ -217,8 +217,12 @@ impl Relay<'_> {
                     }
                 },
                 r = client.read_body_or_idle(true) => {
-                    // Any outcome here means the client went away (or broke protocol).
+                    // Any outcome here means the client went away (or its connection broke).
+                    // Close it: pingora would otherwise end a chunked body cleanly after we
+                    // return, and a client still there would take a cut stream as complete.
                     tracing::debug!(request_id, result = ?r.map(|b| b.map(|b| b.len())), "client gone");
+                    client.set_keepalive(None);
+                    let _ = client.shutdown().await;
                     out.end = RelayEnd::ClientGone;
                     return out;
                 }

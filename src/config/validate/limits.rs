@@ -52,6 +52,11 @@ impl Checker {
                 "limits.write_timeout",
                 DEFAULT_WRITE_TIMEOUT,
             ),
+            keepalive_timeout: self.whole_seconds(
+                l.keepalive_timeout.as_ref(),
+                "limits.keepalive_timeout",
+                DEFAULT_KEEPALIVE_TIMEOUT,
+            ),
             min_send_rate: l
                 .min_send_rate
                 .as_ref()
