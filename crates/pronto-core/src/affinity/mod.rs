@@ -435,15 +435,12 @@ fn read_lock(lock: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
 }
 
 /// `x.ceil() as u64` for `x ≥ 0` without a libm call (the baseline x86-64 target has no
-/// rounding instruction).
+/// rounding instruction), and through `i64`, whose conversions are one instruction each there
+/// (the unsigned ones are sequences). Saturates at `i64::MAX` ticks, far beyond any age.
 #[inline]
 fn ceil_ticks(x: f64) -> u64 {
-    let t = x as u64;
-    if (t as f64) < x {
-        t + 1
-    } else {
-        t
-    }
+    let t = x as i64;
+    t.saturating_add(i64::from((t as f64) < x)).max(0) as u64
 }
 
 // === impl EntryMemo ===

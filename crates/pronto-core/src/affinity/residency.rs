@@ -19,6 +19,8 @@
 
 use std::time::Instant;
 
+use crate::time::secs_from_ns;
+
 /// Time constant of the allocation-rate average, seconds.
 pub const RATE_TAU_S: f64 = 30.0;
 
@@ -115,8 +117,8 @@ pub fn alloc_rate_from_words(w: [u64; 4], now_ns: u64) -> AllocRate {
     }
     AllocRate {
         tau_over_sum: f64::from_bits(tau_over_sum),
-        since_last_s: now_ns.saturating_sub(last) as f64 * 1e-9,
-        first_to_last_s: last.saturating_sub(first) as f64 * 1e-9,
+        since_last_s: secs_from_ns(now_ns.saturating_sub(last)),
+        first_to_last_s: secs_from_ns(last.saturating_sub(first)),
         first_decay: f64::from_bits(first_decay),
     }
 }

@@ -580,3 +580,12 @@ proptest! {
         prop_assert_eq!(got[backend] as usize, h.len());
     }
 }
+
+#[test]
+fn ceil_ticks_is_the_ceiling() {
+    for x in [0.0, 0.25, 1.0, 1.5, 2.0 - 1e-12, 1e6 + 0.5, 4.5e15, 9.0e18] {
+        assert_eq!(ceil_ticks(x), x.ceil() as u64, "{x}");
+    }
+    assert_eq!(ceil_ticks(f64::NAN), 0);
+    assert_eq!(ceil_ticks(1e30), i64::MAX as u64);
+}

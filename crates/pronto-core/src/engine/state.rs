@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 
 use crate::seq_cell::SeqCell;
+use crate::time::secs_from_ns;
 
 use super::metrics::EngineSample;
 use crate::routing::EngineLoad;
@@ -153,7 +154,7 @@ impl EngineState {
         let guard = self.last.load();
         let s = guard.as_deref()?;
         let age_ns = self.ns(now).saturating_sub(s.at_ns);
-        (age_ns <= s.stale_after_ns).then_some((s.sample, age_ns as f64 * 1e-9))
+        (age_ns <= s.stale_after_ns).then_some((s.sample, secs_from_ns(age_ns)))
     }
 
     /// The routing view: engine load with its age, or `None` when there is no trustworthy
@@ -178,7 +179,7 @@ impl EngineState {
             waiting: f64::from_bits(waiting),
             running: f64::from_bits(running),
             kv_usage: f64::from_bits(kv_usage),
-            age_s: age_ns as f64 * 1e-9,
+            age_s: secs_from_ns(age_ns),
         })
     }
 
@@ -198,7 +199,7 @@ impl EngineState {
             "consecutive_failures": self.consecutive_failures(),
         });
         if let Some(s) = self.last() {
-            let age_s = self.ns(now).saturating_sub(s.at_ns) as f64 * 1e-9;
+            let age_s = secs_from_ns(self.ns(now).saturating_sub(s.at_ns));
             let m = &s.sample;
             v["flavor"] = m.flavor.as_str().into();
             v["waiting"] = m.waiting.into();

@@ -86,7 +86,7 @@ impl TtftModel {
             since_last_observation_s: if w[7] == NEVER {
                 f64::INFINITY
             } else {
-                now_ns.saturating_sub(w[7]) as f64 * 1e-9
+                crate::time::secs_from_ns(now_ns.saturating_sub(w[7]))
             },
         }
     }
