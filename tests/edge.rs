@@ -387,6 +387,64 @@ async fn keepalive_timeout_closes_idle_connections_but_never_cuts_a_stream() {
     assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_half_closes_mid_stream_never_sees_it_complete() {
+    // A FIN from the client mid-stream reads as a hang-up: the gateway cancels the upstream
+    // request and closes the connection. It must not end the chunked body cleanly, or a client
+    // still reading would take the cut stream for a complete one.
+    let b = TestBackend::start(
+        "b0",
+        Behavior {
+            tokens: 100_000,
+            token_delay: Duration::from_millis(5),
+            ..Behavior::default()
+        },
+    )
+    .await;
+    let gw = Gateway::start(&config_yaml(&pool("m", "round_robin", &[b.url()]), ""));
+    let mut json: serde_json::Value = serde_json::from_slice(&body("m")).unwrap();
+    json["stream"] = true.into();
+    let json = json.to_string();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{json}",
+        json.len()
+    );
+    let mut s = tokio::net::TcpStream::connect(gw.listen).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut seen = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("data: ") {
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut chunk))
+            .await
+            .expect("the stream started")
+            .unwrap();
+        assert!(n > 0, "closed before the first event");
+        seen.extend_from_slice(&chunk[..n]);
+    }
+    s.shutdown().await.unwrap();
+    let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut seen)).await;
+    assert!(read.is_ok(), "the gateway kept the connection open");
+    let text = String::from_utf8_lossy(&seen);
+    assert_eq!(status_of(&text), 200, "{text}");
+    assert!(!text.ends_with("0\r\n\r\n"), "the cut stream ended cleanly");
+    assert!(!text.contains("[DONE]"), "{text}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while b
+        .state
+        .seen
+        .cancelled
+        .load(std::sync::atomic::Ordering::SeqCst)
+        == 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the upstream request was not cancelled"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 // === bounded in-process fuzzing (seeded; the cargo-fuzz targets in fuzz/ go further) ===
 
 /// Mutations of valid request bodies and SSE streams: byte flips, truncations, splices and
