@@ -385,6 +385,22 @@ async fn keepalive_timeout_closes_idle_connections_but_never_cuts_a_stream() {
         "the idle keep-alive connection was not closed"
     );
     assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+
+    // Over HTTP/2 (h2c) too: a stream longer than the timeout is not cut.
+    b.set(|b| b.token_delay = Duration::from_millis(500));
+    let mut json: serde_json::Value = serde_json::from_slice(&body("m")).unwrap();
+    json["stream"] = true.into();
+    let r = common::client(true)
+        .post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(json.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    assert!(!text.contains("\"error\""), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
