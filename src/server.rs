@@ -236,8 +236,13 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
             Arc::clone(&decisions),
         ),
     );
+    // An HTTP/2 connection with no stream open is closed after the keep-alive timeout, as an
+    // idle HTTP/1.1 one is (pingora keeps it forever otherwise: a client that sends the
+    // preface and nothing more would hold a connection slot). Read at start.
+    let h2_idle = Some(state.load().config.limits.keepalive_timeout);
     let mut opts = HttpServerOptions::default();
     opts.h2c = true;
+    opts.h2_idle_timeout = h2_idle;
     proxy.server_options = Some(opts);
     let tls = state.load().resources.tls().cloned();
     let acceptor = match &tls {
@@ -285,6 +290,7 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
     ));
     let mut opts = HttpServerOptions::default();
     opts.h2c = true;
+    opts.h2_idle_timeout = h2_idle;
     admin_app.server_options = Some(opts);
     // The admin listener keeps answering during a drain (health probes, metrics).
     let (_admin_stop, admin_stop) = watch::channel(false);

@@ -386,6 +386,17 @@ async fn keepalive_timeout_closes_idle_connections_but_never_cuts_a_stream() {
     );
     assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
 
+    // An HTTP/2 connection that opens no stream is closed after the timeout too (pingora
+    // would keep it forever): the h2c preface and an empty SETTINGS frame, then nothing.
+    let mut h2 = tokio::net::TcpStream::connect(gw.listen).await.unwrap();
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let mut frames = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), h2.read_to_end(&mut frames)).await;
+    assert!(closed.is_ok(), "the idle HTTP/2 connection was not closed");
+    assert!(!frames.is_empty(), "the gateway answered the preface");
+
     // Over HTTP/2 (h2c) too: a stream longer than the timeout is not cut.
     b.set(|b| b.token_delay = Duration::from_millis(500));
     let mut json: serde_json::Value = serde_json::from_slice(&body("m")).unwrap();

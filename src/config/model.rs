@@ -165,8 +165,9 @@ pub struct Limits {
     /// and the upstream request is cancelled.
     pub write_timeout: Duration,
     /// A keep-alive connection whose last answer is complete waits this long for its next
-    /// request head, then is closed (whole seconds: pingora's granularity). Never applies
-    /// while an answer is still streaming.
+    /// request head, then is closed (whole seconds: pingora's granularity); an HTTP/2
+    /// connection, once no stream is open (read at start, not on reload). Never applies while
+    /// an answer is still streaming.
     pub keepalive_timeout: Duration,
     /// With a minimum send rate (bytes/s), a large write may wait `len / rate` instead.
     pub min_send_rate: Option<u64>,

@@ -81,7 +81,7 @@ fn schema_value() -> Value {
                     DEFAULT_WRITE_TIMEOUT
                 ),
                 "keepalive_timeout": duration(
-                    "An idle keep-alive connection, its last answer complete, is closed after this (whole seconds)",
+                    "An idle keep-alive connection (its last answer complete; HTTP/2: no stream open) is closed after this (whole seconds)",
                     DEFAULT_KEEPALIVE_TIMEOUT
                 ),
                 "min_send_rate": {
