@@ -247,6 +247,44 @@ def _():
     return "freed" if freed else "still in flight", 0, freed
 
 
+def until_closed(s, bound):
+    """Read `s` until the gateway closes it or `bound` seconds pass: (bytes, seconds, closed)."""
+    s.settimeout(bound)
+    t = time.monotonic()
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                return out, time.monotonic() - t, True
+            out += b
+    except socket.timeout:
+        return out, time.monotonic() - t, False
+    except ConnectionResetError:
+        return out, time.monotonic() - t, True
+
+
+@case("idle keep-alive connection after an answer", f"closed within keepalive_timeout ({L['keepalive_timeout']}), no bytes")
+def _():
+    c = http.client.HTTPConnection(*GW, timeout=10)
+    c.request("POST", "/v1/chat/completions", chat(MODEL, "keep-alive"), {"content-type": "application/json"})
+    r = c.getresponse()
+    r.read()
+    rest, took, closed = until_closed(c.sock, 10)
+    c.close()
+    ok = r.status == 200 and closed and not rest
+    return f"{r.status}, then closed after {took:.1f} s" if closed else "still open after 10 s", 0, ok
+
+
+@case("HTTP/2 preface, then silence", f"closed within keepalive_timeout ({L['keepalive_timeout']})")
+def _():
+    s = socket.create_connection(GW)
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+    _, took, closed = until_closed(s, 10)
+    s.close()
+    return f"closed after {took:.1f} s" if closed else "still open after 10 s", 0, closed
+
+
 # === malformed input ===
 
 def malformed(name, data, expect_status, expect_code):
@@ -336,6 +374,14 @@ def stream_outcome(model, content):
         return "lost"
     finally:
         c.close()
+
+
+@case("stream longer than keepalive_timeout", "ends with [DONE]")
+def _():
+    t = time.monotonic()
+    outcome = stream_outcome(MODEL, "a long answer")
+    took = time.monotonic() - t
+    return f"{outcome} after {took:.1f} s", int(outcome == "lost"), outcome == "complete"
 
 
 @case("backend crashes mid-stream (crash-0 crashes every 3 s)", "every stream completes or ends with an error event")

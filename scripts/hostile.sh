@@ -55,6 +55,7 @@ done
   echo "  header_timeout: 1s"
   echo "  body_timeout: 2s"
   echo "  write_timeout: 1s"
+  echo "  keepalive_timeout: 2s"
   echo "  request_timeout: 2s"
   echo "  max_connections: 64"
   echo "  max_buffered_bytes: 8MiB"
@@ -93,7 +94,7 @@ print(json.dumps({
     "crash_model": "crash-model",
     "errors_model": "errors-model", "flap_model": "flap-model", "down_model": "down-model",
     "down_fleet_cmd": [pronto, "sim-fleet", "--config", f"{out}/fleet-down.yaml"],
-    "limits": {"write_timeout": "1s", "header_timeout": "1s", "body_timeout": "2s",
+    "limits": {"write_timeout": "1s", "header_timeout": "1s", "body_timeout": "2s", "keepalive_timeout": "2s",
                "request_timeout": "2s", "max_connections": 64, "max_buffered_bytes": "8MiB"},
 }))
 PY
