@@ -248,3 +248,27 @@ pools:
          p.yaml:9:41: pools.n.policy.alpha: unknown parameter for `power_of_two`; valid parameters: seed"
     );
 }
+
+#[test]
+fn keepalive_timeout_is_whole_seconds() {
+    let pool = "pools:\n  m:\n    backends:\n      - {name: a, url: 'http://127.0.0.1:8001'}\n";
+    let err = Config::from_yaml_str(
+        &format!("limits: {{keepalive_timeout: 1500ms}}\n{pool}"),
+        "p.yaml",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("limits.keepalive_timeout: must be whole seconds, got 1.5s"),
+        "{err}"
+    );
+    let c = Config::from_yaml_str(
+        &format!("limits: {{keepalive_timeout: 2m}}\n{pool}"),
+        "p.yaml",
+    )
+    .unwrap();
+    assert_eq!(
+        c.limits.keepalive_timeout,
+        std::time::Duration::from_secs(120)
+    );
+}

@@ -435,21 +435,6 @@ fn durations_must_parse_and_be_positive() {
 }
 
 #[test]
-fn keepalive_timeout_is_whole_seconds() {
-    let yaml = format!("limits: {{keepalive_timeout: 1500ms}}\n{POOL}");
-    assert_eq!(
-        errors(&yaml),
-        vec![pair(
-            "limits.keepalive_timeout",
-            "must be whole seconds, got 1.5s"
-        )]
-    );
-    let yaml = format!("limits: {{keepalive_timeout: 2m}}\n{POOL}");
-    let config = crate::config::Config::from_yaml_str(&yaml, "test").unwrap();
-    assert_eq!(config.limits.keepalive_timeout, Duration::from_secs(120));
-}
-
-#[test]
 fn body_limit_between_1kib_and_1gib() {
     for (value, expected) in [("1024", 1024), ("512KiB", 512 << 10), ("1GiB", 1 << 30)] {
         let yaml = format!("limits: {{max_body_bytes: {value}}}\n{POOL}");
