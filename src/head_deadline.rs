@@ -10,8 +10,9 @@
 //! its answer to the previous one. The wait for that next head is not timed here but by
 //! pingora's keep-alive timeout (`limits.keepalive_timeout`): this wrapper cannot tell a client
 //! waiting between requests from one reading a long stream, and a read that failed mid-stream
-//! would end the stream as if the client had hung up. An HTTP/2 connection (the client preface `PRI * HTTP/2.0`,
-//! or ALPN `h2`) is not watched: h2 frames its own headers.
+//! would end the stream as if the client had hung up. An HTTP/2 connection (the client
+//! preface `PRI * HTTP/2.0`, or ALPN `h2`) is not watched: h2 frames its own headers, and its
+//! idle connections are pingora's `h2_idle_timeout` (set from the same limit).
 //!
 //! The wrapper also keeps the edge's answers in one vocabulary. A head that misses its deadline
 //! gets a 408 and one longer than [`MAX_HEAD_WIRE_BYTES`] a 431 (OpenAI-style JSON, written
