@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{config_yaml, pool, Behavior, Gateway, TestBackend};
+use common::{chat_body, client, config_yaml, pool, Behavior, Gateway, TestBackend};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const KEY_A: &str = "sk-team-a-0123456789";
@@ -207,6 +207,19 @@ async fn raw(gw: &Gateway, raw: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The head of a `POST /v1/chat/completions` with a `len`-byte JSON body.
+fn post_head(len: usize) -> String {
+    format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {len}\r\n\r\n"
+    )
+}
+
+/// A whole `POST /v1/chat/completions` carrying `body`.
+fn post(body: &[u8]) -> Vec<u8> {
+    [post_head(body.len()).as_bytes(), body].concat()
+}
+
 fn status_of(resp: &str) -> u16 {
     resp.split(' ')
         .nth(1)
@@ -278,10 +291,7 @@ async fn slowloris_body_is_cut_off_by_the_idle_timeout() {
         "limits: {idle_timeout: 500ms, first_token_timeout: 400ms}\n",
     ));
     let json = body("m");
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
-        json.len()
-    );
+    let head = post_head(json.len());
     let mut s = tokio::net::TcpStream::connect(gw.listen).await.unwrap();
     s.write_all(head.as_bytes()).await.unwrap();
     s.write_all(&json[..10]).await.unwrap();
@@ -352,18 +362,8 @@ async fn keepalive_timeout_closes_idle_connections_but_never_cuts_a_stream() {
         &pool("m", "round_robin", &[b.url()]),
         "limits: {keepalive_timeout: 1s}\n",
     ));
-    let request = |stream: bool| {
-        let mut json: serde_json::Value = serde_json::from_slice(&body("m")).unwrap();
-        json["stream"] = stream.into();
-        let json = json.to_string();
-        format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n{json}",
-            json.len()
-        )
-    };
     let mut s = tokio::net::TcpStream::connect(gw.listen).await.unwrap();
-    s.write_all(request(true).as_bytes()).await.unwrap();
+    s.write_all(&post(&chat_body(100, true))).await.unwrap();
     let streamed = read_response(&mut s).await;
     assert_eq!(status_of(&streamed), 200, "{streamed}");
     assert!(streamed.contains("data: [DONE]"), "{streamed}");
@@ -372,7 +372,7 @@ async fn keepalive_timeout_closes_idle_connections_but_never_cuts_a_stream() {
     // Well within the timeout, the connection is still there for the next request.
     tokio::time::sleep(Duration::from_millis(200)).await;
     b.set(|b| b.token_delay = Duration::ZERO);
-    s.write_all(request(false).as_bytes()).await.unwrap();
+    s.write_all(&post(&chat_body(100, false))).await.unwrap();
     let second = read_response(&mut s).await;
     assert_eq!(status_of(&second), 200, "{second}");
     assert_eq!(b.requests(), 2);
@@ -399,12 +399,10 @@ async fn keepalive_timeout_closes_idle_connections_but_never_cuts_a_stream() {
 
     // Over HTTP/2 (h2c) too: a stream longer than the timeout is not cut.
     b.set(|b| b.token_delay = Duration::from_millis(500));
-    let mut json: serde_json::Value = serde_json::from_slice(&body("m")).unwrap();
-    json["stream"] = true.into();
-    let r = common::client(true)
+    let r = client(true)
         .post(gw.url("/v1/chat/completions"))
         .header("content-type", "application/json")
-        .body(json.to_string())
+        .body(chat_body(100, true))
         .send()
         .await
         .unwrap();
@@ -429,16 +427,8 @@ async fn a_client_that_half_closes_mid_stream_never_sees_it_complete() {
     )
     .await;
     let gw = Gateway::start(&config_yaml(&pool("m", "round_robin", &[b.url()]), ""));
-    let mut json: serde_json::Value = serde_json::from_slice(&body("m")).unwrap();
-    json["stream"] = true.into();
-    let json = json.to_string();
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{json}",
-        json.len()
-    );
     let mut s = tokio::net::TcpStream::connect(gw.listen).await.unwrap();
-    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&post(&chat_body(100, true))).await.unwrap();
     let mut seen = Vec::new();
     let mut chunk = [0u8; 4096];
     while !String::from_utf8_lossy(&seen).contains("data: ") {

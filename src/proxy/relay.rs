@@ -218,11 +218,9 @@ impl Relay<'_> {
                 },
                 r = client.read_body_or_idle(true) => {
                     // Any outcome here means the client went away (or its connection broke).
-                    // Close it: pingora would otherwise end a chunked body cleanly after we
-                    // return, and a client still there would take a cut stream as complete.
+                    // Cut it: a client still there must not take the stream as complete.
                     tracing::debug!(request_id, result = ?r.map(|b| b.map(|b| b.len())), "client gone");
-                    client.set_keepalive(None);
-                    let _ = client.shutdown().await;
+                    cut(client).await;
                     out.end = RelayEnd::ClientGone;
                     return out;
                 }
@@ -246,9 +244,8 @@ impl Relay<'_> {
                 }
             } else {
                 // A fixed-length or chunked body cannot be ended cleanly without lying about
-                // its completeness: close the connection so the client sees the truncation.
-                client.set_keepalive(None);
-                let _ = client.shutdown().await;
+                // its completeness.
+                cut(client).await;
             }
             return out;
         }
@@ -268,6 +265,13 @@ impl Relay<'_> {
         };
         out
     }
+}
+
+/// Close the client's connection mid-answer so that it sees a truncation: after the relay
+/// returns, pingora would otherwise end a chunked body cleanly (and reuse the connection).
+async fn cut(client: &mut ServerSession) {
+    client.set_keepalive(None);
+    let _ = client.shutdown().await;
 }
 
 /// Write the response head if it is still unsent. `more_now`: another write follows at once
