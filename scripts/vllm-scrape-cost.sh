@@ -120,7 +120,11 @@ EOF
 phases="direct direct+scrape pronto pronto-noscrape"
 [[ -x $PEERS/sglang-router/bin/smg ]] && phases="$phases sglang"
 for round in $(seq 1 "$ROUNDS"); do
+  position=0
   for phase in $phases; do
+    # The prompts' text tag: as many tokens for every path (a path's name in the prompts made
+    # one path's prompts longer than another's, and a CPU engine's TTFT grows with them).
+    tag=p${position}r$round position=$((position + 1))
     base=http://127.0.0.1:8180
     case $phase in
       direct) base=http://127.0.0.1:8101 ;;
@@ -142,20 +146,23 @@ for round in $(seq 1 "$ROUNDS"); do
     curl -sf "$base/v1/models" >/dev/null || { echo "FAIL: $phase did not start"; exit 1; }
     sleep 2 # scrapes start, the model is calibrated by the first requests below
     echo "== round $round: $phase"
-    taskset -c 1 "$py" - "$model" "$base" "$phase-$round" "$N" "$OUT/$phase-$round.json" <<'PY'
+    taskset -c 1 "$py" - "$model" "$base" "$tag" "$N" "$OUT/$phase-$round.json" <<'PY'
 import json, sys, time, openai
 model, base, tag, n, out = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 c = openai.OpenAI(base_url=f"{base}/v1", api_key="none")
-ttft = []
+ttft, tokens = [], []
 for i in range(n + 4):
     text = " ".join(f"distinct prompt {tag} {i} word {j}" for j in range(60))
     t0 = time.perf_counter()
     s = c.chat.completions.create(model=model, stream=True, max_tokens=4,
+                                  stream_options={"include_usage": True},
                                   messages=[{"role": "user", "content": text}])
     # The first token: the first chunk with text (a token may decode to no text: then the
     # first chunk with a choice in it).
     first = any_choice = None
     for ch in s:
+        if ch.usage:
+            tokens.append(ch.usage.prompt_tokens)
         if not ch.choices:
             continue
         now = time.perf_counter() - t0
@@ -166,6 +173,7 @@ for i in range(n + 4):
     if i >= 4:  # the first four calibrate the router's model; not timed
         ttft.append(first * 1e3)
 json.dump(ttft, open(out, "w"))
+json.dump(tokens, open(out.replace(".json", ".tokens.json"), "w"))
 ttft.sort()
 print(f"TTFT ms mean {sum(ttft)/len(ttft):.1f} p50 {ttft[len(ttft)//2]:.1f} p90 {ttft[int(len(ttft)*0.9)]:.1f}")
 PY
@@ -181,8 +189,8 @@ print(f"vLLM /metrics: {cost['bytes']} bytes, answered in {cost['latency_ms_p50'
       f"{cost['latency_ms_p90']:.2f} ms p90, {cost['engine_cpu_ms_per_scrape']:.2f} ms of the engine's CPU "
       f"per scrape ({cost['scrapes']} scrapes).\n")
 print(f"Distinct prompts one at a time, TTFT in ms (scrape interval {scrape}); one column per round, then all rounds:\n")
-print("| path | " + " | ".join(f"round {r} mean / p50" for r in range(1, rounds + 1)) + " | all: mean | p50 | p90 | vs direct (mean) |")
-print("|---|" + "---:|" * (rounds + 4))
+print("| path | " + " | ".join(f"round {r} mean / p50" for r in range(1, rounds + 1)) + " | all: mean | p50 | p90 | vs direct (mean) | prompt tokens (mean) |")
+print("|---|" + "---:|" * (rounds + 5))
 allv = {p: sorted(v for r in range(1, rounds + 1) for v in json.load(open(f"{out}/{p}-{r}.json"))) for p in phases}
 d = statistics.mean(allv["direct"])
 for p in phases:
@@ -191,5 +199,7 @@ for p in phases:
         v = sorted(json.load(open(f"{out}/{p}-{r}.json")))
         cols.append(f"{statistics.mean(v):.1f} / {v[len(v)//2]:.1f}")
     v = allv[p]
-    print(f"| {p} | " + " | ".join(cols) + f" | {statistics.mean(v):.1f} | {v[len(v)//2]:.1f} | {v[int(len(v)*0.9)]:.1f} | {statistics.mean(v) - d:+.1f} |")
+    toks = [t for r in range(1, rounds + 1) for t in json.load(open(f"{out}/{p}-{r}.tokens.json"))]
+    tok = f"{statistics.mean(toks):.0f}" if toks else "n/a"
+    print(f"| {p} | " + " | ".join(cols) + f" | {statistics.mean(v):.1f} | {v[len(v)//2]:.1f} | {v[int(len(v)*0.9)]:.1f} | {statistics.mean(v) - d:+.1f} | {tok} |")
 PY
