@@ -15,11 +15,11 @@
 #     (vLLM binds `tcp://*:5557` / `5558`; every router connects to tcp://127.0.0.1:5557 /
 #     5558) with `--enable-scale-out` (the /render and /tokenize calls vllm-router makes);
 #  3. runs one phase per router, each with its own prefixes (so no phase profits from another's
-#     cache) of the same length in tokens (the phase's text tag is `run<position>`, the same
-#     tokens whatever the router's name, up to 10 phases: summary.md shows the prompt tokens vLLM counted), streamed
-#     with the OpenAI Python SDK: sequentially, 12 repeats of a long prefix
-#     interleaved with 12 distinct prompts; then a mixed load, 4 shared prefixes x 8 requests
-#     and 16 distinct prompts, shuffled, 4 in flight —
+#     cache) of the same length in tokens (the phase's text tag is `run<position>`: as many
+#     tokens whatever the router's name, for up to 10 phases; summary.md shows the prompt
+#     tokens vLLM counted), streamed with the OpenAI Python SDK: sequentially, 12 repeats of a
+#     long prefix interleaved with 12 distinct prompts; then a mixed load, 4 shared prefixes
+#     x 8 requests and 16 distinct prompts, shuffled, 4 in flight —
 #       pronto-exact   Pronto predicted_ttft, kv_events per backend, and the pool's
 #                      `tokenizer:` = the model directory (exact ids: the events match);
 #       pronto-approx  the same without `tokenizer:` (estimated tokens: approximate index);
