@@ -98,6 +98,23 @@ for k in $(seq 1 12); do
   done
   wait "${warm[@]}"   # not a bare `wait`: the vLLM servers are background jobs too
 done
+# And the phases' own kind of request (streamed chat, the long prefix's and the distinct
+# prompts' lengths, tagged `warm` so no phase finds them cached): without it the first phase
+# still paid for first use (its first long prompt ~2x the later phases', its distinct prompts
+# ~3 ms slower in the run of 2026-12-03).
+"$py" - "$model" <<'PY'
+import openai, sys
+model = sys.argv[1]
+for port in (8101, 8102):
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
+    for i in range(3):
+        system = " ".join(f"clause {j} of the warm{i} system prompt about caching." for j in range(120))
+        for msgs in ([{"role": "system", "content": system}, {"role": "user", "content": "W: repeat"}],
+                     [{"role": "user", "content": f"W{i}: " + f"distinct warm prompt {i} " * 60}]):
+            for _ in c.chat.completions.create(model=model, stream=True, max_tokens=8, messages=msgs,
+                                               stream_options={"include_usage": True}):
+                pass
+PY
 
 # vLLM's per-server counters (prefix-cache hit and query tokens, finished requests).
 engine_counters() {
