@@ -49,6 +49,23 @@ def head(length, extra=""):
             f"content-type: application/json\r\n{extra}Content-Length: {length}\r\n\r\n").encode()
 
 
+def until_closed(s, bound):
+    """Read `s` until the gateway closes it or `bound` seconds pass: (bytes, seconds, closed)."""
+    s.settimeout(bound)
+    t = time.monotonic()
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                return out, time.monotonic() - t, True
+            out += b
+    except socket.timeout:
+        return out, time.monotonic() - t, False
+    except ConnectionResetError:
+        return out, time.monotonic() - t, True
+
+
 def raw(data, timeout=10.0, rcvbuf=None):
     """Send `data` on a fresh connection, read until close: (response bytes, seconds)."""
     s = socket.socket()
@@ -57,16 +74,11 @@ def raw(data, timeout=10.0, rcvbuf=None):
     s.settimeout(timeout)
     s.connect(GW)
     t = time.monotonic()
-    out = b""
     try:
         s.sendall(data)
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            out += b
-    except (socket.timeout, ConnectionResetError, BrokenPipeError):
-        pass
+        out, _, _ = until_closed(s, timeout)
+    except (socket.timeout, ConnectionResetError, BrokenPipeError):  # while sending
+        out = b""
     s.close()
     return out, time.monotonic() - t
 
@@ -245,23 +257,6 @@ def _():
     labels = [f'pronto_backend_inflight{{backend="{n}"}}' for n in ("b0", "b1")]
     freed = wait_until(lambda: all((metric(l) or 0) == 0 for l in labels), 10)
     return "freed" if freed else "still in flight", 0, freed
-
-
-def until_closed(s, bound):
-    """Read `s` until the gateway closes it or `bound` seconds pass: (bytes, seconds, closed)."""
-    s.settimeout(bound)
-    t = time.monotonic()
-    out = b""
-    try:
-        while True:
-            b = s.recv(65536)
-            if not b:
-                return out, time.monotonic() - t, True
-            out += b
-    except socket.timeout:
-        return out, time.monotonic() - t, False
-    except ConnectionResetError:
-        return out, time.monotonic() - t, True
 
 
 @case("idle keep-alive connection after an answer", f"closed within keepalive_timeout ({L['keepalive_timeout']}), no bytes")

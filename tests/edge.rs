@@ -6,7 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{chat_body, client, config_yaml, pool, Behavior, Gateway, TestBackend};
+use common::{
+    chat_body, client, config_yaml, pool, post, post_head, Behavior, Gateway, TestBackend,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const KEY_A: &str = "sk-team-a-0123456789";
@@ -205,19 +207,6 @@ async fn raw(gw: &Gateway, raw: &[u8]) -> String {
     let mut out = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
     String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The head of a `POST /v1/chat/completions` with a `len`-byte JSON body.
-fn post_head(len: usize) -> String {
-    format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-         Content-Length: {len}\r\n\r\n"
-    )
-}
-
-/// A whole `POST /v1/chat/completions` carrying `body`.
-fn post(body: &[u8]) -> Vec<u8> {
-    [post_head(body.len()).as_bytes(), body].concat()
 }
 
 fn status_of(resp: &str) -> u16 {
@@ -446,20 +435,12 @@ async fn a_client_that_half_closes_mid_stream_never_sees_it_complete() {
     assert_eq!(status_of(&text), 200, "{text}");
     assert!(!text.ends_with("0\r\n\r\n"), "the cut stream ended cleanly");
     assert!(!text.contains("[DONE]"), "{text}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while b
-        .state
-        .seen
-        .cancelled
-        .load(std::sync::atomic::Ordering::SeqCst)
-        == 0
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the upstream request was not cancelled"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    b.wait_cancelled(
+        1,
+        Duration::from_secs(10),
+        "the upstream request was not cancelled",
+    )
+    .await;
 }
 
 // === bounded in-process fuzzing (seeded; the cargo-fuzz targets in fuzz/ go further) ===

@@ -369,14 +369,13 @@ async fn client_hang_up_cancels_the_upstream_request() {
         s.next().await.unwrap().unwrap();
         let hung_up = Instant::now();
         drop(s);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while backend.state.seen.cancelled.load(Ordering::SeqCst) < i + 1 {
-            assert!(
-                Instant::now() < deadline,
-                "backend never saw the cancellation"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        backend
+            .wait_cancelled(
+                i + 1,
+                Duration::from_secs(10),
+                "backend never saw the cancellation",
+            )
+            .await;
         let at = backend.state.seen.cancelled_at.lock().unwrap().unwrap();
         lags.push(at.saturating_duration_since(hung_up));
     }

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{admin_backends, config_yaml, pool, Behavior, Gateway, TestBackend};
+use common::{admin_backends, config_yaml, pool, post_head, Behavior, Gateway, TestBackend};
 use std::sync::atomic::Ordering;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -17,13 +17,6 @@ fn chat(stream: bool, tag: &str) -> String {
     serde_json::json!({"model": "m", "stream": stream, "max_tokens": 4,
         "messages": [{"role": "user", "content": format!("hello {tag}")}]})
     .to_string()
-}
-
-fn post_head(len: usize) -> String {
-    format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
-         Content-Length: {len}\r\n\r\n"
-    )
 }
 
 /// Read until the server closes (or BOUND): the response text.
@@ -82,14 +75,9 @@ async fn a_client_that_stops_reading_frees_its_upstream_request() {
     assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
     // Then the client reads nothing more but keeps the connection open: once the socket
     // buffers are full, the gateway's write waits, and write_timeout ends the stream.
-    let deadline = Instant::now() + BOUND;
-    while backend.state.seen.cancelled.load(Ordering::SeqCst) == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the upstream stream was never released"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    backend
+        .wait_cancelled(1, BOUND, "the upstream stream was never released")
+        .await;
     let sent = backend.state.seen.tokens_sent.load(Ordering::SeqCst);
     assert!(sent < 1_000_000, "the stream ran to its end: {sent}");
     drop(s);

@@ -138,6 +138,16 @@ impl TestBackend {
         self.state.seen.requests.load(Ordering::SeqCst)
     }
 
+    /// Wait until at least `n` streams were dropped before their last token (client or
+    /// proxy hung up); panics with `what` after `bound`.
+    pub async fn wait_cancelled(&self, n: usize, bound: Duration, what: &str) {
+        let deadline = Instant::now() + bound;
+        while self.state.seen.cancelled.load(Ordering::SeqCst) < n {
+            assert!(Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     /// Stop serving (connections are refused afterwards).
     pub fn kill(&self) {
         self.stop.store(true, Ordering::SeqCst);

@@ -23,6 +23,20 @@ pub fn chat_body(bytes: usize, stream: bool) -> Vec<u8> {
     .unwrap()
 }
 
+/// The head of an HTTP/1.1 `POST /v1/chat/completions` with a `len`-byte JSON body (for tests
+/// that write raw bytes to the gateway).
+pub fn post_head(len: usize) -> String {
+    format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+         Content-Length: {len}\r\n\r\n"
+    )
+}
+
+/// A whole raw `POST /v1/chat/completions` carrying `body`.
+pub fn post(body: &[u8]) -> Vec<u8> {
+    [post_head(body.len()).as_bytes(), body].concat()
+}
+
 /// An HTTP client; `h2c` uses HTTP/2 with prior knowledge.
 pub fn client(h2c: bool) -> reqwest::Client {
     let b = reqwest::Client::builder().timeout(std::time::Duration::from_secs(60));
