@@ -178,4 +178,10 @@ print(f"\nSync traffic (synced): {sent / reqs:.0f} bytes published per request (
       f"all replicas; {dropped:.0f} events dropped or unapplied. Sync tasks' time: {work:.2f} s over "
       f"all replicas ({work / reqs * 1e6:.0f} µs per request); replicas' CPU synced "
       f"{rows['synced'][1]['cpu_s']:.1f} s vs unsynced {rows['unsynced'][1]['cpu_s']:.1f} s.")
+# Gauges: the metrics file sums them over the replicas.
+delay = m.get('pronto_cluster_sync_delay_seconds', 0.0) / int(n)
+unseen = m.get('pronto_cluster_unseen_dispatches', 0.0) / int(n)
+print(f"\nSync delay (each replica timing its own messages back through NATS; the mean of the "
+      f"replicas' moving averages as the run ended): {delay * 1e3:.3f} ms; the other replicas' "
+      f"dispatches a decision had not heard of at that moment: {unseen:.4f}.")
 PY

@@ -216,6 +216,20 @@ async fn nats_lost_and_back_under_load_fails_no_request_and_resyncs() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     let m = metrics(&b).await;
     assert!(received_events(&m) > 0.0, "synced under load");
+    // Each replica times its own messages' echoes (the sync delay) and estimates the remote
+    // dispatches it has not heard of yet.
+    for gw in [&a, &b] {
+        wait_for(
+            gw,
+            "the sync delay and the unseen dispatches",
+            Duration::from_secs(5),
+            |m| {
+                value(m, "pronto_cluster_sync_delay_seconds") > 0.0
+                    && value(m, "pronto_cluster_unseen_dispatches") > 0.0
+            },
+        )
+        .await;
+    }
 
     // NATS goes away: each replica falls back to its own state, and keeps serving.
     nats.stop();

@@ -44,13 +44,14 @@ fn literals(args: &str) -> Vec<String> {
 /// The registration calls in the telemetry source: `helper(&r, "name", "help", &[labels]
 /// ...)` (or `helper(r, ...)` in a submodule handed the registry), one line or several.
 fn registered(source: &str) -> Vec<Family> {
-    const HELPERS: [(&str, &str); 8] = [
+    const HELPERS: [(&str, &str); 9] = [
         ("counter", "counter"),
         ("plain_counter", "counter"),
         ("float_counter", "counter"),
         ("gauge", "gauge"),
         ("plain_gauge", "gauge"),
         ("float_gauge", "gauge"),
+        ("plain_float_gauge", "gauge"),
         ("histogram", "histogram"),
         ("histogram_with", "histogram"),
     ];

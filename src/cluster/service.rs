@@ -142,6 +142,7 @@ impl BackgroundService for ClusterService {
         let folder = Folder {
             state: Arc::clone(&self.state),
             own: cfg.own_subject(),
+            link: Arc::clone(&self.link),
             incarnation: self.incarnation,
             twin_logged: false,
             prefix_len: cfg.subject.len() + 1,
@@ -271,6 +272,8 @@ impl Publisher {
             return;
         }
         let len = bytes.len();
+        // Before the publication: its echo may come back before `publish` returns.
+        self.link.published(&bytes, Instant::now());
         let sent = tokio::time::timeout(
             PUBLISH_TIMEOUT,
             self.client.publish(self.subject.clone(), bytes),
@@ -290,6 +293,8 @@ impl Publisher {
 struct Folder {
     state: Arc<ArcSwap<GatewayState>>,
     own: String,
+    /// Where the publisher notes what it published (to time the echoes).
+    link: Arc<Link>,
     incarnation: u64,
     /// Whether another process publishing under this replica's name was reported.
     twin_logged: bool,
@@ -343,6 +348,11 @@ impl Folder {
             if twin && !std::mem::replace(&mut self.twin_logged, true) {
                 tracing::error!(subject, "cluster sync: another replica publishes under this replica's name; give each replica its own `cluster.replica`");
             }
+            if !twin {
+                if let Some(delay) = self.link.echoed(&msg.payload, Instant::now()) {
+                    self.remote.on_echo(delay);
+                }
+            }
             return;
         }
         let started = Instant::now();
@@ -370,6 +380,11 @@ impl Folder {
     }
 
     fn publish_gauges(&self) {
+        let unseen = self.remote.unseen();
+        self.metrics
+            .sync_delay_seconds
+            .set(unseen.delay().map_or(0.0, |d| d.as_secs_f64()));
+        self.metrics.unseen_dispatches.set(unseen.expected(now()));
         self.metrics.peers.set(self.remote.peers() as i64);
         self.metrics
             .remote_bookings

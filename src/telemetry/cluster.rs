@@ -1,7 +1,7 @@
 //! The replica-sync families (`pronto_cluster_*`, [`crate::cluster`]), registered with the
 //! others. Without `cluster:` they stay at zero.
 
-use prometheus::{CounterVec, IntCounter, IntCounterVec, IntGauge, Opts};
+use prometheus::{CounterVec, Gauge, IntCounter, IntCounterVec, IntGauge, Opts};
 
 use super::{counter, plain_gauge, Families};
 
@@ -92,6 +92,20 @@ pub struct ClusterMetrics {
     pub peer_expiries_total: IntCounter,
     /// `pronto_cluster_disconnects_total`: NATS connections lost.
     pub disconnects_total: IntCounter,
+    /// `pronto_cluster_sync_delay_seconds`: how long this replica's own messages take to come
+    /// back through NATS (a moving average): the delay its peers hear of it with.
+    pub sync_delay_seconds: Gauge,
+    /// `pronto_cluster_unseen_dispatches`: other replicas' dispatches a decision has not heard
+    /// of yet (their rate × the sync delay; `pronto_core::cluster::unseen`).
+    pub unseen_dispatches: Gauge,
+}
+
+fn plain_float_gauge(r: &Families, name: &str, help: &str) -> Gauge {
+    let g = Gauge::new(name, help).expect("valid gauge");
+    r.registry
+        .register(Box::new(g.clone()))
+        .expect("unique metric");
+    g
 }
 
 fn plain_counter(r: &Families, name: &str, help: &str) -> IntCounter {
@@ -161,6 +175,16 @@ impl ClusterMetrics {
                 r,
                 "pronto_cluster_disconnects_total",
                 "NATS connections lost",
+            ),
+            sync_delay_seconds: plain_float_gauge(
+                r,
+                "pronto_cluster_sync_delay_seconds",
+                "Time this replica's own sync messages take to come back through NATS (moving average)",
+            ),
+            unseen_dispatches: plain_float_gauge(
+                r,
+                "pronto_cluster_unseen_dispatches",
+                "Other replicas' dispatches a decision expects not to have heard of yet (their rate times the sync delay)",
             ),
         };
         // Every series exists from the start, so dashboards and alerts see zeros.

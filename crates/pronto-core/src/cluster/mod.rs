@@ -28,6 +28,10 @@
 //! first message after a reconnection). A sender that restarted (another incarnation) starts
 //! from nothing.
 //!
+//! ## What is not heard yet ([`unseen`])
+//! What the others dispatched within the last sync delay is missing from every replica's
+//! view; [`Remote::unseen`] estimates how much.
+//!
 //! Pure data operations with the clock passed in: the gateway folds what NATS delivers
 //! (`src/cluster/` in the `pronto` crate), the evaluator what its simulated channel delivers
 //! after a delay — through this same code.
@@ -37,9 +41,11 @@
 mod outbox;
 #[cfg(test)]
 mod tests;
+pub mod unseen;
 pub mod wire;
 
 pub use outbox::{ObserveLimit, Outbox};
+pub use unseen::Unseen;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -171,6 +177,7 @@ pub struct Remote<H> {
     peer_timeout: Duration,
     peers: HashMap<ReplicaId, Peer>,
     bookings: HashMap<(ReplicaId, u64), (H, Booking)>,
+    unseen: Unseen,
 }
 
 impl<H: Clone> Remote<H> {
@@ -180,7 +187,19 @@ impl<H: Clone> Remote<H> {
             peer_timeout,
             peers: HashMap::new(),
             bookings: HashMap::new(),
+            unseen: Unseen::new(),
         }
+    }
+
+    /// One of this replica's own messages came back through the channel `delay` after it
+    /// was sent: the sync delay the others see ([`Unseen::on_echo`]).
+    pub fn on_echo(&mut self, delay: Duration) {
+        self.unseen.on_echo(delay);
+    }
+
+    /// What this replica expects not to have heard of yet.
+    pub fn unseen(&self) -> &Unseen {
+        &self.unseen
     }
 
     /// Replicas heard from and not expired.
@@ -240,6 +259,7 @@ impl<H: Clone> Remote<H> {
                     };
                     local.record(&h, hashes, now);
                     self.book(local, from, *seq, h, *load, now);
+                    self.unseen.on_remote_dispatch(now);
                     out.applied += 1;
                 }
                 SyncEvent::FirstToken { seq, observed } => {

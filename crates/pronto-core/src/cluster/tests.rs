@@ -324,3 +324,24 @@ proptest! {
         let _ = wire::decode(&with_header);
     }
 }
+
+#[test]
+fn remote_dispatches_and_echoes_give_what_a_decision_has_not_heard_of() {
+    let t0 = Instant::now();
+    let local = Two::new(t0);
+    let mut remote: Remote<usize> = Remote::new(Duration::from_secs(3));
+    // Replica 1 sends 10 dispatches a second for 5 s; 50 ms echoes.
+    for i in 0..50u64 {
+        let at = t0 + Duration::from_millis(100 * i);
+        remote.apply(&local, R1, 7, &[dispatch(i + 1, "a", 2000, &[])], at);
+        remote.apply(&local, R1, 7, &[SyncEvent::Release { seq: i + 1 }], at);
+    }
+    let now = t0 + Duration::from_millis(4_900);
+    assert_eq!(remote.unseen().expected(now), 0.0, "no delay measured yet");
+    remote.on_echo(Duration::from_millis(50));
+    let w = remote.unseen().expected(now);
+    assert!((w - 0.5).abs() < 0.05, "10/s × 50 ms: {w}");
+    // A release or a first token is not a dispatch.
+    remote.apply(&local, R1, 7, &[SyncEvent::Release { seq: 99 }], now);
+    assert_eq!(remote.unseen().expected(now), w);
+}
