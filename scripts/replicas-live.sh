@@ -127,9 +127,21 @@ EOF
     local cpu0=0 c
     for p in "${pids[@]}"; do c=$(cpu_s "$p"); cpu0=$(awk -v a="$cpu0" -v b="$c" 'BEGIN { print a + b }'); done
     echo "replicas-live: $name: $n replica(s) at $targets" >&2
+    local sampler=""
+    if [[ $synced == 1 ]]; then
+        # What each replica has not heard of yet, sampled every 2 s while the load runs.
+        (while :; do
+            for a in "${admins[@]}"; do
+                curl -s "http://127.0.0.1:$a/metrics" | awk '/^pronto_cluster_unseen_dispatches /{ print $2 }'
+            done
+            sleep 2
+        done) >"$dir/unseen.txt" 2>/dev/null &
+        sampler=$!; PIDS+=("$sampler")
+    fi
     "$BIN" replay --target "$targets" --model "$MODEL" --trace "$TRACE" --spread --limit "$LIMIT" \
         --load "$LOAD" --fleet "$fleet_file" --seed 1 --out "$dir" </dev/null 2>"$dir/replay.log" ||
         echo "replicas-live: $name: replay exited non-zero (see replay.log)" >&2
+    if [[ -n $sampler ]]; then kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true; fi
     local cpu1=0
     for p in "${pids[@]}"; do c=$(cpu_s "$p"); cpu1=$(awk -v a="$cpu1" -v b="$c" 'BEGIN { print a + b }'); done
     : >"$dir/metrics.txt"
@@ -181,7 +193,11 @@ print(f"\nSync traffic (synced): {sent / reqs:.0f} bytes published per request (
 # Gauges: the metrics file sums them over the replicas.
 delay = m.get('pronto_cluster_sync_delay_seconds', 0.0) / int(n)
 unseen = m.get('pronto_cluster_unseen_dispatches', 0.0) / int(n)
+samples = [float(v) for v in open(f"{out}/synced/unseen.txt").read().split()]
+during = (f"mean {sum(samples) / len(samples):.4f}, max {max(samples):.4f} over {len(samples)} "
+          f"samples" if samples else "no samples")
 print(f"\nSync delay (each replica timing its own messages back through NATS; the mean of the "
-      f"replicas' moving averages as the run ended): {delay * 1e3:.3f} ms; the other replicas' "
-      f"dispatches a decision had not heard of at that moment: {unseen:.4f}.")
+      f"replicas' moving averages as the run ended): {delay * 1e3:.3f} ms. The other replicas' "
+      f"dispatches a decision had not heard of yet (pronto_cluster_unseen_dispatches), each "
+      f"replica sampled every 2 s during the load: {during}; {unseen:.4f} as the run ended.")
 PY
