@@ -3,8 +3,9 @@
 //! A replica hears of another's dispatch one sync delay after it happened; inside that window
 //! every replica routes on the same fleet minus the others' newest bookings, so requests that
 //! arrive at different replicas close together can land on the same backend. [`Unseen`]
-//! measures how much is missing: the rate of the remote dispatches folded (an average
-//! decaying over [`RATE_WINDOW`], corrected for the time since the first), and the sync delay
+//! measures how much is missing: the rate of the remote dispatches folded (the decayed
+//! average [`Residency`] keeps of KV allocations, here one unit per dispatch: time constant
+//! [`RATE_TAU_S`](crate::affinity::residency::RATE_TAU_S), over the time since the first while that is shorter), and the sync delay
 //! — the time a replica's own messages take to come back to it through the channel, which is
 //! what its messages take to reach the others, with no clock shared. Their product
 //! ([`Unseen::expected`]) is the number of remote dispatches a decision has not heard of:
@@ -13,8 +14,8 @@
 
 use std::time::{Duration, Instant};
 
-/// The window the remote dispatch rate is averaged over (an exponential decay).
-pub const RATE_WINDOW: Duration = Duration::from_secs(10);
+use crate::affinity::residency::Residency;
+
 /// Weight of a new echo in the delay's moving average.
 const DELAY_WEIGHT: f64 = 0.2;
 
@@ -22,10 +23,8 @@ const DELAY_WEIGHT: f64 = 0.2;
 /// whoever sees the replica's own messages come back ([`Unseen::on_echo`]).
 #[derive(Debug, Clone, Default)]
 pub struct Unseen {
-    /// Remote dispatches, decayed to `at`.
-    count: f64,
-    at: Option<Instant>,
-    first: Option<Instant>,
+    /// The remote dispatches' rate (one "token" each).
+    dispatches: Residency,
     delay_s: Option<f64>,
 }
 
@@ -37,9 +36,7 @@ impl Unseen {
 
     /// A remote dispatch was folded at `now`.
     pub fn on_remote_dispatch(&mut self, now: Instant) {
-        self.count = self.count_at(now) + 1.0;
-        self.at = Some(self.at.map_or(now, |a| a.max(now)));
-        self.first.get_or_insert(now);
+        self.dispatches.on_alloc(1.0, now);
     }
 
     /// One of this replica's own messages came back through the channel `delay` after it
@@ -57,13 +54,10 @@ impl Unseen {
         self.delay_s.map(Duration::from_secs_f64)
     }
 
-    /// Remote dispatches per second at `now`: the decayed count over the window it has had
-    /// to fill (at least a second), so a fresh estimate is not biased low.
+    /// Remote dispatches per second at `now` ([`Residency::rate`]: not biased low while
+    /// the traffic is younger than the time constant).
     pub fn rate(&self, now: Instant) -> f64 {
-        let Some(first) = self.first else { return 0.0 };
-        let window = RATE_WINDOW.as_secs_f64();
-        let elapsed = now.saturating_duration_since(first).as_secs_f64().max(1.0);
-        self.count_at(now) / (window * (1.0 - (-elapsed / window).exp()))
+        self.dispatches.rate(now)
     }
 
     /// Remote dispatches a decision at `now` has not heard of yet: rate × delay (0 before
@@ -71,17 +65,12 @@ impl Unseen {
     pub fn expected(&self, now: Instant) -> f64 {
         self.delay_s.map_or(0.0, |d| self.rate(now) * d)
     }
-
-    fn count_at(&self, now: Instant) -> f64 {
-        let Some(at) = self.at else { return 0.0 };
-        let dt = now.saturating_duration_since(at).as_secs_f64();
-        self.count * (-dt / RATE_WINDOW.as_secs_f64()).exp()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::affinity::residency::RATE_TAU_S;
 
     #[test]
     fn nothing_is_expected_before_an_echo_or_a_remote_dispatch() {
@@ -120,7 +109,7 @@ mod tests {
         u.on_echo(Duration::from_millis(150));
         assert!((u.delay().unwrap().as_secs_f64() - 0.07).abs() < 1e-9);
         // Traffic stops: the rate decays, and so does what is unseen.
-        let later = now + Duration::from_secs(60);
+        let later = now + Duration::from_secs_f64(6.0 * RATE_TAU_S);
         assert!(u.expected(later) < 0.01);
     }
 }
