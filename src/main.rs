@@ -115,9 +115,8 @@ struct ServeArgs {
 /// (<https://no-color.org>); JSON lines never are, and carry their `target` (the access log's
 /// is `pronto::access`).
 fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,pingora_core=warn,pingora_proxy=warn")
-    });
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,pingora_core=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)

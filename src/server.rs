@@ -38,7 +38,7 @@ use crate::discovery::{Discovery, SystemResolver};
 use crate::gateway::GatewayState;
 use crate::listener::{bind, Listening};
 use crate::models::discover::ModelDiscovery;
-use crate::proxy::{Proxy, RecentDecisions};
+use crate::proxy::{App, Proxy, RecentDecisions};
 use crate::reload::{hangup_signal, Reloader};
 use crate::telemetry::Metrics;
 
@@ -227,15 +227,6 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
     server.bootstrap();
 
     let decisions = Arc::new(RecentDecisions::default());
-    let mut proxy = pingora_proxy::http_proxy(
-        &server.configuration,
-        Proxy::new(
-            Arc::clone(&state),
-            metrics.clone(),
-            Arc::clone(&active),
-            Arc::clone(&decisions),
-        ),
-    );
     // An HTTP/2 connection with no stream open is closed after the keep-alive timeout, as an
     // idle HTTP/1.1 one is (pingora keeps it forever otherwise: a client that sends the
     // preface and nothing more would hold a connection slot). Read at start.
@@ -243,7 +234,15 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
     let mut opts = HttpServerOptions::default();
     opts.h2c = true;
     opts.h2_idle_timeout = h2_idle;
-    proxy.server_options = Some(opts);
+    let proxy = App::new(
+        Proxy::new(
+            Arc::clone(&state),
+            metrics.clone(),
+            Arc::clone(&active),
+            Arc::clone(&decisions),
+        ),
+        opts,
+    );
     let tls = state.load().resources.tls().cloned();
     let acceptor = match &tls {
         Some(identity) => Some(

@@ -173,7 +173,7 @@ fn run_image(extra: &[&str], token: Option<&str>) -> Child {
     cmd.args(argv(&img, extra))
         .env_remove("PRONTO_ADMIN_TOKEN")
         .env_remove("PRONTO_LOG_FORMAT")
-        .env("RUST_LOG", "info,pingora_core=warn,pingora_proxy=warn")
+        .env("RUST_LOG", "info,pingora_core=warn")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -19,7 +19,7 @@ const POLICIES: [&str; 3] = ["round_robin", "cache_aware", "predicted_ttft"];
 
 fn pronto() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pronto"));
-    cmd.env("RUST_LOG", "info,pingora_core=warn,pingora_proxy=warn")
+    cmd.env("RUST_LOG", "info,pingora_core=warn")
         .env("NO_COLOR", "1");
     cmd
 }

@@ -1,12 +1,13 @@
 //! Reading the whole request body before routing (DESIGN §3.1 option (a)).
 //!
-//! The body is read in `request_filter`, so routing sees the entire prompt whatever its size,
-//! and the same bytes are sent to each upstream attempt. The limit is enforced both on a
-//! declared `Content-Length` (rejected before reading a byte) and on the bytes actually read
-//! (chunked bodies), and a client that stalls mid-body is timed out: each chunk within `idle`,
-//! the whole body within `total` (408 either way). The bytes are charged to the global
-//! [`super::budget::BufferBudget`] as they are read — a declared `Content-Length` at once,
-//! before a byte is read — and a body that does not fit is refused with 503.
+//! The body is read whole before the request is routed, so routing sees the entire prompt
+//! whatever its size, and the same bytes are sent to each upstream attempt. The limit is
+//! enforced both on a declared `Content-Length` (rejected before reading a byte) and on the
+//! bytes actually read (chunked bodies), and a client that stalls mid-body is timed out: each
+//! chunk within `idle`, the whole body within `total` (408 either way). The bytes are charged
+//! to the global [`super::budget::BufferBudget`] as they are read — a declared
+//! `Content-Length` at once, before a byte is read — and a body that does not fit is refused
+//! with 503.
 
 use std::time::Duration;
 

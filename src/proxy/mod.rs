@@ -1,11 +1,13 @@
-//! The pingora glue: one [`ProxyHttp`] implementation that owns the upstream exchange.
+//! The pingora glue: the proxy listener's app ([`App`]) hands each request to [`Proxy`], which
+//! owns the whole exchange.
 //!
-//! Pingora 0.9 forwards a body it has pre-read only up to 64 KiB (DESIGN §3.1), and Pronto must
-//! see the whole prompt before it chooses a backend. So `request_filter` does the whole job —
+//! Pingora 0.9's proxy forwards a body it has pre-read only up to 64 KiB (DESIGN §3.1), and
+//! Pronto must see the whole prompt before it chooses a backend. So Pronto does not use
+//! pingora-proxy: [`Proxy::handle`] does the whole job —
 //! read the body ([`body`]), parse it ([`crate::request`]), route ([`crate::routing`]), talk to
-//! the backend with pingora's connector ([`upstream`]), relay the answer ([`relay`]) — and
-//! returns `Ok(true)` ("response sent"). Pingora still provides the listeners, HTTP/1.1 and h2c
-//! parsing, connection pooling and graceful shutdown.
+//! the backend with pingora's connector ([`upstream`]), relay the answer ([`relay`]) —
+//! and [`App`] finishes the session for reuse. Pingora-core still provides HTTP/1.1 and h2c
+//! parsing, the upstream connectors and their connection pool.
 //!
 //! Retries: connect failures, I/O failures on a reused connection, and 5xx/429 answers are
 //! retried on another backend (at most `retry.max_retries` times, the full body sent again)
@@ -13,6 +15,7 @@
 
 mod access;
 mod admit;
+mod app;
 mod body;
 mod budget;
 mod gate;
@@ -33,12 +36,9 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use arc_swap::ArcSwap;
-use async_trait::async_trait;
 use bytes::Bytes;
 use http::Method;
 use pingora_core::protocols::http::ServerSession;
-use pingora_core::upstreams::peer::HttpPeer;
-use pingora_proxy::{ProxyHttp, Session};
 
 use crate::admission::Admission;
 use crate::error::GatewayError;
@@ -48,6 +48,7 @@ use crate::server::ActiveRequests;
 use crate::telemetry::{Metrics, NONE};
 use access::Access;
 pub use access::{RecentDecision, RecentDecisions};
+pub use app::App;
 use lifecycle::Failure;
 use request_id::{IdSource, RequestIds};
 use upstream::Connectors;
@@ -298,38 +299,5 @@ fn status_label(status: u16) -> &'static str {
         s if (400..500).contains(&s) => "4xx",
         s if (500..600).contains(&s) => "5xx",
         _ => "other",
-    }
-}
-
-#[async_trait]
-impl ProxyHttp for Proxy {
-    type CTX = ();
-
-    fn new_ctx(&self) -> Self::CTX {}
-
-    /// None: Pronto answers every request itself in `request_filter` and never compresses, so
-    /// pingora's default (a disabled compression module, its context built per request) is
-    /// only cost.
-    fn init_downstream_modules(&self, _modules: &mut pingora_core::modules::http::HttpModules) {}
-
-    async fn request_filter(
-        &self,
-        session: &mut Session,
-        _ctx: &mut Self::CTX,
-    ) -> pingora_core::Result<bool> {
-        self.handle(session.as_downstream_mut()).await;
-        Ok(true)
-    }
-
-    async fn upstream_peer(
-        &self,
-        _session: &mut Session,
-        _ctx: &mut Self::CTX,
-    ) -> pingora_core::Result<Box<HttpPeer>> {
-        // request_filter always answers, so pingora never asks for a peer.
-        pingora_core::Error::e_explain(
-            pingora_core::ErrorType::InternalError,
-            "Pronto answers every request in request_filter",
-        )
     }
 }

@@ -165,7 +165,7 @@ impl Gateway {
     fn spawn(args: &[&str], dir: TempDir, config_path: PathBuf) -> Gateway {
         let mut child = Command::new(env!("CARGO_BIN_EXE_pronto"))
             .args(args)
-            .env("RUST_LOG", "info,pingora_core=warn,pingora_proxy=warn")
+            .env("RUST_LOG", "info,pingora_core=warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -1,0 +1,101 @@
+//! The proxy listener's pingora application: each request head pingora's HTTP layer reads
+//! (HTTP/1.1 keep-alive loop, h2c and ALPN `h2` streams) goes to [`Proxy::handle`].
+//!
+//! Pronto answers every request itself, so it implements pingora-core's [`HttpServerApp`]
+//! directly instead of pingora-proxy's `ProxyHttp`, whose per-request session (cache, module
+//! and compression contexts, its phase machine) it never used: that session's boxed future
+//! was 13 kB of every open stream (`docs/benchmarks/idle-stream-heap.md`). What pingora-proxy
+//! did around its filters is kept:
+//! - a head pingora cannot parse gets pingora's 400 (which [`crate::head_deadline`] turns into
+//!   the gateway's JSON error on its way out) and the connection is closed; a connection that
+//!   breaks or times out before a head is closed without an answer;
+//! - `CONNECT` gets a 405 the same way and the connection is closed: its framing (a tunnel
+//!   after the head) is not HTTP's;
+//! - once the service shuts down ([`HttpServerApp::http_cleanup`], called when the listener
+//!   stops accepting: a drain or pingora's shutdown), keep-alive connections waiting for their
+//!   next head are closed, and an answer in progress is the connection's last.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use http::Method;
+use pingora_core::apps::{
+    HttpPersistentSettings, HttpServerApp, HttpServerOptions, ReusedHttpStream,
+};
+use pingora_core::protocols::http::ServerSession;
+use pingora_core::server::ShutdownWatch;
+use pingora_core::ErrorType;
+use tokio::sync::watch;
+
+use super::Proxy;
+
+/// The proxy listener's app (see the module docs).
+pub struct App {
+    proxy: Proxy,
+    options: HttpServerOptions,
+    /// Turns `true` when the service shuts down. A watch channel's wake-ups are sharded, so
+    /// the connections waiting for a head do not all queue on one lock.
+    closing: watch::Sender<bool>,
+}
+
+impl App {
+    /// `proxy` behind pingora's HTTP layer with `options` (h2c, the h2 idle timeout).
+    pub fn new(proxy: Proxy, options: HttpServerOptions) -> App {
+        App {
+            proxy,
+            options,
+            closing: watch::Sender::new(false),
+        }
+    }
+}
+
+#[async_trait]
+impl HttpServerApp for App {
+    async fn process_new_http(
+        self: &Arc<Self>,
+        mut session: ServerSession,
+        shutdown: &ShutdownWatch,
+    ) -> Option<ReusedHttpStream> {
+        let mut closing = self.closing.subscribe();
+        let read = tokio::select! {
+            // A head already buffered is served, not dropped, when shutdown comes.
+            biased;
+            read = session.read_request() => read,
+            _ = closing.wait_for(|&closed| closed) => return None,
+        };
+        match read {
+            Ok(true) => {}
+            // The client closed the connection between requests.
+            Ok(false) => return None,
+            Err(e) => {
+                if e.etype == ErrorType::InvalidHTTPHeader {
+                    let _ = session.respond_error(400).await;
+                } else {
+                    tracing::debug!(error = %e, "no request head read");
+                }
+                session.shutdown().await;
+                return None;
+            }
+        }
+        if session.req_header().method == Method::CONNECT {
+            let _ = session.respond_error(405).await;
+            session.shutdown().await;
+            return None;
+        }
+        if *shutdown.borrow() || *self.closing.borrow() {
+            session.set_keepalive(None);
+        }
+        self.proxy.handle(&mut session).await;
+        let settings = HttpPersistentSettings::for_session(&session);
+        let reusable = session.finish().await.ok().flatten()?;
+        Some(ReusedHttpStream::from_reusable_stream(reusable, settings))
+    }
+
+    fn server_options(&self) -> Option<&HttpServerOptions> {
+        Some(&self.options)
+    }
+
+    async fn http_cleanup(&self) {
+        self.closing.send_replace(true);
+    }
+}
