@@ -315,7 +315,9 @@ impl Proxy {
                         attempted,
                         at: now,
                     };
-                    let f = race.run(entrant, head, plan, &mut retries.tried).await;
+                    // Boxed: a race holds two attempts, and inline it would size the future
+                    // of every request (raced or not) for as long as its stream is open.
+                    let f = Box::pin(race.run(entrant, head, plan, &mut retries.tried)).await;
                     access.race = f.raced;
                     (f.entrant.routed, f.entrant.attempted, f.outcome)
                 }
