@@ -3,9 +3,9 @@
 //!
 //! Pronto answers every request itself, so it implements pingora-core's [`HttpServerApp`]
 //! directly instead of pingora-proxy's `ProxyHttp`, whose per-request session (cache, module
-//! and compression contexts, its phase machine) it never used: that session's boxed future
-//! was 13 kB of every open stream (`docs/benchmarks/idle-stream-heap.md`). What pingora-proxy
-//! did around its filters is kept:
+//! and compression contexts, its phase machine) it never used but every open stream paid for
+//! in memory (`docs/benchmarks/idle-stream-heap.md`). What pingora-proxy did around its
+//! filters is kept:
 //! - a head pingora cannot parse gets pingora's 400 (which [`crate::head_deadline`] turns into
 //!   the gateway's JSON error on its way out) and the connection is closed; a connection that
 //!   breaks or times out before a head is closed without an answer;

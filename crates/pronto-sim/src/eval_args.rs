@@ -69,6 +69,11 @@ pub struct EvaluateArgs {
     /// How replicas sync: `off`, or the delay of every message (`5ms`).
     #[arg(long, default_value = "off")]
     pub sync: SyncMode,
+    /// Repair collisions with this margin (0.2: move when staying predicts 20 % more): when a
+    /// replica hears of another's dispatch late, its requests sent to that backend since then
+    /// are routed again (`pronto_core::cluster::repair`). Evaluator only, like `+hold`.
+    #[arg(long, value_name = "MARGIN")]
+    pub collision_repair: Option<f64>,
     /// Every request's TTFT objective (a route's `ttft_slo`), for goodput; `off`: none.
     #[arg(long, default_value = "1s")]
     pub ttft_slo: SloLimit,
@@ -173,6 +178,7 @@ impl EvaluateArgs {
             spread: self.spread,
             sync: self.sync,
             seed: self.seed,
+            repair: self.collision_repair,
         }
     }
 }

@@ -26,7 +26,7 @@ use pronto_core::cluster::{wire, Observation, ObserveLimit, Outbox, Remote, Repl
 use pronto_core::load::RequestLoad;
 use pronto_core::request::RequestFeatures;
 use pronto_core::routing::views::Dispatched;
-use pronto_core::routing::BackendView;
+use pronto_core::routing::{BackendView, Decision};
 
 use super::eval_router::{RouterSideState, ScrapedLoad};
 
@@ -85,6 +85,9 @@ pub struct Replication {
     pub sync: SyncMode,
     /// Seed of [`Spread::Random`].
     pub seed: u64,
+    /// Collision repair's margin (`--collision-repair`, `crate::evaluate`'s module docs);
+    /// `None`: off.
+    pub repair: Option<f64>,
 }
 
 impl Default for Replication {
@@ -94,6 +97,7 @@ impl Default for Replication {
             spread: Spread::RoundRobin,
             sync: SyncMode::Off,
             seed: 1,
+            repair: None,
         }
     }
 }
@@ -105,6 +109,17 @@ pub struct Tracked {
     pub dispatched: Dispatched,
     replica: usize,
     seq: u64,
+}
+
+/// What [`Replicas::reconsider`] found.
+#[derive(Debug)]
+pub enum Reconsidered {
+    /// The request moves to the decision's backend, whose view comes with it; the other
+    /// replicas heard of its release. Book it there with [`Replicas::on_dispatch`].
+    Moves(Decision, BackendView),
+    /// It stays: booked and recorded again as before, under the booking number the others
+    /// already hold (they hear nothing).
+    Stays(Tracked),
 }
 
 struct Replica {
@@ -139,6 +154,9 @@ pub struct Replicas {
     payloads: std::collections::HashMap<u64, (Rc<Vec<SyncEvent>>, usize)>,
     sent: u64,
     sync_bytes: u64,
+    /// With collision repair: the remote dispatches delivered since the last
+    /// [`Replicas::take_collisions`], as (receiving replica, backend, sent at).
+    collisions: Option<Vec<(usize, usize, f64)>>,
 }
 
 impl Replicas {
@@ -167,6 +185,7 @@ impl Replicas {
             payloads: std::collections::HashMap::new(),
             sent: 0,
             sync_bytes: 0,
+            collisions: cfg.repair.map(|_| Vec::new()),
         }
     }
 
@@ -339,12 +358,67 @@ impl Replicas {
                 self.payloads.remove(&order);
             }
             let sender = self.replicas[from].id;
+            if let (Some(c), SyncMode::Delay(d)) = (self.collisions.as_mut(), self.cfg.sync) {
+                for ev in events.iter() {
+                    if let SyncEvent::Dispatch { backend, .. } = ev {
+                        if let Some(b) = self.replicas[to].router.index_of(backend) {
+                            c.push((to, b, at - d.as_secs_f64()));
+                        }
+                    }
+                }
+            }
             let rep = &mut self.replicas[to];
             rep.remote.apply(&rep.router, sender, 1, &events, now);
         }
         let now = self.at(t);
         for rep in &mut self.replicas {
             rep.remote.expire(&rep.router, now);
+        }
+    }
+
+    /// The remote dispatches delivered since the last call (receiving replica, backend, when
+    /// sent), when collision repair is on.
+    pub fn take_collisions(&mut self) -> Vec<(usize, usize, f64)> {
+        self.collisions
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Collision repair ([`pronto_core::cluster::repair`]): `tr`'s replica takes its decision
+    /// on `backend` again at `t`. Its booking and prefix record are taken back and `decide`
+    /// runs on the views without them ([`Reconsidered`]); `predicted_ttft_s` is the prediction
+    /// it was sent on.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reconsider(
+        &mut self,
+        mut tr: Tracked,
+        backend: usize,
+        predicted_ttft_s: Option<f64>,
+        features: &RequestFeatures,
+        t: f64,
+        residency: bool,
+        decide: impl FnOnce(&[BackendView]) -> Option<Decision>,
+    ) -> Reconsidered {
+        let now = self.at(t);
+        let rep = &mut self.replicas[tr.replica];
+        rep.router
+            .undo_record(backend, features, tr.dispatched.held_blocks);
+        rep.router.on_finish(backend, &mut tr.dispatched, None, now);
+        let views = rep.router.views_excluding(features, now, residency, &[]);
+        match decide(views) {
+            Some(d) => {
+                let view = views[d.index];
+                self.send(tr.replica, SyncEvent::Release { seq: tr.seq }, t);
+                Reconsidered::Moves(d, view)
+            }
+            None => {
+                let view = views[backend];
+                tr.dispatched =
+                    rep.router
+                        .on_dispatch(backend, predicted_ttft_s, &view, features, now);
+                Reconsidered::Stays(tr)
+            }
         }
     }
 

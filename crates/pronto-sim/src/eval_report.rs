@@ -64,6 +64,8 @@ pub struct RunReport {
     /// The races before the first token and the stalls (flattened into the JSON).
     #[serde(flatten)]
     pub races: RaceReport,
+    /// Requests collision repair moved to another backend (`--collision-repair`).
+    pub collision_repairs: u64,
     /// Every request's outcome, in trace order (written by `--requests-csv`).
     #[serde(skip)]
     pub outcomes: Vec<RequestOutcome>,
@@ -368,6 +370,7 @@ mod tests {
             sync: "off".into(),
             sync_bytes_per_request: 0.0,
             races: RaceReport::default(),
+            collision_repairs: 0,
             outcomes: vec![],
         };
         let v: serde_json::Value =

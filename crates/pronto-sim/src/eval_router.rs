@@ -139,6 +139,11 @@ impl RouterSideState {
         self.refs[index]
     }
 
+    /// The backend a peer's [`BackendRef`] names, by its index.
+    pub fn index_of(&self, r: &BackendRef) -> Option<usize> {
+        self.refs.iter().position(|x| x == r)
+    }
+
     fn pool(&self) -> PoolRouting<'_, SimRouterBackend> {
         PoolRouting {
             backends: &self.backends,

@@ -62,6 +62,10 @@
 //! length learned — as the gateway learns it per pool — from the reasoning tokens of the
 //! requests finished so far ([`pronto_core::predict::ReasoningLengths`]).
 //!
+//! ## `--collision-repair MARGIN`
+//! Synced replicas that route again what a late booking shows to be on the wrong backend
+//! ([`repair`]; evaluator only, like `+hold`: the gateway does not repair collisions yet).
+//!
 //! ## Stall faults, failover and hedging
 //! A fleet file's `stall_first_token` (with `stall_probability`, a seeded draw per backend and
 //! request) holds a first token back as the live fleet does: the engine prefills and decodes on,
@@ -95,9 +99,12 @@ use pronto_core::slo::{Objective, SloTargets};
 use pronto_core::tokens::{block_hashes, BLOCK_TOKENS};
 pub use race::{DeadlineFlag, HedgeFlag, RaceConfig, RaceCounts, StallFault, SECOND};
 
+mod feed;
 mod oracle;
 pub mod race;
+mod repair;
 
+use feed::{start_step, submit};
 use oracle::{exact_hit, oracle_pick};
 
 /// Requests in a `--load` calibration run.
@@ -379,6 +386,32 @@ pub fn evaluate_route(
     // How long the model reasons before answering, learned as the gateway learns it.
     let reasoning = ReasoningLengths::default();
     let mut race = race::Races::new(*races, fleet, matches!(chooser, Chooser::Policy(..)));
+    let mut repair = repair::Repair::new(&rep, &chooser, hold, races)?;
+    macro_rules! world {
+        () => {
+            race::World {
+                router: &mut router,
+                backends: &mut backends,
+                tracks: &mut tracks,
+                dispatched: &mut dispatched,
+                per_backend: &mut per_backend,
+                fleet,
+                chooser: &chooser,
+                base,
+            }
+        };
+    }
+    // A request's features as the gateway parses them, with the run's objectives.
+    let features_for = |ids: &[u32], r: &TraceRequest| {
+        let mut f = features_of(model, ids, r);
+        f.slo = *slo;
+        if objective == EvalObjective::Ttfa {
+            f.objective = Objective::Ttfa {
+                reasoning_tokens: reasoning.expected(None),
+            };
+        }
+        f
+    };
     loop {
         let step_end = backends
             .iter()
@@ -396,16 +429,10 @@ pub fn evaluate_route(
             (Some((t, b, raced)), a) if a.is_none_or(|a| t <= a) => {
                 clock = t;
                 router.deliver_until(t);
-                let mut w = race::World {
-                    router: &mut router,
-                    backends: &mut backends,
-                    tracks: &mut tracks,
-                    dispatched: &mut dispatched,
-                    per_backend: &mut per_backend,
-                    fleet,
-                    chooser: &chooser,
-                    base,
-                };
+                let mut w = world!();
+                if let Some(rp) = repair.as_mut() {
+                    rp.run(&mut w, reqs, &features_for, t);
+                }
                 let mut events = match raced {
                     true => race.fire(t, &mut w),
                     false => std::mem::take(&mut w.backends[b].pending),
@@ -472,6 +499,9 @@ pub fn evaluate_route(
             (_, Some(t)) => {
                 clock = t;
                 router.deliver_until(t);
+                if let Some(rp) = repair.as_mut() {
+                    rp.run(&mut world!(), reqs, &features_for, t);
+                }
                 if t >= next_scrape_s {
                     scrape(&mut router, &backends, base, t);
                     next_scrape_s = t + SCRAPE_INTERVAL_S;
@@ -506,13 +536,7 @@ pub fn evaluate_route(
             if head.as_ref().is_none_or(|h| h.0 != id) {
                 let mut v = Vec::new();
                 r.prompt_ids(id, &mut v);
-                let mut f = features_of(model, &v, r);
-                f.slo = *slo;
-                if objective == EvalObjective::Ttfa {
-                    f.objective = Objective::Ttfa {
-                        reasoning_tokens: reasoning.expected(None),
-                    };
-                }
+                let f = features_for(&v, r);
                 head = Some((id, v, f));
             }
             let t = tracks[i].arrival_s.max(clock);
@@ -572,21 +596,18 @@ pub fn evaluate_route(
             race.on_dispatch(
                 i, b, replica, predicted, &view, &features, &ids, thinking, expected, t,
             );
-            // Block hashes at the gateway's block size, reused by engines of that size.
-            let hashes = std::mem::take(&mut features.block_hashes);
-            let engine = &mut backends[b].engine;
-            if engine.config().block_size == BLOCK_TOKENS {
-                engine.add_hashed(id, r.input_tokens, hashes.into(), generated);
-            } else {
-                engine.add_request(SimRequest {
-                    id,
-                    prompt: std::mem::take(&mut ids),
-                    max_tokens: generated,
-                });
+            if let Some(rp) = repair.as_mut() {
+                rp.dispatched(replica, i, t);
             }
-            if backends[b].busy_until.is_none() {
-                start_step(&mut backends[b], t);
-            }
+            submit(
+                &mut backends[b],
+                id,
+                r,
+                &mut features,
+                &mut ids,
+                generated,
+                t,
+            );
         }
     }
     if cfg!(debug_assertions) && rep.replicas <= 1 {
@@ -676,6 +697,7 @@ pub fn evaluate_route(
         sync: rep.sync.to_string(),
         sync_bytes_per_request: router.sync_bytes() as f64 / reqs.len().max(1) as f64,
         races: race.counts.into(),
+        collision_repairs: repair.map_or(0, |rp| rp.moves),
         outcomes,
     })
 }
@@ -691,16 +713,6 @@ fn scrape(router: &mut Replicas, backends: &[Backend], base: Instant, t: f64) {
             kv_usage: st.kv_usage,
         };
         router.on_scrape(i, load, at);
-    }
-}
-
-fn start_step(b: &mut Backend, now: f64) {
-    match b.engine.step() {
-        Some(s) => {
-            b.busy_until = Some(now + s.duration_s);
-            b.pending = s.events;
-        }
-        None => b.busy_until = None,
     }
 }
 

@@ -28,9 +28,10 @@
 //! first message after a reconnection). A sender that restarted (another incarnation) starts
 //! from nothing.
 //!
-//! ## What is not heard yet ([`unseen`])
+//! ## What is not heard yet ([`unseen`], [`repair`])
 //! What the others dispatched within the last sync delay is missing from every replica's
-//! view; [`Remote::unseen`] estimates how much.
+//! view; [`Remote::unseen`] estimates how much. [`repair::relocation`] is the rule for a
+//! request that a booking heard late now shows to be on the wrong backend.
 //!
 //! Pure data operations with the clock passed in: the gateway folds what NATS delivers
 //! (`src/cluster/` in the `pronto` crate), the evaluator what its simulated channel delivers
@@ -39,6 +40,7 @@
 //! [`PrefixIndex::record`]: crate::affinity::PrefixIndex::record
 
 mod outbox;
+pub mod repair;
 #[cfg(test)]
 mod tests;
 pub mod unseen;
