@@ -386,7 +386,7 @@ pub fn evaluate_route(
     // How long the model reasons before answering, learned as the gateway learns it.
     let reasoning = ReasoningLengths::default();
     let mut race = race::Races::new(*races, fleet, matches!(chooser, Chooser::Policy(..)));
-    let mut repair = repair::Repair::new(&rep, &chooser, hold, races)?;
+    let mut repair = repair::Repair::new(&rep, &chooser, hold, races, fleet)?;
     macro_rules! world {
         () => {
             race::World {
@@ -444,6 +444,10 @@ pub fn evaluate_route(
                             id, cached_tokens, ..
                         } => {
                             let tr = &mut tracks[id as usize];
+                            debug_assert!(
+                                tr.first_token_s.is_none(),
+                                "request {id}: two first tokens"
+                            );
                             tr.first_token_s = Some(t);
                             tr.cached_tokens = cached_tokens;
                             ttft.push(t - tr.arrival_s);

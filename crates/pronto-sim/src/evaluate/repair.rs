@@ -20,7 +20,9 @@ use pronto_core::cluster::repair::relocation;
 use pronto_core::request::RequestFeatures;
 
 use super::race::{RaceConfig, World};
+use super::SimBackend;
 use super::{submit, Chooser};
+use crate::engine::EngineEvent;
 use crate::eval_replicas::{Reconsidered, Replication, SyncMode};
 use crate::workload::TraceRequest;
 
@@ -33,6 +35,14 @@ pub(super) struct Repair {
     pub moves: u64,
 }
 
+fn event_id(ev: &EngineEvent) -> u64 {
+    match *ev {
+        EngineEvent::FirstToken { id, .. }
+        | EngineEvent::Token { id }
+        | EngineEvent::Finished { id, .. } => id,
+    }
+}
+
 impl Repair {
     /// The repair `rep` asks for; `None` when it asks for none. Errors where the run has no
     /// collisions to repair or no policy to repair them with.
@@ -41,6 +51,7 @@ impl Repair {
         chooser: &Chooser,
         hold: bool,
         races: &RaceConfig,
+        fleet: &[SimBackend],
     ) -> anyhow::Result<Option<Repair>> {
         let Some(margin) = rep.repair else {
             return Ok(None);
@@ -64,6 +75,11 @@ impl Repair {
         ensure!(
             races.deadline.is_none() && races.hedge.is_none(),
             "--collision-repair does not combine with --first-token-deadline or --hedge"
+        );
+        // A stalled first token is held by the race model, which a move would not reach.
+        ensure!(
+            fleet.iter().all(|b| b.stall.is_none()),
+            "--collision-repair does not combine with a fleet's stall faults"
         );
         Ok(Some(Repair {
             margin,
@@ -143,7 +159,10 @@ impl Repair {
             }
         };
         let y = d.index;
+        // Aborted where it was: the step in flight there did its work, but what it made of
+        // this request never arrives (the gateway closed that connection).
         w.backends[x].engine.abort(id);
+        w.backends[x].pending.retain(|ev| event_id(ev) != id);
         w.per_backend[x] -= 1;
         w.per_backend[y] += 1;
         let thinking = w.fleet[y].reasoning.map_or(0, |c| c.tokens_for(&ids));
