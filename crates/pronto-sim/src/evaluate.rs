@@ -430,9 +430,6 @@ pub fn evaluate_route(
                 clock = t;
                 router.deliver_until(t);
                 let mut w = world!();
-                if let Some(rp) = repair.as_mut() {
-                    rp.run(&mut w, reqs, &features_for, t);
-                }
                 let mut events = match raced {
                     true => race.fire(t, &mut w),
                     false => std::mem::take(&mut w.backends[b].pending),
@@ -498,6 +495,10 @@ pub fn evaluate_route(
                 }
                 if !raced {
                     start_step(&mut backends[b], t);
+                }
+                // After the step's events: a first token that arrived at `t` is not undone.
+                if let Some(rp) = repair.as_mut() {
+                    rp.run(&mut world!(), reqs, &features_for, t);
                 }
             }
             (_, Some(t)) => {
