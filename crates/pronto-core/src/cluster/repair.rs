@@ -38,12 +38,8 @@ pub fn relocation(
         .ok()
         .filter(|d| d.index != stay)?;
     let there = moved.predicted_ttft_s?;
-    // The policy's own prediction for `stay`: its decision with no other backend eligible.
-    let mut only = views.to_vec();
-    for (i, v) in only.iter_mut().enumerate() {
-        v.excluded |= i != stay;
-    }
-    let here = decide(policy, features, &only, now)
+    // The policy's own prediction for `stay`: its decision with no other backend to choose.
+    let here = decide(policy, features, std::slice::from_ref(&views[stay]), now)
         .ok()?
         .predicted_ttft_s?;
     (here > there * (1.0 + margin)).then_some(moved)

@@ -265,7 +265,8 @@ pub(super) struct Races {
     pub counts: RaceCounts,
 }
 
-fn id_of(ev: &EngineEvent) -> u64 {
+/// The request (and copy) an engine event belongs to.
+pub(super) fn id_of(ev: &EngineEvent) -> u64 {
     match *ev {
         EngineEvent::FirstToken { id, .. }
         | EngineEvent::Token { id }

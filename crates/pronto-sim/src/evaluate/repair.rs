@@ -19,10 +19,8 @@ use anyhow::ensure;
 use pronto_core::cluster::repair::relocation;
 use pronto_core::request::RequestFeatures;
 
-use super::race::{RaceConfig, World};
-use super::SimBackend;
-use super::{submit, Chooser};
-use crate::engine::EngineEvent;
+use super::race::{id_of, RaceConfig, World};
+use super::{submit, Chooser, SimBackend};
 use crate::eval_replicas::{Reconsidered, Replication, SyncMode};
 use crate::workload::TraceRequest;
 
@@ -33,14 +31,6 @@ pub(super) struct Repair {
     recent: Vec<VecDeque<(f64, usize)>>,
     /// Requests moved.
     pub moves: u64,
-}
-
-fn event_id(ev: &EngineEvent) -> u64 {
-    match *ev {
-        EngineEvent::FirstToken { id, .. }
-        | EngineEvent::Token { id }
-        | EngineEvent::Finished { id, .. } => id,
-    }
 }
 
 impl Repair {
@@ -162,7 +152,7 @@ impl Repair {
         // Aborted where it was: the step in flight there did its work, but what it made of
         // this request never arrives (the gateway closed that connection).
         w.backends[x].engine.abort(id);
-        w.backends[x].pending.retain(|ev| event_id(ev) != id);
+        w.backends[x].pending.retain(|ev| id_of(ev) != id);
         w.per_backend[x] -= 1;
         w.per_backend[y] += 1;
         let thinking = w.fleet[y].reasoning.map_or(0, |c| c.tokens_for(&ids));
