@@ -8,7 +8,7 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::eval_replicas::{Replication, Spread, SyncMode};
+use super::eval_replicas::{RepairSetting, Replication, Spread, SyncMode};
 use super::evaluate::{
     apply_load, DeadlineFlag, HedgeFlag, RaceConfig, SimBackend, DEFAULT_POLICIES,
 };
@@ -69,11 +69,13 @@ pub struct EvaluateArgs {
     /// How replicas sync: `off`, or the delay of every message (`5ms`).
     #[arg(long, default_value = "off")]
     pub sync: SyncMode,
-    /// Repair collisions with this margin (0.2: move when staying predicts 20 % more): when a
-    /// replica hears of another's dispatch late, its requests sent to that backend since then
-    /// are routed again (`pronto_core::cluster::repair`). Evaluator only, like `+hold`.
-    #[arg(long, value_name = "MARGIN")]
-    pub collision_repair: Option<f64>,
+    /// Collision repair, as the gateway's `cluster.collision_repair`: when a replica hears of
+    /// another's dispatch late, its requests sent to that backend since then and still
+    /// waiting for their first token are routed again, and move when staying predicts more
+    /// than MARGIN over the new decision (`pronto_core::cluster::repair`). `auto`: the
+    /// gateway's default margin (0.2) wherever the run can repair; `off`; or a margin.
+    #[arg(long, value_name = "auto|off|MARGIN", default_value = "auto")]
+    pub collision_repair: RepairSetting,
     /// Every request's TTFT objective (a route's `ttft_slo`), for goodput; `off`: none.
     #[arg(long, default_value = "1s")]
     pub ttft_slo: SloLimit,

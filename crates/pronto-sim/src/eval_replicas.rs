@@ -22,6 +22,7 @@ use std::collections::BinaryHeap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use pronto_core::cluster::repair::Relocation;
 use pronto_core::cluster::{wire, Observation, ObserveLimit, Outbox, Remote, ReplicaId, SyncEvent};
 use pronto_core::load::RequestLoad;
 use pronto_core::request::RequestFeatures;
@@ -74,6 +75,37 @@ impl std::fmt::Display for SyncMode {
     }
 }
 
+/// Collision repair in an evaluation (`--collision-repair`, `crate::evaluate::repair`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum RepairSetting {
+    /// As the gateway: on with [`DEFAULT_MARGIN`] wherever the run can repair (replicas that
+    /// sync, a gateway policy, no races or stall faults), off elsewhere.
+    ///
+    /// [`DEFAULT_MARGIN`]: pronto_core::cluster::repair::DEFAULT_MARGIN
+    #[default]
+    Auto,
+    /// Never.
+    Off,
+    /// With this margin; a run that cannot repair is refused.
+    Margin(f64),
+}
+
+impl std::str::FromStr for RepairSetting {
+    type Err = String;
+    fn from_str(s: &str) -> Result<RepairSetting, String> {
+        match s {
+            "auto" => Ok(RepairSetting::Auto),
+            "off" => Ok(RepairSetting::Off),
+            _ => s
+                .parse::<f64>()
+                .ok()
+                .filter(|m| m.is_finite() && *m >= 0.0)
+                .map(RepairSetting::Margin)
+                .ok_or_else(|| format!("`{s}`: `auto`, `off` or a margin ≥ 0 such as 0.2")),
+        }
+    }
+}
+
 /// The replica set-up of one evaluation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Replication {
@@ -85,9 +117,8 @@ pub struct Replication {
     pub sync: SyncMode,
     /// Seed of [`Spread::Random`].
     pub seed: u64,
-    /// Collision repair's margin (`--collision-repair`, `crate::evaluate`'s module docs);
-    /// `None`: off.
-    pub repair: Option<f64>,
+    /// Collision repair (`--collision-repair`, `crate::evaluate`'s module docs).
+    pub repair: RepairSetting,
 }
 
 impl Default for Replication {
@@ -97,7 +128,7 @@ impl Default for Replication {
             spread: Spread::RoundRobin,
             sync: SyncMode::Off,
             seed: 1,
-            repair: None,
+            repair: RepairSetting::Auto,
         }
     }
 }
@@ -117,8 +148,9 @@ pub enum Reconsidered {
     /// The request moves to the decision's backend, whose view comes with it; the other
     /// replicas heard of its release. Book it there with [`Replicas::on_dispatch`].
     Moves(Decision, BackendView),
-    /// It stays: booked and recorded again as before, under the booking number the others
-    /// already hold (they hear nothing).
+    /// It stays: its booking kept and its prefix recorded again, under the booking number
+    /// the others already hold (they hear nothing); its first token will teach its TTFT
+    /// model on the inputs [`Relocation::Stay`] gave.
     Stays(Tracked),
 }
 
@@ -185,7 +217,7 @@ impl Replicas {
             payloads: std::collections::HashMap::new(),
             sent: 0,
             sync_bytes: 0,
-            collisions: cfg.repair.map(|_| Vec::new()),
+            collisions: None,
         }
     }
 
@@ -376,6 +408,12 @@ impl Replicas {
         }
     }
 
+    /// Keep the remote dispatches delivered for [`Replicas::take_collisions`] (collision
+    /// repair is on).
+    pub fn collect_collisions(&mut self) {
+        self.collisions.get_or_insert_with(Vec::new);
+    }
+
     /// The remote dispatches delivered since the last call (receiving replica, backend, when
     /// sent), when collision repair is on.
     pub fn take_collisions(&mut self) -> Vec<(usize, usize, f64)> {
@@ -386,37 +424,34 @@ impl Replicas {
     }
 
     /// Collision repair ([`pronto_core::cluster::repair`]): `tr`'s replica takes its decision
-    /// on `backend` again at `t`. Its booking and prefix record are taken back and `decide`
-    /// runs on the views without them ([`Reconsidered`]); `predicted_ttft_s` is the prediction
-    /// it was sent on.
-    #[allow(clippy::too_many_arguments)]
+    /// on `backend` again at `t`, as the gateway does. Its prefix record is taken back and
+    /// `decide` runs on the views, which still hold its booking (of [`RequestLoad`] `tr`'s,
+    /// passed along); see [`Reconsidered`].
     pub fn reconsider(
         &mut self,
         mut tr: Tracked,
         backend: usize,
-        predicted_ttft_s: Option<f64>,
         features: &RequestFeatures,
         t: f64,
         residency: bool,
-        decide: impl FnOnce(&[BackendView]) -> Option<Decision>,
+        decide: impl FnOnce(&[BackendView], RequestLoad) -> Relocation,
     ) -> Reconsidered {
         let now = self.at(t);
         let rep = &mut self.replicas[tr.replica];
         rep.router
             .undo_record(backend, features, tr.dispatched.held_blocks);
-        rep.router.on_finish(backend, &mut tr.dispatched, None, now);
+        let own = tr.dispatched.booking.load();
         let views = rep.router.views_excluding(features, now, residency, &[]);
-        match decide(views) {
-            Some(d) => {
+        match decide(views, own) {
+            Relocation::Move(d) => {
                 let view = views[d.index];
+                rep.router.on_finish(backend, &mut tr.dispatched, None, now);
                 self.send(tr.replica, SyncEvent::Release { seq: tr.seq }, t);
                 Reconsidered::Moves(d, view)
             }
-            None => {
-                let view = views[backend];
-                tr.dispatched =
-                    rep.router
-                        .on_dispatch(backend, predicted_ttft_s, &view, features, now);
+            Relocation::Stay(inputs) => {
+                tr.dispatched.inputs = inputs;
+                rep.router.redo_record(backend, features, now);
                 Reconsidered::Stays(tr)
             }
         }

@@ -64,7 +64,9 @@ pub struct RunReport {
     /// The races before the first token and the stalls (flattened into the JSON).
     #[serde(flatten)]
     pub races: RaceReport,
-    /// Requests collision repair moved to another backend (`--collision-repair`).
+    /// Collision repair's margin, when it was on (`--collision-repair`).
+    pub collision_repair_margin: Option<f64>,
+    /// Requests collision repair moved to another backend.
     pub collision_repairs: u64,
     /// Every request's outcome, in trace order (written by `--requests-csv`).
     #[serde(skip)]
@@ -370,6 +372,7 @@ mod tests {
             sync: "off".into(),
             sync_bytes_per_request: 0.0,
             races: RaceReport::default(),
+            collision_repair_margin: None,
             collision_repairs: 0,
             outcomes: vec![],
         };

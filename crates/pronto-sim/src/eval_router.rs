@@ -262,6 +262,11 @@ impl RouterSideState {
         views::undo_record(&self.pool(), backend, features, held_blocks);
     }
 
+    /// Record again what [`RouterSideState::undo_record`] took back ([`views::redo_record`]).
+    pub fn redo_record(&self, backend: usize, features: &RequestFeatures, now: Instant) {
+        views::redo_record(&self.pool(), backend, features, now);
+    }
+
     /// A request's stream on `backend` ended (or it was rejected): released.
     pub fn on_finish(
         &mut self,

@@ -195,7 +195,7 @@ fn mooncake_conversation_prefix_when_present() {
         replicas: 1,
         spread: crate::eval_replicas::Spread::RoundRobin,
         sync: crate::eval_replicas::SyncMode::Off,
-        collision_repair: None,
+        collision_repair: crate::eval_replicas::RepairSetting::Auto,
         ttft_slo: SloLimit(None),
         tpot_slo: SloLimit(None),
         objective: crate::evaluate::EvalObjective::Ttft,
@@ -276,17 +276,17 @@ mod replicas {
     use std::time::Duration;
 
     use super::*;
-    use crate::eval_replicas::{Replication, Spread, SyncMode};
+    use crate::eval_replicas::{RepairSetting, Replication, Spread, SyncMode};
 
     fn replicated(n: usize, spread: Spread, sync: SyncMode) -> crate::eval_report::RunReport {
-        repaired(n, spread, sync, None, "predicted_ttft").unwrap()
+        repaired(n, spread, sync, RepairSetting::Off, "predicted_ttft").unwrap()
     }
 
     fn repaired(
         n: usize,
         spread: Spread,
         sync: SyncMode,
-        repair: Option<f64>,
+        repair: RepairSetting,
         policy: &str,
     ) -> anyhow::Result<crate::eval_report::RunReport> {
         let rep = Replication {
@@ -313,7 +313,7 @@ mod replicas {
         let late = SyncMode::Delay(Duration::from_millis(50));
         let rr = Spread::RoundRobin;
         let plain = replicated(4, rr, late);
-        let fixed = repaired(4, rr, late, Some(0.2), "predicted_ttft").unwrap();
+        let fixed = repaired(4, rr, late, RepairSetting::Margin(0.2), "predicted_ttft").unwrap();
         eprintln!(
             "mean / p99 TTFT ms: plain {:.0} {:.0}; repaired {:.0} {:.0}, {} moves",
             plain.ttft_mean_ms,
@@ -329,8 +329,12 @@ mod replicas {
         let served: u64 = fixed.per_backend.iter().map(|(_, n)| n).sum();
         assert_eq!(served, fixed.requests);
         assert!(fixed.ttft_mean_ms < plain.ttft_mean_ms);
+        // `auto` is the gateway's default margin.
+        let auto = repaired(4, rr, late, RepairSetting::Auto, "predicted_ttft").unwrap();
+        assert_eq!(auto.collision_repair_margin, Some(0.2));
+        assert_eq!(auto.collision_repairs, fixed.collision_repairs);
         // A margin no prediction beats moves nothing.
-        let never = repaired(4, rr, late, Some(1e9), "predicted_ttft").unwrap();
+        let never = repaired(4, rr, late, RepairSetting::Margin(1e9), "predicted_ttft").unwrap();
         assert_eq!(never.collision_repairs, 0);
     }
 
@@ -344,8 +348,14 @@ mod replicas {
             (4, late, "oracle"),
             (4, late, "predicted_ttft+exact"),
         ] {
-            let e = repaired(n, rr, sync, Some(0.2), policy).unwrap_err();
+            let e = repaired(n, rr, sync, RepairSetting::Margin(0.2), policy).unwrap_err();
             assert!(e.to_string().contains("--collision-repair"), "{e}");
+            // `auto` (the default) is off there, as the gateway would be.
+            let auto = repaired(n, rr, sync, RepairSetting::Auto, policy).unwrap();
+            assert_eq!(
+                (auto.collision_repair_margin, auto.collision_repairs),
+                (None, 0)
+            );
         }
     }
 

@@ -62,9 +62,9 @@
 //! length learned — as the gateway learns it per pool — from the reasoning tokens of the
 //! requests finished so far ([`pronto_core::predict::ReasoningLengths`]).
 //!
-//! ## `--collision-repair MARGIN`
-//! Synced replicas that route again what a late booking shows to be on the wrong backend
-//! ([`repair`]; evaluator only, like `+hold`: the gateway does not repair collisions yet).
+//! ## `--collision-repair auto|off|MARGIN`
+//! Synced replicas route again what a late booking shows to be on the wrong backend
+//! ([`repair`]), as the gateway does; on by default wherever the run can repair.
 //!
 //! ## Stall faults, failover and hedging
 //! A fleet file's `stall_first_token` (with `stall_probability`, a seeded draw per backend and
@@ -387,6 +387,9 @@ pub fn evaluate_route(
     let reasoning = ReasoningLengths::default();
     let mut race = race::Races::new(*races, fleet, matches!(chooser, Chooser::Policy(..)));
     let mut repair = repair::Repair::new(&rep, &chooser, hold, races, fleet)?;
+    if repair.is_some() {
+        router.collect_collisions();
+    }
     macro_rules! world {
         () => {
             race::World {
@@ -702,6 +705,7 @@ pub fn evaluate_route(
         sync: rep.sync.to_string(),
         sync_bytes_per_request: router.sync_bytes() as f64 / reqs.len().max(1) as f64,
         races: race.counts.into(),
+        collision_repair_margin: repair.as_ref().map(|rp| rp.margin()),
         collision_repairs: repair.map_or(0, |rp| rp.moves),
         outcomes,
     })

@@ -8,41 +8,92 @@
 //! [`relocation`] says whether the request, still waiting for its first token, should go
 //! elsewhere.
 //!
-//! The rule: the views are built without the request's own booking (as if it had not been
-//! sent) and with the late booking; the policy decides over them; the request moves when the
+//! The rule: the views are built without the request's own prefix record (as if it had not
+//! been sent) and with the late booking; its own booking is taken out of the view of the
+//! backend it is on ([`unbook`]); the policy decides over them; the request moves when the
 //! decision is another backend and the policy's prediction for staying exceeds that
 //! decision's by more than `margin` (a fraction: 0.2 is 20 %). The margin pays for what a
 //! move costs and a prediction cannot see: the prefill already done where it is, and the
 //! error of two predictions.
 //!
-//! Pure and synchronous. The offline evaluator applies it (`pronto evaluate
-//! --collision-repair MARGIN`) to measure what a replicated gateway repairing collisions
-//! would get; the gateway does not apply it yet.
+//! Pure and synchronous. The gateway applies it to a request waiting for its first token
+//! when its replica hears of another's dispatch, sent before that request, to the same
+//! backend (`cluster.collision_repair`, `src/proxy/repair.rs` in the `pronto` crate); the
+//! offline evaluator applies it the same way to R simulated replicas (`pronto evaluate
+//! --collision-repair`).
 
 use std::time::Instant;
 
+use crate::load::RequestLoad;
+use crate::predict::TtftInputs;
 use crate::request::RequestFeatures;
 use crate::routing::{decide, BackendView, Decision, Policy};
 
-/// Where a request sent to `views[stay]` should go instead (see the module docs), or `None`
-/// to stay. `views` must not hold the request's own booking.
+/// The margin both apply unless told otherwise: a move must promise a first token 20 %
+/// sooner.
+pub const DEFAULT_MARGIN: f64 = 0.2;
+
+/// Moves a request makes at most: each follows a collision heard within a sync delay of its
+/// dispatch, so a few cover what a burst of late bookings can do, and no request bounces on.
+pub const MAX_MOVES: u32 = 3;
+
+/// `view` without one booking of `load` still in prefill: what the ledger would show had
+/// it not been booked (its KV allocation rate keeps it: a rate cannot be taken back).
+pub fn unbook(view: &mut BackendView, load: RequestLoad) {
+    let p = u64::from(load.prefill_tokens);
+    view.inflight = view.inflight.saturating_sub(1);
+    view.outstanding_prefill_tokens = view.outstanding_prefill_tokens.saturating_sub(p);
+    // As the ledger sums it: whole units of tokens² / 1000.
+    let sq = (p * p / 1000) as f64 / 1000.0;
+    view.outstanding_prefill_sq = (view.outstanding_prefill_sq - sq).max(0.0);
+    view.kv_reserved_tokens = view.kv_reserved_tokens.saturating_sub(load.kv_tokens);
+}
+
+/// What [`relocation`] decided.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Relocation {
+    /// Move: the policy's decision over the views, another backend.
+    Move(Decision),
+    /// Stay; the request's TTFT model observation should now use these inputs: its backend's
+    /// load with the late booking, which its dispatch could not see. The first token it
+    /// waits for is the late booking's prefill plus its own, and a model taught that on the
+    /// dispatch's inputs would learn a queue cost too high.
+    Stay(TtftInputs),
+}
+
+/// Where a request booked on `views[stay]` with `own` (still in prefill) should go (see the
+/// module docs). `views` hold its booking but not its prefix record.
 pub fn relocation(
     policy: &dyn Policy,
     features: &RequestFeatures,
     views: &[BackendView],
     stay: usize,
+    own: RequestLoad,
     now: Instant,
     margin: f64,
-) -> Option<Decision> {
-    let moved = decide(policy, features, views, now)
+) -> Relocation {
+    // Rare (a late booking on the request's backend): a copy, so the caller's views stay
+    // what the ledger says.
+    let mut views = views.to_vec();
+    unbook(&mut views[stay], own);
+    let staying = Relocation::Stay(views[stay].ttft_inputs(features));
+    let Some(moved) = decide(policy, features, &views, now)
         .ok()
-        .filter(|d| d.index != stay)?;
-    let there = moved.predicted_ttft_s?;
+        .filter(|d| d.index != stay)
+    else {
+        return staying;
+    };
+    let Some(there) = moved.predicted_ttft_s else {
+        return staying;
+    };
     // The policy's own prediction for `stay`: its decision with no other backend to choose.
     let here = decide(policy, features, std::slice::from_ref(&views[stay]), now)
-        .ok()?
-        .predicted_ttft_s?;
-    (here > there * (1.0 + margin)).then_some(moved)
+        .ok()
+        .and_then(|d| d.predicted_ttft_s);
+    match here {
+        Some(here) if here > there * (1.0 + margin) => Relocation::Move(moved),
+        _ => staying,
+    }
 }
 
 #[cfg(test)]
@@ -79,17 +130,85 @@ mod tests {
         let now = Instant::now();
         let mut f = RequestFeatures::synthetic("m", String::new(), Some(16));
         f.prompt_tokens = 2_000;
+        // The request's own booking: its 2,000 prompt tokens in prefill.
+        let own = RequestLoad {
+            prefill_tokens: 2_000,
+            kv_tokens: 2_016,
+        };
+        let mine = |v: BackendView| {
+            let mut v = v;
+            v.inflight += 1;
+            v.outstanding_prefill_tokens += 2_000;
+            v.outstanding_prefill_sq += 4.0;
+            v.kv_reserved_tokens += 2_016;
+            v
+        };
         // Backend a got a 30k-token prefill the request could not see; b is idle.
-        let behind = [view("a", 30_000), view("b", 0)];
-        let d = relocation(&*policy, &f, &behind, 0, now, 0.2).expect("moves");
+        let behind = [mine(view("a", 30_000)), view("b", 0)];
+        let Relocation::Move(d) = relocation(&*policy, &f, &behind, 0, own, now, 0.2) else {
+            panic!("moves");
+        };
         assert_eq!(d.index, 1);
         assert!(d.predicted_ttft_s.is_some());
         // Already where the decision goes: it stays.
-        assert!(relocation(&*policy, &f, &behind, 1, now, 0.2).is_none());
+        let at_b = [view("a", 30_000), mine(view("b", 0))];
+        let Relocation::Stay(inputs) = relocation(&*policy, &f, &at_b, 1, own, now, 0.2) else {
+            panic!("stays");
+        };
+        // What it waits behind now: nothing but its own prompt, not counted as queued.
+        assert_eq!(inputs, view("b", 0).ttft_inputs(&f));
         // 500 tokens ahead: staying predicts 0.27 s against 0.22 s, 23 % more. A 20 % margin
-        // moves it, a 30 % margin does not.
-        let close = [view("a", 500), view("b", 0)];
-        assert!(relocation(&*policy, &f, &close, 0, now, 0.2).is_some());
-        assert!(relocation(&*policy, &f, &close, 0, now, 0.3).is_none());
+        // moves it, a 30 % margin does not. Its own booking is not counted against staying:
+        // with it, staying would look 2,000 tokens worse.
+        let close = [mine(view("a", 500)), view("b", 0)];
+        let moves = |views: &[BackendView], margin| {
+            matches!(
+                relocation(&*policy, &f, views, 0, own, now, margin),
+                Relocation::Move(_)
+            )
+        };
+        assert!(moves(&close, 0.2));
+        assert!(!moves(&close, 0.3));
+        // Staying, it learns it waited behind the 500 tokens heard late.
+        let Relocation::Stay(inputs) = relocation(&*policy, &f, &close, 0, own, now, 0.3) else {
+            panic!("stays");
+        };
+        assert_eq!(inputs.queued_prefill_tokens, 500.0);
+        let level = [mine(view("a", 0)), view("b", 0)];
+        assert!(!moves(&level, 0.0));
+    }
+
+    #[test]
+    fn unbooking_takes_back_what_the_ledger_booked() {
+        use crate::load::{Ledger, Plain};
+        let t0 = Instant::now();
+        let ledger = Ledger::<Plain>::new(t0);
+        let other = RequestLoad {
+            prefill_tokens: 1_234,
+            kv_tokens: 1_500,
+        };
+        let own = RequestLoad {
+            prefill_tokens: 2_345,
+            kv_tokens: 2_600,
+        };
+        let mut a = ledger.book(other, t0, true, None);
+        let before = ledger.view(t0);
+        let mut b = ledger.book(own, t0, true, None);
+        let mut v = BackendView::idle("x");
+        let with = ledger.view(t0);
+        (v.inflight, v.outstanding_prefill_tokens) =
+            (with.inflight, with.outstanding_prefill_tokens);
+        (v.outstanding_prefill_sq, v.kv_reserved_tokens) =
+            (with.outstanding_prefill_sq, with.kv_reserved_tokens);
+        unbook(&mut v, own);
+        assert_eq!(v.inflight, before.inflight);
+        assert_eq!(
+            v.outstanding_prefill_tokens,
+            before.outstanding_prefill_tokens
+        );
+        assert!((v.outstanding_prefill_sq - before.outstanding_prefill_sq).abs() < 1e-12);
+        assert_eq!(v.kv_reserved_tokens, before.kv_reserved_tokens);
+        ledger.release(&mut a);
+        ledger.release(&mut b);
     }
 }

@@ -156,6 +156,18 @@ pub fn undo_record<B: RoutingBackend>(
         .unrecord(pool.slots[i], &features.block_hashes[from..]);
 }
 
+/// Record again at `now` what [`undo_record`] took back (a request that was reconsidered and
+/// stays, [`crate::cluster::repair`]).
+pub fn redo_record<B: RoutingBackend>(
+    pool: &PoolRouting<'_, B>,
+    i: usize,
+    features: &RequestFeatures,
+    now: Instant,
+) {
+    pool.index
+        .record(pool.slots[i], &features.block_hashes, now);
+}
+
 /// Build the views of `pool` for `features` at `now` into `scratch` (see the module docs).
 /// `tried`: backends already tried for this request (excluded). `limit_to_residency`: the
 /// policy's [`crate::routing::Policy::limits_prefix_credit_to_residency`].

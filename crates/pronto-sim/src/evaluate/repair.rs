@@ -1,13 +1,14 @@
-//! Collision repair in the evaluator (`--collision-repair MARGIN`): what R synced replicas
-//! would get if each repaired the collisions a late booking reveals — the rule of
-//! [`pronto_core::cluster::repair`]. Evaluator only, like `+hold`: the gateway does not
-//! repair collisions yet.
+//! Collision repair in the evaluator (`--collision-repair`, on by default as in the gateway's
+//! `cluster.collision_repair`): what R synced replicas get by repairing the collisions a
+//! late booking reveals — the rule of [`pronto_core::cluster::repair`], applied as the
+//! gateway applies it (`src/proxy/repair.rs` in the `pronto` crate).
 //!
 //! When replica A receives another replica's dispatch to backend X (sent at `s`, delivered
 //! `delay` later), A takes the decision again for each request it dispatched to X after `s`
 //! that has no first token yet: that request could not see the other booking, which the
-//! engine now serves first. Its booking and prefix record are taken back
-//! ([`Replicas::reconsider`]) and [`relocation`] decides over views without them. A request
+//! engine now serves first. Its prefix record is taken back ([`Replicas::reconsider`]) and
+//! [`relocation`] decides over views without it and without its booking. A request moves
+//! [`MAX_MOVES`] times at most. A request
 //! that moves is aborted in X's engine — whatever X had prefilled of it is lost, as when a
 //! gateway closes the upstream connection, since a gateway cannot see whether it had begun —
 //! and dispatched to the new backend as any decision: booked, recorded, synced, its TTFT model
@@ -15,13 +16,13 @@
 
 use std::collections::VecDeque;
 
-use anyhow::ensure;
-use pronto_core::cluster::repair::relocation;
+use anyhow::{bail, ensure};
+use pronto_core::cluster::repair::{relocation, DEFAULT_MARGIN, MAX_MOVES};
 use pronto_core::request::RequestFeatures;
 
 use super::race::{id_of, RaceConfig, World};
 use super::{submit, Chooser, SimBackend};
-use crate::eval_replicas::{Reconsidered, Replication, SyncMode};
+use crate::eval_replicas::{Reconsidered, RepairSetting, Replication, SyncMode};
 use crate::workload::TraceRequest;
 
 /// Collision repair's state over one run.
@@ -31,11 +32,14 @@ pub(super) struct Repair {
     recent: Vec<VecDeque<(f64, usize)>>,
     /// Requests moved.
     pub moves: u64,
+    /// Moves per request so far.
+    moved: Vec<u8>,
 }
 
 impl Repair {
-    /// The repair `rep` asks for; `None` when it asks for none. Errors where the run has no
-    /// collisions to repair or no policy to repair them with.
+    /// The repair `rep` asks for; `None` when it asks for none, or asks for `auto` where the
+    /// run cannot repair. Errors where a margin is asked for and the run has no collisions to
+    /// repair or no policy to repair them with.
     pub fn new(
         rep: &Replication,
         chooser: &Chooser,
@@ -43,39 +47,45 @@ impl Repair {
         races: &RaceConfig,
         fleet: &[SimBackend],
     ) -> anyhow::Result<Option<Repair>> {
-        let Some(margin) = rep.repair else {
-            return Ok(None);
+        // Why this run cannot repair, if it cannot.
+        let unable = if !matches!(rep.sync, SyncMode::Delay(_)) {
+            Some("needs replicas that sync (--sync DELAY)")
+        } else if rep.replicas < 2 {
+            Some("needs --replicas 2 or more")
+        } else if !matches!(chooser, Chooser::Policy(_, false)) || hold {
+            Some("works with a gateway policy (not the oracle, +exact or +hold)")
+        } else if races.deadline.is_some() || races.hedge.is_some() {
+            // The gateway repairs no request on a route that races: it has its own remedy.
+            Some("does not combine with --first-token-deadline or --hedge")
+        } else if fleet.iter().any(|b| b.stall.is_some()) {
+            // A stalled first token is held by the race model, which a move would not reach.
+            Some("does not combine with a fleet's stall faults")
+        } else {
+            None
         };
-        ensure!(
-            margin.is_finite() && margin >= 0.0,
-            "--collision-repair: a margin ≥ 0, such as 0.2"
-        );
-        ensure!(
-            matches!(rep.sync, SyncMode::Delay(_)),
-            "--collision-repair needs replicas that sync (--sync DELAY)"
-        );
-        ensure!(
-            rep.replicas >= 2,
-            "--collision-repair needs --replicas 2 or more"
-        );
-        ensure!(
-            matches!(chooser, Chooser::Policy(_, false)) && !hold,
-            "--collision-repair works with a gateway policy (not the oracle, +exact or +hold)"
-        );
-        ensure!(
-            races.deadline.is_none() && races.hedge.is_none(),
-            "--collision-repair does not combine with --first-token-deadline or --hedge"
-        );
-        // A stalled first token is held by the race model, which a move would not reach.
-        ensure!(
-            fleet.iter().all(|b| b.stall.is_none()),
-            "--collision-repair does not combine with a fleet's stall faults"
-        );
+        let margin = match (rep.repair, unable) {
+            (RepairSetting::Off, _) | (RepairSetting::Auto, Some(_)) => return Ok(None),
+            (RepairSetting::Auto, None) => DEFAULT_MARGIN,
+            (RepairSetting::Margin(_), Some(why)) => bail!("--collision-repair {why}"),
+            (RepairSetting::Margin(m), None) => {
+                ensure!(
+                    m.is_finite() && m >= 0.0,
+                    "--collision-repair: a margin ≥ 0, such as 0.2"
+                );
+                m
+            }
+        };
         Ok(Some(Repair {
             margin,
             recent: vec![VecDeque::new(); rep.replicas],
             moves: 0,
+            moved: Vec::new(),
         }))
+    }
+
+    /// The margin in use.
+    pub fn margin(&self) -> f64 {
+        self.margin
     }
 
     /// Replica `replica` dispatched request `i` at `t`.
@@ -135,11 +145,10 @@ impl Repair {
         let now = w.base + std::time::Duration::from_secs_f64(t);
         let residency = policy.limits_prefix_credit_to_residency();
         let margin = self.margin;
-        let predicted = w.tracks[i].predicted_ttft_s;
         let moved = w
             .router
-            .reconsider(tracked, x, predicted, &features, t, residency, |views| {
-                relocation(&**policy, &features, views, x, now, margin)
+            .reconsider(tracked, x, &features, t, residency, |views, own| {
+                relocation(&**policy, &features, views, x, own, now, margin)
             });
         let (d, view) = match moved {
             Reconsidered::Moves(d, view) => (d, view),
@@ -165,7 +174,14 @@ impl Repair {
                 w.router
                     .on_dispatch(replica, y, d.predicted_ttft_s, &view, &features, t),
             );
-        self.recent[replica].push_back((t, i));
+        // At most MAX_MOVES times, as in the gateway.
+        if self.moved.len() <= i {
+            self.moved.resize(i + 1, 0);
+        }
+        self.moved[i] += 1;
+        if u32::from(self.moved[i]) < MAX_MOVES {
+            self.recent[replica].push_back((t, i));
+        }
         let generated = r.output_tokens.saturating_add(thinking);
         submit(
             &mut w.backends[y],
