@@ -200,4 +200,9 @@ print(f"\nSync delay (each replica timing its own messages back through NATS; th
       f"replicas' moving averages as the run ended): {delay * 1e3:.3f} ms. The other replicas' "
       f"dispatches a decision had not heard of yet (pronto_cluster_unseen_dispatches), each "
       f"replica sampled every 2 s during the load: {during}; {unseen:.4f} as the run ended.")
+moved = m.get('pronto_cluster_collisions_total{outcome="moved"}', 0.0)
+stayed = m.get('pronto_cluster_collisions_total{outcome="stayed"}', 0.0)
+print(f"\nCollision repair (cluster.collision_repair, the default margin 0.2; "
+      f"pronto_cluster_collisions_total over all replicas): {moved:.0f} requests moved, "
+      f"{stayed:.0f} reconsidered and stayed.")
 PY

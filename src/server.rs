@@ -193,7 +193,7 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
     let state = GatewayState::new(Arc::new(config), Arc::new(resources), &metrics);
     let (state, sync) = match cluster {
         Some(c) => {
-            let (link, rx) = crate::cluster::Link::new(&metrics);
+            let (link, rx) = crate::cluster::Link::new(&metrics, c.collision_repair);
             (state.with_cluster(Arc::clone(&link)), Some((c, link, rx)))
         }
         None => (state, None),

@@ -144,9 +144,10 @@ fn annotated_example_sets_every_field() {
         replica,
         heartbeat,
         peer_timeout,
+        collision_repair,
     } = cluster.expect("cluster");
     assert!(nats.is_some() && subject.is_some() && replica.is_some());
-    assert!(heartbeat.is_some() && peer_timeout.is_some());
+    assert!(heartbeat.is_some() && peer_timeout.is_some() && collision_repair.is_some());
     let auth = auth.expect("auth");
     assert!(auth.keys_file.is_some());
     let tls = tls.expect("tls");

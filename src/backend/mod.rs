@@ -77,6 +77,9 @@ pub struct Backend {
     metrics: Metrics,
     /// The previous health state, so the log shows transitions only ([`lifecycle`]).
     health_log: std::sync::Mutex<lifecycle::HealthTracker>,
+    /// When (by this replica's estimate) the latest remote dispatch to this backend that it
+    /// heard of was sent: what collision repair waits on (`crate::proxy`'s `repair`).
+    remote_dispatch: tokio::sync::watch::Sender<Option<Instant>>,
 }
 
 impl Backend {
@@ -125,6 +128,7 @@ impl Backend {
             latency: LatencyStats::default(),
             metrics,
             health_log: std::sync::Mutex::default(),
+            remote_dispatch: tokio::sync::watch::Sender::new(None),
         };
         b.publish_health(Instant::now());
         b
@@ -138,6 +142,17 @@ impl Backend {
             .upstream_errors_total
             .with_label_values(&[self.name(), kind])
             .inc();
+    }
+
+    /// This replica heard of another's dispatch to this backend, sent at `sent_at` (its
+    /// estimate): wakes the requests waiting on [`Backend::remote_dispatches`].
+    pub fn heard_remote_dispatch(&self, sent_at: Instant) {
+        self.remote_dispatch.send_replace(Some(sent_at));
+    }
+
+    /// The remote dispatches to this backend heard from now on ([`Backend::heard_remote_dispatch`]).
+    pub fn remote_dispatches(&self) -> tokio::sync::watch::Receiver<Option<Instant>> {
+        self.remote_dispatch.subscribe()
     }
 
     /// Backend name (a bounded metric label).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use pronto_core::affinity::PrefixIndex;
-use pronto_core::cluster::{BackendRef, Local};
+use pronto_core::cluster::{BackendRef, Local, SyncEvent};
 use pronto_core::load::Atomic;
 use pronto_core::state::BackendState;
 use pronto_core::tokens::BlockHash;
@@ -46,6 +46,24 @@ impl Targets {
             }
         }
         Targets { state, by_ref }
+    }
+
+    /// Another replica's message with `events`, sent (by this replica's estimate) at
+    /// `sent_at`, was folded: each backend it dispatched to wakes the requests waiting on it
+    /// for collision repair ([`Backend::heard_remote_dispatch`]), once per message.
+    pub fn heard_dispatches(&self, events: &[SyncEvent], sent_at: Instant) {
+        let mut woken: Vec<BackendRef> = Vec::new();
+        for ev in events {
+            if let SyncEvent::Dispatch { backend, .. } = ev {
+                if woken.contains(backend) {
+                    continue;
+                }
+                woken.push(*backend);
+                if let Some(t) = self.by_ref.get(backend) {
+                    t.backend.heard_remote_dispatch(sent_at);
+                }
+            }
+        }
     }
 
     /// Whether these are the backends of `state`.

@@ -36,11 +36,16 @@ pub struct Link {
     /// Fingerprints of this replica's recent messages and when each was published, oldest
     /// first (the sync tasks only).
     sent: Mutex<VecDeque<(u64, Instant)>>,
+    /// `cluster.collision_repair` (bound at start, as the rest of `cluster:`).
+    repair_margin: Option<f64>,
 }
 
 impl Link {
-    /// A link and the publisher's end of it.
-    pub fn new(metrics: &Metrics) -> (Arc<Link>, mpsc::Receiver<SyncEvent>) {
+    /// A link and the publisher's end of it; `repair_margin`: `cluster.collision_repair`.
+    pub fn new(
+        metrics: &Metrics,
+        repair_margin: Option<f64>,
+    ) -> (Arc<Link>, mpsc::Receiver<SyncEvent>) {
         let (tx, rx) = mpsc::channel(QUEUE_EVENTS);
         let link = Link {
             tx,
@@ -49,8 +54,14 @@ impl Link {
             any_lost: AtomicBool::new(false),
             metrics: metrics.clone(),
             sent: Mutex::new(VecDeque::with_capacity(SENT_KEPT)),
+            repair_margin,
         };
         (Arc::new(link), rx)
+    }
+
+    /// Collision repair's margin, when it is on ([`crate::proxy`]'s `repair`).
+    pub fn repair_margin(&self) -> Option<f64> {
+        self.repair_margin
     }
 
     /// A request was dispatched to `backend` with `load` and these prompt blocks: tell the
@@ -167,7 +178,7 @@ mod tests {
 
     #[test]
     fn an_echo_is_timed_from_its_publication_and_older_ones_are_forgotten() {
-        let (link, _rx) = Link::new(&Metrics::new());
+        let (link, _rx) = Link::new(&Metrics::new(), None);
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         link.published(b"one", t0);

@@ -37,6 +37,13 @@
 //! bookings; prefix records resume with the next dispatches (what was routed meanwhile is
 //! learnt again from the traffic, or from KV events).
 //!
+//! ## Collision repair
+//! A replica hears of the others' dispatches a sync delay late. When it folds one to backend
+//! X, it dates it one sync delay back and wakes its own requests waiting on X for their first
+//! token ([`Targets::heard_dispatches`]); those sent after that date were routed without
+//! knowing of it, and the proxy takes their decision again (`cluster.collision_repair`, the
+//! proxy's `repair` module, [`pronto_core::cluster::repair`]).
+//!
 //! ## Cost
 //! `pronto_cluster_bytes_total` and `pronto_cluster_messages_total` count the traffic;
 //! `pronto_cluster_work_seconds_total` the time the two tasks spent encoding and publishing,

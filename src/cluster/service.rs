@@ -361,9 +361,17 @@ impl Folder {
         };
         match wire::decode(&msg.payload) {
             Ok((incarnation, events)) => {
-                let f =
-                    self.remote
-                        .apply(targets, ReplicaId::of(name), incarnation, &events, now());
+                let at = now();
+                let f = self
+                    .remote
+                    .apply(targets, ReplicaId::of(name), incarnation, &events, at);
+                // Collision repair: the message left its sender about one sync delay ago (what
+                // this replica's own messages take to come back). No echo timed yet: no
+                // estimate, and nothing is woken.
+                let sent_at = self.remote.unseen().delay().and_then(|d| at.checked_sub(d));
+                if let Some(sent_at) = sent_at.filter(|_| self.link.repair_margin().is_some()) {
+                    targets.heard_dispatches(&events, sent_at);
+                }
                 self.metrics
                     .dropped(SyncDrop::UnknownBackend, u64::from(f.unknown_backend));
                 self.metrics

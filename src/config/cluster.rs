@@ -8,13 +8,21 @@
 //!   replica: {env: POD_NAME}      # this replica's name: a string, {env: NAME} or {file: PATH}
 //!   heartbeat: 1s                 # snapshot of this replica's bookings (the heartbeat)
 //!   peer_timeout: 3s              # a replica silent this long has its bookings released
+//!   collision_repair: 0.2         # the margin a move must promise (`off`: never move)
 //! ```
+//!
+//! `collision_repair` ([`pronto_core::cluster::repair`]): a request still waiting for its
+//! first token on a backend that, as this replica now hears, another replica sent a request
+//! to just before it, is routed again; it moves when staying predicts a first token more
+//! than the margin (a fraction) later than the new decision. Routes that race
+//! (`first_token_deadline`, `hedge`) keep their own remedy and are not repaired.
 //!
 //! Absent: one replica, routing on its own state, exactly as before. Bound at start: a reload
 //! that changes it keeps the running settings and warns.
 
 use std::time::Duration;
 
+use pronto_core::cluster::repair::DEFAULT_MARGIN;
 use serde::Deserialize;
 
 use super::edge::{EnvLookup, SecretFile};
@@ -44,10 +52,24 @@ pub struct ClusterFile {
     pub heartbeat: Option<Quantity>,
     /// How long a silent replica still counts.
     pub peer_timeout: Option<Quantity>,
+    /// Collision repair's margin, or `off`.
+    pub collision_repair: Option<RepairFile>,
+}
+
+/// `cluster.collision_repair` as written: a margin (`0.2`), or `off` / `false`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum RepairFile {
+    /// The margin.
+    Margin(f64),
+    /// `false` (`true`: the default margin).
+    Switch(bool),
+    /// `off`.
+    Word(String),
 }
 
 /// The validated `cluster:` section.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Cluster {
     /// NATS server URLs as given (validated).
     pub nats: String,
@@ -59,6 +81,8 @@ pub struct Cluster {
     pub heartbeat: Duration,
     /// Silence after which a replica's bookings are released.
     pub peer_timeout: Duration,
+    /// Collision repair's margin (`None`: off).
+    pub collision_repair: Option<f64>,
 }
 
 impl Cluster {
@@ -152,12 +176,34 @@ impl Checker {
                 ),
             );
         }
+        let collision_repair = match &f.collision_repair {
+            None | Some(RepairFile::Switch(true)) => Some(DEFAULT_MARGIN),
+            Some(RepairFile::Switch(false)) => None,
+            Some(RepairFile::Word(w)) if w == "off" => None,
+            Some(RepairFile::Margin(m)) if m.is_finite() && (0.0..=10.0).contains(m) => Some(*m),
+            Some(other) => {
+                let shown = match other {
+                    RepairFile::Margin(m) => m.to_string(),
+                    RepairFile::Word(w) => format!("`{w}`"),
+                    RepairFile::Switch(b) => b.to_string(),
+                };
+                self.error(
+                    "cluster.collision_repair",
+                    format!(
+                        "{shown} is not a margin: a fraction from 0 to 10 (0.2: a move must \
+                         promise a first token 20 % sooner), or `off`"
+                    ),
+                );
+                None
+            }
+        };
         (self.error_count() == errors).then(|| Cluster {
             nats,
             subject,
             replica: replica.unwrap_or_default(),
             heartbeat,
             peer_timeout,
+            collision_repair,
         })
     }
 }

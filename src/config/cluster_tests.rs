@@ -37,6 +37,11 @@ fn absent_means_one_replica_and_defaults_fill_the_rest() {
         (DEFAULT_SUBJECT, DEFAULT_HEARTBEAT)
     );
     assert_eq!(c.peer_timeout, Duration::from_secs(3));
+    assert_eq!(
+        c.collision_repair,
+        Some(DEFAULT_MARGIN),
+        "repair is on by default"
+    );
     assert_eq!(c.own_subject(), "pronto.cluster.pronto-7d9f-x2k");
     assert_eq!(c.all_subjects(), "pronto.cluster.*");
     let c = load(
@@ -50,6 +55,30 @@ fn absent_means_one_replica_and_defaults_fill_the_rest() {
         Duration::from_millis(750),
         "three heartbeats"
     );
+}
+
+#[test]
+fn collision_repair_is_a_margin_or_off() {
+    let margin = |v: &str| {
+        load(&format!(
+            "cluster: {{nats: 'nats://x:1', replica: r, collision_repair: {v}}}\n"
+        ))
+        .map(|c| c.unwrap().collision_repair)
+    };
+    assert_eq!(margin("0.5"), Ok(Some(0.5)));
+    assert_eq!(margin("0"), Ok(Some(0.0)));
+    assert_eq!(margin("true"), Ok(Some(DEFAULT_MARGIN)));
+    assert_eq!(margin("off"), Ok(None));
+    assert_eq!(margin("false"), Ok(None));
+    for bad in ["-0.1", "11", "sometimes", ".nan"] {
+        let errors = margin(bad).unwrap_err();
+        assert!(
+            errors
+                .iter()
+                .any(|(p, m)| p == "cluster.collision_repair" && m.contains("not a margin")),
+            "{bad}: {errors:?}"
+        );
+    }
 }
 
 #[test]

@@ -597,6 +597,15 @@ fn cluster_schema() -> Value {
             },
             "heartbeat": { "$ref": "#/$defs/duration", "description": "How often this replica publishes the snapshot of its bookings", "default": "1s" },
             "peer_timeout": { "$ref": "#/$defs/duration", "description": "A replica silent this long has its bookings released (default 3 heartbeats)", "default": "3s" },
+            "collision_repair": {
+                "description": "Collision repair: a request waiting for its first token on a backend that another replica (heard late) sent a request to just before it is routed again, and moves when staying predicts more than this margin (a fraction) over the new decision; `off` or false: never",
+                "default": 0.2,
+                "oneOf": [
+                    { "type": "number", "minimum": 0, "maximum": 10 },
+                    { "type": "boolean" },
+                    { "const": "off" },
+                ],
+            },
         }),
     )
 }

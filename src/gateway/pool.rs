@@ -180,6 +180,12 @@ impl Pool {
         views::undo_record(&self.routing(), i, features, held_blocks);
     }
 
+    /// Record again at `now` what [`Pool::undo_record`] took back (a request reconsidered by
+    /// collision repair that stays).
+    pub fn redo_record(&self, i: usize, features: &RequestFeatures, now: Instant) {
+        views::redo_record(&self.routing(), i, features, now);
+    }
+
     /// Forget what the index believes `backend` (a position) holds (it was ejected or
     /// restarted). The scan visits every shard under its write lock, so inside a tokio
     /// runtime it runs on the blocking pool, never on the proxy thread that saw the failure;

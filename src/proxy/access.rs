@@ -72,6 +72,8 @@ pub(super) struct Access {
     pub error: Option<&'static str>,
     pub end: Option<RelayEnd>,
     pub race: Option<super::race::Raced>,
+    /// The backend collision repair first moved the request from ([`super::repair`]).
+    pub moved_from: Option<Arc<str>>,
 }
 
 impl Access {
@@ -100,6 +102,7 @@ impl Access {
             error: None,
             end: None,
             race: None,
+            moved_from: None,
         }
     }
 
@@ -151,6 +154,7 @@ impl Access {
                 .race
                 .as_ref()
                 .map(|r| if r.second_won { "second" } else { "first" }),
+            moved_from = self.moved_from.as_deref(),
             "access"
         );
     }

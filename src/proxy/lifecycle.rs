@@ -20,6 +20,7 @@ use super::gate::Pass;
 use super::observe::{self, FirstTokenObserver};
 use super::race;
 use super::relay::{client_response_head, Relay, RelayEnd, RelayOutcome};
+use super::repair;
 use super::retry::{Next, Retries};
 use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
 use super::{request_id, tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
@@ -28,6 +29,7 @@ use crate::config::Route;
 use crate::error::GatewayError;
 use crate::gateway::{GatewayState, Pool, Routed, Target};
 use crate::request::{parse_request, Endpoint, RequestFeatures};
+use pronto_core::cluster::repair::MAX_MOVES;
 use pronto_core::ids::BackendId;
 use pronto_core::slo::Objective;
 
@@ -251,6 +253,8 @@ impl Proxy {
             .and_then(|r| r.max_retries)
             .unwrap_or(state.config.retry.max_retries);
         let mut retries = Retries::excluding(excluded);
+        // Times collision repair moved the request.
+        let mut moves = 0;
         if let Some((r, h)) = route.and_then(|r| Some((r, r.hedge?))) {
             self.hedges.earn(&r.name, h.budget);
         }
@@ -288,13 +292,18 @@ impl Proxy {
                 &access.id,
             )
             .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
-            let mut attempted = pool.dispatch(&routed, features, features.stream, now);
-            let may_retry = retries.may_retry(max_retries, routed.others_left);
             // A streamed request on a route with a first-token deadline or hedging may race
             // a second backend until one produces its first token — or, with `race_on: ttfa`,
             // its first answer token (super::race).
             let reasoning = pool.reasoning.expected(features.reasoning_effort);
             let plan = race::Plan::of(*route, &routed, features.stream, reasoning);
+            // Else collision repair may move it (super::repair), watching from before the
+            // dispatch.
+            let watch = (plan.is_none() && moves < MAX_MOVES)
+                .then(|| repair::Watch::on(pool, i))
+                .flatten();
+            let mut attempted = pool.dispatch(&routed, features, features.stream, now);
+            let may_retry = retries.may_retry(max_retries, routed.others_left);
             let (routed, mut attempted, outcome) = match (plan, route) {
                 (Some(plan), Some(r)) => {
                     let race = race::Race {
@@ -322,7 +331,9 @@ impl Proxy {
                     (f.entrant.routed, f.entrant.attempted, f.outcome)
                 }
                 _ => {
-                    let outcome = attempt(
+                    let (own, held_blocks) =
+                        (attempted.guard.booking().load(), attempted.held_blocks);
+                    let attempt = attempt(
                         &self.connectors,
                         backend,
                         head,
@@ -332,8 +343,41 @@ impl Proxy {
                         deadlines,
                         may_retry,
                         &mut attempted.guard,
-                    )
-                    .await;
+                    );
+                    let outcome = match watch {
+                        None => attempt.await,
+                        Some(watch) => {
+                            let watched = repair::Attempting {
+                                pool,
+                                policy: &**policy,
+                                features,
+                                tried: &retries.tried,
+                                explain: state.config.explain_headers,
+                                metrics: &self.metrics,
+                                request_id: &access.id,
+                                index: i,
+                                own,
+                                held_blocks,
+                                at: now,
+                                inputs: &mut attempted.inputs,
+                            };
+                            // Boxed: only a replicated gateway's requests pay for it.
+                            match Box::pin(watched.run(attempt, watch)).await {
+                                repair::Watched::Done(outcome) => outcome,
+                                repair::Watched::Moves(next) => {
+                                    // Its attempt is dropped (the upstream connection closed),
+                                    // its record already undone; the booking goes with it.
+                                    drop(attempted);
+                                    moves += 1;
+                                    access
+                                        .moved_from
+                                        .get_or_insert_with(|| backend.config.name.clone());
+                                    admitted = Some(*next);
+                                    continue;
+                                }
+                            }
+                        }
+                    };
                     (routed, attempted, outcome)
                 }
             };
@@ -409,6 +453,9 @@ impl Proxy {
                         if let Some(r) = &access.race {
                             extra.push(("x-pronto-race", r.kind.label().to_string()));
                             extra.push(("x-pronto-race-first", r.first.to_string()));
+                        }
+                        if let Some(from) = &access.moved_from {
+                            extra.push(("x-pronto-moved-from", from.to_string()));
                         }
                     }
                     let client_head = client_response_head(head, &extra)

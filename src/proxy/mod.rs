@@ -24,6 +24,7 @@ mod local;
 mod observe;
 mod race;
 mod relay;
+mod repair;
 pub mod request_id;
 mod respond;
 mod retry;

@@ -98,6 +98,32 @@ pub struct ClusterMetrics {
     /// `pronto_cluster_unseen_dispatches`: other replicas' dispatches a decision has not heard
     /// of yet (their rate × the sync delay; `pronto_core::cluster::unseen`).
     pub unseen_dispatches: Gauge,
+    /// `pronto_cluster_collisions_total{outcome}`: requests waiting for their first token
+    /// that were routed again because another replica's dispatch to their backend, sent
+    /// before them, was heard late (`cluster.collision_repair`); `moved` or `stayed`.
+    pub collisions_total: IntCounterVec,
+}
+
+/// What collision repair did with a request (the `outcome` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CollisionOutcome {
+    /// It moved to another backend.
+    Moved,
+    /// It stayed.
+    Stayed,
+}
+
+impl CollisionOutcome {
+    /// Every label value.
+    pub const LABELS: [&'static str; 2] = ["moved", "stayed"];
+
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            CollisionOutcome::Moved => "moved",
+            CollisionOutcome::Stayed => "stayed",
+        }
+    }
 }
 
 fn plain_float_gauge(r: &Families, name: &str, help: &str) -> Gauge {
@@ -186,6 +212,12 @@ impl ClusterMetrics {
                 "pronto_cluster_unseen_dispatches",
                 "Other replicas' dispatches a decision expects not to have heard of yet (their rate times the sync delay)",
             ),
+            collisions_total: counter(
+                r,
+                "pronto_cluster_collisions_total",
+                "Requests waiting for their first token routed again after another replica's earlier dispatch to their backend was heard (cluster.collision_repair), by outcome",
+                &["outcome"],
+            ),
         };
         // Every series exists from the start, so dashboards and alerts see zeros.
         for d in SyncDirection::LABELS {
@@ -196,6 +228,9 @@ impl ClusterMetrics {
         }
         for reason in SyncDrop::LABELS {
             m.dropped_total.with_label_values(&[reason]);
+        }
+        for o in CollisionOutcome::LABELS {
+            m.collisions_total.with_label_values(&[o]);
         }
         m
     }
