@@ -2,9 +2,10 @@
 # Several Pronto replicas live (issue 19): nats-server, a simulated fleet and Pronto replicas on
 # loopback; one Mooncake trace slice spread round robin across the replicas (`pronto replay
 # --target A,B,C`), in three scenarios, each in front of a FRESH fleet:
-#   one       one replica
-#   synced    REPLICAS replicas with `cluster:` over NATS
-#   unsynced  REPLICAS replicas, each on its own state
+#   one              one replica
+#   synced           REPLICAS replicas with `cluster:` over NATS (collision repair on: the default)
+#   synced-norepair  the same with `cluster.collision_repair: off` (not in the default SCENARIOS)
+#   unsynced         REPLICAS replicas, each on its own state
 # Prints TTFT (mean / p90 / p99), errors and the prefix-cache hit ratio per scenario; for the
 # synced one the sync traffic per request (pronto_cluster_bytes_total) and the CPU it costs
 # (pronto_cluster_work_seconds_total, and each scenario's replica CPU from /proc).
@@ -13,6 +14,9 @@
 # Environment (all optional):
 #   TRACE=../shared/traces/mooncake/conversation_trace.jsonl   LIMIT=480   LOAD=0.8
 #   REPLICAS=3  BACKENDS=8  PROFILE=h100-llama3-8b  KV_BLOCKS=24000  POLICY=predicted_ttft
+#   SCENARIOS="one synced unsynced" (any of the four above, in order)
+#   SYNC_DELAY=MS: each synced replica reaches NATS through its own relay delaying MS/2 each
+#     way (scripts/lib/delay_relay.py), so replicas hear each other MS late (default 0: direct)
 #   OUT=DIR (default target/replicas-live/<UTC time>)
 #   BIN=PATH pronto (default target/release/pronto, built unless SKIP_BUILD=1)
 #   NATS=PATH nats-server (default: on PATH, else /usr/sbin/nats-server)
@@ -27,6 +31,8 @@ BACKENDS=${BACKENDS:-8}
 PROFILE=${PROFILE:-h100-llama3-8b}
 KV_BLOCKS=${KV_BLOCKS:-24000}
 POLICY=${POLICY:-predicted_ttft}
+SCENARIOS=${SCENARIOS:-one synced unsynced}
+SYNC_DELAY=${SYNC_DELAY:-0}
 MODEL=llama-3-8b
 BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/pronto}
 OUT=${OUT:-target/replicas-live/$(date -u +%Y%m%dT%H%M%SZ)}
@@ -73,8 +79,8 @@ NATS_PID=$!
 for _ in $(seq 100); do listening "$nats_port" && break; sleep 0.1; done
 listening "$nats_port" || { echo "replicas-live: nats-server did not start" >&2; exit 1; }
 
-run_scenario() { # name replicas synced(0/1)
-    local name=$1 n=$2 synced=$3 dir="$OUT/$1"
+run_scenario() { # name replicas synced(0/1) [cluster settings]
+    local name=$1 n=$2 synced=$3 extra=${4:-} dir="$OUT/$1"
     mkdir -p "$dir"
     RUST_LOG=warn "$BIN" sim-fleet --backends "$BACKENDS" --profile "$PROFILE" --base-port 0 \
         --num-kv-blocks "$KV_BLOCKS" --model "$MODEL" </dev/null >"$dir/fleet.log" 2>&1 &
@@ -94,7 +100,17 @@ run_scenario() { # name replicas synced(0/1)
     for r in $(seq 0 $((n - 1))); do
         local port admin cluster=""
         port=$(free_port); admin=$(free_port)
-        [[ $synced == 1 ]] && cluster="cluster: { nats: \"nats://127.0.0.1:$nats_port\", subject: \"pronto.$name\", replica: r$r }"
+        if [[ $synced == 1 ]]; then
+            local via=$nats_port
+            if [[ $SYNC_DELAY != 0 ]]; then
+                via=$(free_port)
+                python3 scripts/lib/delay_relay.py "$via" "$nats_port" \
+                    "$(awk -v d="$SYNC_DELAY" 'BEGIN { print d / 2 }')" </dev/null >"$dir/relay-$r.log" 2>&1 &
+                PIDS+=($!)
+                for _ in $(seq 100); do listening "$via" && break; sleep 0.1; done
+            fi
+            cluster="cluster: { nats: \"nats://127.0.0.1:$via\", subject: \"pronto.$name\", replica: r$r$extra }"
+        fi
         cat >"$dir/pronto-$r.yaml" <<EOF
 listen: 127.0.0.1:$port
 admin_listen: 127.0.0.1:$admin
@@ -146,19 +162,25 @@ EOF
     for p in "${pids[@]}"; do c=$(cpu_s "$p"); cpu1=$(awk -v a="$cpu1" -v b="$c" 'BEGIN { print a + b }'); done
     : >"$dir/metrics.txt"
     for a in "${admins[@]}"; do curl -s "http://127.0.0.1:$a/metrics" | grep '^pronto_cluster' >>"$dir/metrics.txt" || true; done
-    echo "{\"replicas\": $n, \"synced\": $synced, \"cpu_s\": $(awk -v a="$cpu1" -v b="$cpu0" 'BEGIN { printf "%.2f", a - b }')}" >"$dir/scenario.json"
+    echo "{\"replicas\": $n, \"synced\": $synced, \"sync_delay_ms\": $((synced ? SYNC_DELAY : 0)), \"cpu_s\": $(awk -v a="$cpu1" -v b="$cpu0" 'BEGIN { printf "%.2f", a - b }')}" >"$dir/scenario.json"
     stop_all
 }
 
-run_scenario one 1 0
-run_scenario synced "$REPLICAS" 1
-run_scenario unsynced "$REPLICAS" 0
+for s in $SCENARIOS; do
+    case $s in
+        one) run_scenario one 1 0 ;;
+        synced) run_scenario synced "$REPLICAS" 1 ;;
+        synced-norepair) run_scenario synced-norepair "$REPLICAS" 1 ", collision_repair: off" ;;
+        unsynced) run_scenario unsynced "$REPLICAS" 0 ;;
+        *) echo "replicas-live: unknown scenario $s" >&2; exit 2 ;;
+    esac
+done
 
-python3 - "$OUT" "$LIMIT" "$LOAD" "$REPLICAS" "$BACKENDS" "$PROFILE" <<'PY'
+python3 - "$OUT" "$LIMIT" "$LOAD" "$REPLICAS" "$BACKENDS" "$PROFILE" "$SCENARIOS" "$SYNC_DELAY" <<'PY'
 import json, sys
-out, limit, load, n, backends, profile = sys.argv[1:]
+out, limit, load, n, backends, profile, scenarios, delay_ms = sys.argv[1:]
 rows = {}
-for s in ("one", "synced", "unsynced"):
+for s in scenarios.split():
     summ = json.load(open(f"{out}/{s}/summary.json"))
     scen = json.load(open(f"{out}/{s}/scenario.json"))
     metrics = {}
@@ -166,43 +188,49 @@ for s in ("one", "synced", "unsynced"):
         k, v = line.rsplit(" ", 1)
         metrics[k] = metrics.get(k, 0.0) + float(v)
     rows[s] = (summ, scen, metrics)
-one = rows["one"][0]
+one = rows["one"][0] if "one" in rows else None
+link = (f"; each synced replica reaches NATS through a relay delaying {float(delay_ms) / 2:g} ms "
+        f"each way (replicas hear each other {delay_ms} ms late)" if delay_ms != "0" else "")
 print(f"Live: {n} Pronto replicas vs one; first {limit} requests of the Mooncake conversation trace "
       f"(ties spread), spread round robin across the replicas, at {load} × the capacity of "
-      f"{backends} × sim-fleet {profile}; a fresh fleet per scenario.\n")
+      f"{backends} × sim-fleet {profile}; a fresh fleet per scenario{link}.\n")
 print("| scenario | TTFT mean / p90 / p99 ms | mean × one | p99 × one | errors | cached token ratio | replicas' CPU s |")
 print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
 for s, (summ, scen, _) in rows.items():
+    mean_x = f"{summ['ttft_mean_ms'] / one['ttft_mean_ms']:.2f}" if one else "—"
+    p99_x = f"{summ['ttft_p99_ms'] / one['ttft_p99_ms']:.2f}" if one else "—"
     print(f"| {s} ({scen['replicas']}) | {summ['ttft_mean_ms']:.0f} / {summ['ttft_p90_ms']:.0f} / "
-          f"{summ['ttft_p99_ms']:.0f} | {summ['ttft_mean_ms'] / one['ttft_mean_ms']:.2f} | "
-          f"{summ['ttft_p99_ms'] / one['ttft_p99_ms']:.2f} | {summ['errors']} | "
+          f"{summ['ttft_p99_ms']:.0f} | {mean_x} | {p99_x} | {summ['errors']} | "
           f"{summ['cached_token_ratio'] or 0:.3f} | {scen['cpu_s']:.1f} |")
-summ, scen, m = rows["synced"]
-reqs = summ["requests"]
-sent = m.get('pronto_cluster_bytes_total{direction="sent"}', 0.0)
-recv = m.get('pronto_cluster_bytes_total{direction="received"}', 0.0)
-msgs = m.get('pronto_cluster_messages_total{direction="sent"}', 0.0)
-work = (m.get('pronto_cluster_work_seconds_total{direction="sent"}', 0.0)
-        + m.get('pronto_cluster_work_seconds_total{direction="received"}', 0.0))
-dropped = sum(v for k, v in m.items() if k.startswith("pronto_cluster_dropped_total"))
-print(f"\nSync traffic (synced): {sent / reqs:.0f} bytes published per request ({msgs:.0f} messages, "
-      f"{sent / max(msgs, 1):.0f} bytes each), {recv / reqs:.0f} bytes received per request over "
-      f"all replicas; {dropped:.0f} events dropped or unapplied. Sync tasks' time: {work:.2f} s over "
-      f"all replicas ({work / reqs * 1e6:.0f} µs per request); replicas' CPU synced "
-      f"{rows['synced'][1]['cpu_s']:.1f} s vs unsynced {rows['unsynced'][1]['cpu_s']:.1f} s.")
-# Gauges: the metrics file sums them over the replicas.
-delay = m.get('pronto_cluster_sync_delay_seconds', 0.0) / int(n)
-unseen = m.get('pronto_cluster_unseen_dispatches', 0.0) / int(n)
-samples = [float(v) for v in open(f"{out}/synced/unseen.txt").read().split()]
-during = (f"mean {sum(samples) / len(samples):.4f}, max {max(samples):.4f} over {len(samples)} "
-          f"samples" if samples else "no samples")
-print(f"\nSync delay (each replica timing its own messages back through NATS; the mean of the "
-      f"replicas' moving averages as the run ended): {delay * 1e3:.3f} ms. The other replicas' "
-      f"dispatches a decision had not heard of yet (pronto_cluster_unseen_dispatches), each "
-      f"replica sampled every 2 s during the load: {during}; {unseen:.4f} as the run ended.")
-moved = m.get('pronto_cluster_collisions_total{outcome="moved"}', 0.0)
-stayed = m.get('pronto_cluster_collisions_total{outcome="stayed"}', 0.0)
-print(f"\nCollision repair (cluster.collision_repair, the default margin 0.2; "
-      f"pronto_cluster_collisions_total over all replicas): {moved:.0f} requests moved, "
-      f"{stayed:.0f} reconsidered and stayed.")
+for s in ("synced", "synced-norepair"):
+    if s not in rows:
+        continue
+    summ, scen, m = rows[s]
+    reqs = summ["requests"]
+    sent = m.get('pronto_cluster_bytes_total{direction="sent"}', 0.0)
+    recv = m.get('pronto_cluster_bytes_total{direction="received"}', 0.0)
+    msgs = m.get('pronto_cluster_messages_total{direction="sent"}', 0.0)
+    work = (m.get('pronto_cluster_work_seconds_total{direction="sent"}', 0.0)
+            + m.get('pronto_cluster_work_seconds_total{direction="received"}', 0.0))
+    dropped = sum(v for k, v in m.items() if k.startswith("pronto_cluster_dropped_total"))
+    versus = (f"; replicas' CPU {s} {scen['cpu_s']:.1f} s vs unsynced {rows['unsynced'][1]['cpu_s']:.1f} s"
+              if "unsynced" in rows else "")
+    print(f"\nSync traffic ({s}): {sent / reqs:.0f} bytes published per request ({msgs:.0f} messages, "
+          f"{sent / max(msgs, 1):.0f} bytes each), {recv / reqs:.0f} bytes received per request over "
+          f"all replicas; {dropped:.0f} events dropped or unapplied. Sync tasks' time: {work:.2f} s over "
+          f"all replicas ({work / reqs * 1e6:.0f} µs per request){versus}.")
+    # Gauges: the metrics file sums them over the replicas.
+    delay = m.get('pronto_cluster_sync_delay_seconds', 0.0) / int(n)
+    unseen = m.get('pronto_cluster_unseen_dispatches', 0.0) / int(n)
+    samples = [float(v) for v in open(f"{out}/{s}/unseen.txt").read().split()]
+    during = (f"mean {sum(samples) / len(samples):.4f}, max {max(samples):.4f} over {len(samples)} "
+              f"samples" if samples else "no samples")
+    print(f"\nSync delay ({s}; each replica timing its own messages back through NATS; the mean of "
+          f"the replicas' moving averages as the run ended): {delay * 1e3:.3f} ms. The other "
+          f"replicas' dispatches a decision had not heard of yet (pronto_cluster_unseen_dispatches), "
+          f"each replica sampled every 2 s during the load: {during}; {unseen:.4f} as the run ended.")
+    moved = m.get('pronto_cluster_collisions_total{outcome="moved"}', 0.0)
+    stayed = m.get('pronto_cluster_collisions_total{outcome="stayed"}', 0.0)
+    print(f"\nCollision repair ({s}; pronto_cluster_collisions_total over all replicas): "
+          f"{moved:.0f} requests moved, {stayed:.0f} reconsidered and stayed.")
 PY
