@@ -12,20 +12,20 @@
 //! ([`crate::backend::Backend::remote_dispatches`]). Each one dispatched *after* that estimate
 //! queues behind the remote request at the engine, and was routed without knowing of it: its
 //! decision is taken again on views without its own prefix record and booking
-//! ([`relocation`]). If it stays, its TTFT model observation will use the inputs that show
-//! the late booking it waits behind. If staying predicts more than the margin over the new
-//! decision, its
-//! attempt is dropped — which closes its upstream connection, so the engine aborts it — its
-//! booking released, and it is routed again without X: booked, recorded, synced and counted
-//! as any decision. A request moves [`MAX_MOVES`] times at most; its TTFT still counts from
-//! its arrival.
+//! ([`relocation`]).
+//! - It stays: its TTFT model observation will use the inputs that show the late booking it
+//!   waits behind.
+//! - Staying predicts more than the margin over the new decision: its attempt is dropped —
+//!   which closes its upstream connection, so the engine aborts it — its booking released, and
+//!   it is routed again without X: booked, recorded, synced and counted as any decision. A
+//!   request moves [`MAX_MOVES`] times at most; its TTFT still counts from its arrival.
 //!
 //! Applies to an attempt that does not race (a route with `first_token_deadline` or `hedge`
 //! keeps its own remedy for a late first token) and has produced nothing yet: nothing has
 //! reached the client, so the move is invisible to it but for the explain header
 //! `x-pronto-moved-from` and the access log's `moved_from` (the backend it was first sent
-//! to). The offline evaluator applies
-//! the same rule the same way (`pronto evaluate --collision-repair`).
+//! to). The offline evaluator applies the same rule the same way (`pronto evaluate
+//! --collision-repair`).
 
 use std::future::Future;
 use std::time::Instant;
