@@ -7,6 +7,7 @@
 # Usage: scripts/replica-matrix.sh [OUT_DIR]   (default docs/benchmarks/replicas)
 # Env: TRACES_DIR (default ../shared/traces/mooncake), LOAD (0.8), REPLICAS ("2 4 8"),
 #      SYNCS ("off 5ms 50ms"), SPREADS ("round-robin random"), POLICY (predicted_ttft),
+#      REPAIR (`--collision-repair`: auto, the default, as the gateway; off; or a margin),
 #      LIMIT (requests per trace, default all), BIN (default target/release/pronto, built if
 #      missing), JITTER (loads near LOAD at which one replica and four synced ones run again,
 #      default "0.79 0.795 0.805 0.81"; "" skips): one trace replay is chaotic near saturation
@@ -21,6 +22,7 @@ REPLICAS=${REPLICAS:-2 4 8}
 SYNCS=${SYNCS:-off 5ms 50ms}
 SPREADS=${SPREADS:-round-robin random}
 POLICY=${POLICY:-predicted_ttft}
+REPAIR=${REPAIR:-auto}
 JITTER=${JITTER-0.79 0.795 0.805 0.81}
 BIN=${BIN:-target/release/pronto}
 [[ -x "$BIN" ]] || cargo build --release --locked --bin pronto
@@ -28,7 +30,7 @@ mkdir -p "$OUT"
 run() { # cell-name args...
     local cell="$OUT/$1.json" load=${RUN_LOAD:-$LOAD}; shift
     local args=(evaluate --trace "$trace" --fleet "config/sim/$fleet.yaml" --load "$load" --json
-        --policy "$POLICY" "$@")
+        --policy "$POLICY" --collision-repair "$REPAIR" "$@")
     [[ -n "${LIMIT:-}" ]] && args+=(--limit "$LIMIT")
     echo "replica-matrix: $t × $fleet × $*" >&2
     "$BIN" "${args[@]}" 2>/dev/null >"$cell"
