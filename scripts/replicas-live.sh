@@ -19,6 +19,8 @@
 #     way (scripts/lib/delay_relay.py), so replicas hear each other MS late (default 0: direct)
 #   OUT=DIR (default target/replicas-live/<UTC time>)
 #   BIN=PATH pronto (default target/release/pronto, built unless SKIP_BUILD=1)
+#   SUMMARIZE=1: run nothing, print the summary of the runs already in OUT (with the same
+#     SCENARIOS, TRACE and SYNC_DELAY)
 #   NATS=PATH nats-server (default: on PATH, else /usr/sbin/nats-server)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +42,7 @@ NATS=${NATS:-$(command -v nats-server || echo /usr/sbin/nats-server)}
 CLK_TCK=$(getconf CLK_TCK)
 [[ -f $TRACE ]] || { echo "replicas-live: $TRACE not found" >&2; exit 1; }
 [[ -x $NATS ]] || { echo "replicas-live: nats-server not found (apt-get install nats-server)" >&2; exit 1; }
-if [[ -z "${SKIP_BUILD:-}" ]]; then cargo build --release --locked --bin pronto; fi
+if [[ -z "${SKIP_BUILD:-}${SUMMARIZE:-}" ]]; then cargo build --release --locked --bin pronto; fi
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
@@ -73,11 +75,13 @@ fleet_file=$OUT/fleet.yaml
     done
 } >"$fleet_file"
 
-nats_port=$(free_port)
-"$NATS" -a 127.0.0.1 -p "$nats_port" </dev/null >"$OUT/nats.log" 2>&1 &
-NATS_PID=$!
-for _ in $(seq 100); do listening "$nats_port" && break; sleep 0.1; done
-listening "$nats_port" || { echo "replicas-live: nats-server did not start" >&2; exit 1; }
+if [[ -z ${SUMMARIZE:-} ]]; then
+    nats_port=$(free_port)
+    "$NATS" -a 127.0.0.1 -p "$nats_port" </dev/null >"$OUT/nats.log" 2>&1 &
+    NATS_PID=$!
+    for _ in $(seq 100); do listening "$nats_port" && break; sleep 0.1; done
+    listening "$nats_port" || { echo "replicas-live: nats-server did not start" >&2; exit 1; }
+fi
 
 run_scenario() { # name replicas synced(0/1) [cluster settings]
     local name=$1 n=$2 synced=$3 extra=${4:-} dir="$OUT/$1"
@@ -99,10 +103,10 @@ run_scenario() { # name replicas synced(0/1) [cluster settings]
     local targets="" admins=() pids=()
     for r in $(seq 0 $((n - 1))); do
         local port admin cluster=""
-        port=$(free_port); admin=$(free_port)
         if [[ $synced == 1 ]]; then
             local via=$nats_port
             if [[ $SYNC_DELAY != 0 ]]; then
+                # Listening before the replica's own ports are picked, so they differ.
                 via=$(free_port)
                 python3 scripts/lib/delay_relay.py "$via" "$nats_port" \
                     "$(awk -v d="$SYNC_DELAY" 'BEGIN { print d / 2 }')" </dev/null >"$dir/relay-$r.log" 2>&1 &
@@ -111,6 +115,8 @@ run_scenario() { # name replicas synced(0/1) [cluster settings]
             fi
             cluster="cluster: { nats: \"nats://127.0.0.1:$via\", subject: \"pronto.$name\", replica: r$r$extra }"
         fi
+        port=$(free_port); admin=$(free_port)
+        [[ $admin != "$port" ]] || admin=$(free_port)
         cat >"$dir/pronto-$r.yaml" <<EOF
 listen: 127.0.0.1:$port
 admin_listen: 127.0.0.1:$admin
@@ -130,6 +136,8 @@ EOF
             curl -sf -m 2 "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1 && break
             sleep 0.1
         done
+        curl -sf -m 2 "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1 ||
+            { echo "replicas-live: replica r$r did not start (see $dir/router-$r.log)" >&2; exit 1; }
     done
     if [[ $synced == 1 ]]; then
         # Every replica hears the others before the load starts.
@@ -167,6 +175,7 @@ EOF
 }
 
 for s in $SCENARIOS; do
+    [[ -n ${SUMMARIZE:-} ]] && break
     case $s in
         one) run_scenario one 1 0 ;;
         synced) run_scenario synced "$REPLICAS" 1 ;;
@@ -176,9 +185,10 @@ for s in $SCENARIOS; do
     esac
 done
 
-python3 - "$OUT" "$LIMIT" "$LOAD" "$REPLICAS" "$BACKENDS" "$PROFILE" "$SCENARIOS" "$SYNC_DELAY" <<'PY'
+python3 - "$OUT" "$LIMIT" "$LOAD" "$REPLICAS" "$BACKENDS" "$PROFILE" "$SCENARIOS" "$SYNC_DELAY" \
+    "$(basename "$TRACE" .jsonl)" <<'PY'
 import json, sys
-out, limit, load, n, backends, profile, scenarios, delay_ms = sys.argv[1:]
+out, limit, load, n, backends, profile, scenarios, delay_ms, trace = sys.argv[1:]
 rows = {}
 for s in scenarios.split():
     summ = json.load(open(f"{out}/{s}/summary.json"))
@@ -191,7 +201,7 @@ for s in scenarios.split():
 one = rows["one"][0] if "one" in rows else None
 link = (f"; each synced replica reaches NATS through a relay delaying {float(delay_ms) / 2:g} ms "
         f"each way (replicas hear each other {delay_ms} ms late)" if delay_ms != "0" else "")
-print(f"Live: {n} Pronto replicas vs one; first {limit} requests of the Mooncake conversation trace "
+print(f"Live: {n} Pronto replicas vs one; first {limit} requests of {trace} "
       f"(ties spread), spread round robin across the replicas, at {load} × the capacity of "
       f"{backends} × sim-fleet {profile}; a fresh fleet per scenario{link}.\n")
 print("| scenario | TTFT mean / p90 / p99 ms | mean × one | p99 × one | errors | cached token ratio | replicas' CPU s |")
