@@ -186,6 +186,13 @@ pub struct RequestLoad {
     pub kv_tokens: u64,
 }
 
+impl RequestLoad {
+    /// Its prefill's attention work as [`LoadView::outstanding_prefill_sq`] counts it.
+    pub fn prefill_sq(&self) -> f64 {
+        sq_units(self.prefill_tokens) as f64 / 1000.0
+    }
+}
+
 /// Where a booked request is in its life (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {

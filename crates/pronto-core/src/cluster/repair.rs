@@ -40,12 +40,11 @@ pub const MAX_MOVES: u32 = 3;
 /// `view` without one booking of `load` still in prefill: what the ledger would show had
 /// it not been booked (its KV allocation rate keeps it: a rate cannot be taken back).
 pub fn unbook(view: &mut BackendView, load: RequestLoad) {
-    let p = u64::from(load.prefill_tokens);
     view.inflight = view.inflight.saturating_sub(1);
-    view.outstanding_prefill_tokens = view.outstanding_prefill_tokens.saturating_sub(p);
-    // As the ledger sums it: whole units of tokens² / 1000.
-    let sq = (p * p / 1000) as f64 / 1000.0;
-    view.outstanding_prefill_sq = (view.outstanding_prefill_sq - sq).max(0.0);
+    view.outstanding_prefill_tokens = view
+        .outstanding_prefill_tokens
+        .saturating_sub(u64::from(load.prefill_tokens));
+    view.outstanding_prefill_sq = (view.outstanding_prefill_sq - load.prefill_sq()).max(0.0);
     view.kv_reserved_tokens = view.kv_reserved_tokens.saturating_sub(load.kv_tokens);
 }
 
