@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{admin_backends, client, config_yaml, metric_value, Behavior, Gateway, TestBackend};
+use common::{
+    admin_backends, client, config_yaml, metric_value, metrics, Behavior, Gateway, TestBackend,
+};
 
 /// A pool `m` listing `backends` (name, URL) in this order.
 fn pool_in_order(policy: &str, backends: &[(&str, String)]) -> String {
@@ -39,15 +41,6 @@ fn conversation(tag: &str, turns: usize) -> Vec<u8> {
         "messages": messages, "model": "m", "stream": true, "max_tokens": 4
     }))
     .unwrap()
-}
-
-async fn metrics(gw: &Gateway) -> String {
-    reqwest::get(gw.admin_url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
 }
 
 /// Poll `gw`'s metrics until `ready` holds; a panic naming `what` after `timeout`.

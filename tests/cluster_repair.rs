@@ -11,7 +11,7 @@ mod nats;
 
 use std::time::{Duration, Instant};
 
-use common::{config_yaml, metric_value, Behavior, Gateway, TestBackend};
+use common::{config_yaml, metric_value, metrics, Behavior, Gateway, TestBackend};
 use pronto_core::cluster::{wire, BackendRef, SyncEvent};
 use pronto_core::load::RequestLoad;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -67,15 +67,6 @@ async fn slow_relay(port: u16, delay: Duration) -> u16 {
     relay
 }
 
-async fn metrics(gw: &Gateway) -> String {
-    reqwest::get(gw.admin_url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 fn value(m: &str, name: &str) -> f64 {
     metric_value(m, name).unwrap_or(0.0)
 }
@@ -113,11 +104,23 @@ fn busy(m: &str) -> Option<&'static str> {
         .find(|b| value(m, &format!("pronto_backend_inflight{{backend=\"{b}\"}}")) >= 1.0)
 }
 
-/// A streamed chat with a prompt of its own.
-fn chat(
-    gw: &Gateway,
-    tag: &str,
-) -> tokio::task::JoinHandle<(u16, Option<String>, Option<String>, String)> {
+type Answer = (u16, Option<String>, Option<String>, String);
+
+/// Once no remote booking is left, a streamed chat tagged `tag` sent through `gw`, and the
+/// backend it waits on for its first token.
+async fn in_flight(gw: &Gateway, tag: &str) -> (tokio::task::JoinHandle<Answer>, &'static str) {
+    wait_for(gw, "no remote booking left", Duration::from_secs(10), |m| {
+        (value(m, "pronto_cluster_remote_bookings") == 0.0).then_some(())
+    })
+    .await;
+    let req = chat(gw, tag);
+    let what = format!("the {tag} request in flight");
+    (req, wait_for(gw, &what, Duration::from_secs(5), busy).await)
+}
+
+/// A streamed chat with a prompt of its own: its status, `x-pronto-backend`,
+/// `x-pronto-moved-from` and body.
+fn chat(gw: &Gateway, tag: &str) -> tokio::task::JoinHandle<Answer> {
     let url = gw.url("/v1/chat/completions");
     let body = serde_json::json!({"model": "m", "stream": true, "max_tokens": 4,
         "messages": [{"role": "user", "content": format!("{tag}: tell me about the sea")}]});
@@ -191,14 +194,7 @@ async fn a_request_behind_a_late_heard_booking_moves_and_one_behind_nothing_stay
     // A request goes to one backend; the peer's dispatch of a 400k-token prompt to that same
     // backend, sent just after (by the gateway's estimate, before: it is heard 300 ms late
     // and dated 600 ms back), puts it behind that prompt: it moves to the other.
-    let req = chat(&gw, "first");
-    let first = wait_for(
-        &gw,
-        "the first request in flight",
-        Duration::from_secs(5),
-        busy,
-    )
-    .await;
+    let (req, first) = in_flight(&gw, "first").await;
     let other = if first == "x" { "y" } else { "x" };
     remote_dispatch(&peer, 1, first, 400_000).await;
     let (status, backend, from, body) = req.await.unwrap();
@@ -231,21 +227,7 @@ async fn a_request_behind_a_late_heard_booking_moves_and_one_behind_nothing_stay
 
     // The peer goes silent: its booking expires. A dispatch of 16 tokens to the backend a
     // second request waits on is a collision too, but staying still predicts best.
-    wait_for(
-        &gw,
-        "the peer's booking expired",
-        Duration::from_secs(10),
-        |m| (value(m, "pronto_cluster_remote_bookings") == 0.0).then_some(()),
-    )
-    .await;
-    let req = chat(&gw, "second");
-    let second = wait_for(
-        &gw,
-        "the second request in flight",
-        Duration::from_secs(5),
-        busy,
-    )
-    .await;
+    let (req, second) = in_flight(&gw, "second").await;
     remote_dispatch(&peer, 2, second, 16).await;
     wait_for(
         &gw,
@@ -261,21 +243,7 @@ async fn a_request_behind_a_late_heard_booking_moves_and_one_behind_nothing_stay
 
     // A dispatch sent well after the request (700 ms; dated 600 ms back, still after it) is
     // queued behind it at the engine: not a collision, nothing is reconsidered.
-    wait_for(
-        &gw,
-        "the peer's booking expired",
-        Duration::from_secs(10),
-        |m| (value(m, "pronto_cluster_remote_bookings") == 0.0).then_some(()),
-    )
-    .await;
-    let req = chat(&gw, "third");
-    let third = wait_for(
-        &gw,
-        "the third request in flight",
-        Duration::from_secs(5),
-        busy,
-    )
-    .await;
+    let (req, third) = in_flight(&gw, "third").await;
     tokio::time::sleep(Duration::from_millis(700)).await;
     remote_dispatch(&peer, 3, third, 400_000).await;
     let (status, backend, from, _) = req.await.unwrap();

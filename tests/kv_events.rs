@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{metric_value, metrics_when, Gateway};
+use common::{metric_value, metrics, metrics_when, Gateway};
 use pronto::kv_events::{decode_message, encode_message, Encoding, ExactIndex, KvEvent};
 use pronto::tokens::{block_hashes, BLOCK_TOKENS};
 use pronto_sim::engine::{Engine, EngineConfig, SimRequest};
@@ -154,10 +154,6 @@ fn decoded(m: &str, backend: usize) -> f64 {
         &format!("pronto_kv_events_total{{backend=\"{MODEL}-b{backend}\",result=\"decoded\"}}"),
     )
     .unwrap_or(0.0)
-}
-
-async fn metrics(gw: &Gateway) -> String {
-    metrics_when(gw, |_| true).await
 }
 
 /// Wait until backend `b`'s exact index has decoded more than `n` messages.

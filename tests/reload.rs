@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    admin_backends, config_yaml, metric_value, post_reload, Behavior, Gateway, TestBackend,
+    admin_backends, config_yaml, metric_value, metrics, post_reload, Behavior, Gateway, TestBackend,
 };
 use futures::StreamExt;
 use serde_json::Value;
@@ -41,15 +41,6 @@ async fn admin_config(gw: &Gateway) -> Value {
         .await
         .unwrap()
         .json()
-        .await
-        .unwrap()
-}
-
-async fn metrics(gw: &Gateway) -> String {
-    reqwest::get(gw.admin_url("/metrics"))
-        .await
-        .unwrap()
-        .text()
         .await
         .unwrap()
 }

@@ -409,18 +409,23 @@ pub async fn admin_backends(gw: &Gateway) -> Vec<serde_json::Value> {
     v["backends"].as_array().cloned().unwrap_or_default()
 }
 
+/// The admin `/metrics` text, scraped once.
+pub async fn metrics(gw: &Gateway) -> String {
+    reqwest::get(gw.admin_url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// The admin `/metrics` text once `ready(text)` holds, or the last scrape after 5 s. The
 /// gateway records a request after the client has its last byte, so tests that read counters
 /// right after a response poll instead of racing it.
 pub async fn metrics_when(gw: &Gateway, ready: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let m = reqwest::get(gw.admin_url("/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let m = metrics(gw).await;
         if ready(&m) || Instant::now() > deadline {
             return m;
         }

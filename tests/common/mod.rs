@@ -6,7 +6,7 @@ pub mod gateway;
 
 pub use backend::{fnv64, Behavior, TestBackend};
 pub use gateway::{
-    admin_backends, config_yaml, metric_value, metrics_when, pool, post_reload, Gateway,
+    admin_backends, config_yaml, metric_value, metrics, metrics_when, pool, post_reload, Gateway,
 };
 
 /// A chat body whose prompt is about `bytes` long, serialised as the OpenAI SDK does
