@@ -175,19 +175,18 @@ fn load_scaling_hits_the_target_rate() {
     assert!((offered / cap - 0.5).abs() < 0.01, "{offered} vs {cap}");
 }
 
-#[test]
-fn mooncake_conversation_prefix_when_present() {
-    let Some(path) = crate::testing::shared("traces/mooncake/conversation_trace.jsonl") else {
-        return;
-    };
-    let args = EvaluateArgs {
+/// `pronto evaluate` arguments for the first `limit` requests of the Mooncake conversation
+/// trace on the 8×H100 fleet at `load` (`None`: the trace is absent, outside CI).
+fn conversation_slice(load: f64, limit: usize) -> Option<EvaluateArgs> {
+    let path = crate::testing::shared("traces/mooncake/conversation_trace.jsonl")?;
+    Some(EvaluateArgs {
         trace: Some(path),
         format: TraceFormat::Mooncake,
         workload: crate::evaluate::Generated::Chat,
         fleet: repo("config/sim/fleet.yaml"),
         policies: vec![],
-        load: Some(0.8),
-        limit: Some(500),
+        load: Some(load),
+        limit: Some(limit),
         seed: 1,
         arrival_seed: None,
         json: false,
@@ -202,6 +201,13 @@ fn mooncake_conversation_prefix_when_present() {
         first_token_deadline: None,
         hedge: None,
         race_on: crate::eval_args::EvalRaceOn::Ttft,
+    })
+}
+
+#[test]
+fn mooncake_conversation_prefix_when_present() {
+    let Some(args) = conversation_slice(0.8, 500) else {
+        return;
     };
     let fleet = load_fleet(&args.fleet).unwrap();
     let (reqs, cap) = prepare_trace(&args, &fleet).unwrap();
@@ -547,4 +553,42 @@ fn the_ttfa_objective_answers_a_reasoning_model_sooner() {
     let plain = small_fleet();
     let reqs = workload(0.8);
     assert_eq!(run(&plain, &reqs, Ttfa), run(&plain, &reqs, Ttft));
+}
+
+/// The goodput gate of issue 18: at 95 % load on a slice of the Mooncake conversation trace
+/// (8×H100, the first 1500 requests), with the matrix's objectives (TTFT 1 s, TPOT 50 ms),
+/// `predicted_ttft` serves at least as large a share within both as `cache_aware`. It is the
+/// charge for the decode stall a prefill imposes (`decode_stall_weight`) that wins it: measured
+/// when written (release build) 74.1 % against 66.6 %, and 60.6 % without the charge.
+#[test]
+fn predicted_ttft_goodput_is_not_behind_cache_aware_at_95_percent_load() {
+    let Some(args) = conversation_slice(0.95, 1500) else {
+        return;
+    };
+    let fleet = load_fleet(&args.fleet).unwrap();
+    let (reqs, _) = prepare_trace(&args, &fleet).unwrap();
+    let slo = pronto_core::slo::SloTargets {
+        ttft_s: Some(1.0),
+        tpot_s: Some(0.05),
+    };
+    let run = |policy| {
+        evaluate_replicated(
+            &fleet,
+            "m",
+            &reqs,
+            policy,
+            crate::eval_replicas::Replication::default(),
+            &slo,
+            crate::evaluate::EvalObjective::Ttft,
+        )
+        .unwrap()
+    };
+    let (pt, ca) = (run("predicted_ttft"), run("cache_aware"));
+    assert_eq!((pt.completed, ca.completed), (1500, 1500));
+    assert!(
+        pt.goodput_requests >= ca.goodput_requests,
+        "goodput at 95 % load: predicted_ttft {:.1} % < cache_aware {:.1} %",
+        100.0 * pt.goodput_requests,
+        100.0 * ca.goodput_requests
+    );
 }

@@ -15,6 +15,20 @@
 //! The decision reports `model_b(inputs) + kv_wait_b` of the chosen backend as its prediction
 //! (the distrust factor only ranks).
 //!
+//! **The stall a prefill imposes (with a TPOT objective).** A prefill runs in the same engine
+//! steps as the streams decoding on that backend (chunked prefill), so each of them waits out
+//! roughly the prefill's time. A request whose route sets `tpot_slo` is charged, for ranking
+//! only, the TPOT it takes from the streams beside it:
+//! ```text
+//! stall_b   = decode_stall_weight × running_decodes_b × prefill_b × risk_b
+//! prefill_b = model_b(inputs) − model_b(inputs without this prompt's uncached tokens)
+//! risk_b    = min(1, tpot_b / tpot_slo)      tpot_b = BackendView::predicted_tpot_s (1 if unknown)
+//! ```
+//! So a cache hit is worth the prefill it saves for everyone decoding there, not only for
+//! this request, and a long uncached prompt goes where fewer streams wait on it; `risk_b`
+//! fades the charge where decoding is far inside the objective. Under overload this is what
+//! keeps TPOT within the objective (goodput); without a TPOT objective nothing changes.
+//!
 //! **Objective `ttfa`.** When the request's route minimises the time to first *answer*
 //! ([`Objective::Ttfa`](crate::slo::Objective), with `R` reasoning tokens expected before the
 //! answer, [`crate::predict::reasoning`]), every cost above — argmin, objectives and probes —
@@ -68,6 +82,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::{Decision, NoBackend, Policy, Reason, Snapshot};
+use crate::predict::TtftInputs;
 use crate::request::RequestFeatures;
 
 /// The predicted-TTFT policy and its knobs.
@@ -81,6 +96,9 @@ pub struct PredictedTtft {
     pub explore_after_s: f64,
     /// A probe is allowed when its prediction ≤ this × the best prediction.
     pub explore_margin: f64,
+    /// Seconds of cost per second of decode stall imposed on another stream, for requests
+    /// with a TPOT objective (module docs); 0 turns the charge off.
+    pub decode_stall_weight: f64,
     /// Rotating start of the fallback's scan, so exact ties share the load.
     tiebreak: AtomicU64,
 }
@@ -92,10 +110,16 @@ impl Default for PredictedTtft {
             min_samples: 3,
             explore_after_s: 30.0,
             explore_margin: 2.0,
+            decode_stall_weight: DEFAULT_DECODE_STALL_WEIGHT,
             tiebreak: AtomicU64::new(0),
         }
     }
 }
+
+/// Default [`PredictedTtft::decode_stall_weight`]: a second of stall on another stream costs
+/// 0.2 s of this request's TTFT. Chosen on the offline matrix at 95 % load
+/// (`docs/design/predicted-ttft.md`, *The stall a prefill imposes*).
+pub const DEFAULT_DECODE_STALL_WEIGHT: f64 = 0.2;
 
 impl Policy for PredictedTtft {
     fn name(&self) -> &'static str {
@@ -111,7 +135,12 @@ impl Policy for PredictedTtft {
         let mut best: Option<(usize, f64, f64)> = None;
         // The argmin over backends predicted to meet the request's objectives (rule 3).
         let mut best_met: Option<(usize, f64, f64)> = None;
-        let tpot_slo = features.slo.tpot_s.is_some();
+        let tpot_slo = features.slo.tpot_s;
+        let stall_weight = if tpot_slo.is_some() {
+            self.decode_stall_weight
+        } else {
+            0.0
+        };
         // The `ttfa` objective's reasoning tokens, and the TPOT charged where none is
         // predicted (module docs).
         let reasoning = features.objective.reasoning_tokens();
@@ -151,7 +180,22 @@ impl Policy for PredictedTtft {
             } else {
                 0.0
             };
+            let stall = if stall_weight > 0.0 && b.running_decodes > 0 {
+                let without = TtftInputs {
+                    uncached_tokens: 0.0,
+                    ..inputs
+                };
+                let prefill = (m - model.coefficients.predict(&without)).max(0.0);
+                let risk = match (tpot_slo, b.predicted_tpot_s()) {
+                    (Some(slo), Some(t)) if slo > 0.0 => (t / slo).min(1.0),
+                    _ => 1.0,
+                };
+                stall_weight * f64::from(b.running_decodes) * prefill * risk
+            } else {
+                0.0
+            };
             let cost = answer
+                + stall
                 + if poor {
                     m * (1.0 + model.quality.rel_error) / (1.0 + self.poor_error) + wait
                 } else {
@@ -169,7 +213,11 @@ impl Policy for PredictedTtft {
             // Only a backend with KV room now: one without cannot promise a steady decode
             // (it queues or preempts), and under overload the few that seem to meet the
             // objectives would take everything.
-            if tpot_slo && wait == 0.0 && b.meets_slo(features, p) && beats(cost, best_met) {
+            if tpot_slo.is_some()
+                && wait == 0.0
+                && b.meets_slo(features, p)
+                && beats(cost, best_met)
+            {
                 best_met = Some((i, cost, p));
             }
             let cold = !calibrated || model.since_last_observation_s > self.explore_after_s;
@@ -220,12 +268,14 @@ impl PredictedTtft {
         min_samples: u32,
         explore_after_s: f64,
         explore_margin: f64,
+        decode_stall_weight: f64,
     ) -> PredictedTtft {
         PredictedTtft {
             poor_error,
             min_samples,
             explore_after_s,
             explore_margin,
+            decode_stall_weight,
             tiebreak: AtomicU64::new(0),
         }
     }
@@ -587,6 +637,51 @@ mod tests {
         v[0].kv_alloc = AllocRate::constant(1e9);
         v[1].kv_capacity_tokens = Some(10_000);
         assert_eq!(pick(&p, &v, &f).index, 1);
+    }
+
+    #[test]
+    fn with_a_tpot_objective_a_prefill_is_charged_the_stall_it_imposes_on_decoding_streams() {
+        use crate::predict::TpotCoefficients;
+        let mut v = views(2);
+        for b in &mut v {
+            b.ttft_model = model(5e-5, 50, 0.1);
+        }
+        // b0: nothing queued, 20 streams decoding (0.54 s to a first token); b1: 2000 tokens
+        // queued, nobody decoding (0.62 s).
+        v[0].running_decodes = 20;
+        v[0].inflight = 20;
+        v[1].outstanding_prefill_tokens = 2000;
+        let mut f = prompt(10_000);
+        let p = PredictedTtft::default();
+        assert_eq!(pick(&p, &v, &f).index, 0, "no TPOT objective: no charge");
+        f.slo.tpot_s = Some(0.05);
+        // The 0.5 s prefill stalls 20 streams: 0.2 × 20 × 0.5 = 2 s on b0.
+        let d = pick(&p, &v, &f);
+        assert_eq!(d.index, 1, "{d:?}");
+        let reported = d.predicted_ttft_s.unwrap();
+        assert!(
+            (reported - 0.62).abs() < 1e-9,
+            "the charge only ranks: {reported}"
+        );
+        // A weight of 0 turns it off.
+        let off = PredictedTtft::new(1.0, 3, 30.0, 2.0, 0.0);
+        assert_eq!(pick(&off, &v, &f).index, 0);
+        // Where the streams decode far inside the objective (1 ms per token against 50) the
+        // charge fades with the risk: 2 s × 0.021 = 0.04 s, and b0 is back.
+        v[0].tpot_model = Some(TpotCoefficients {
+            base_s: 0.0,
+            s_per_seq: 5e-5,
+            samples: 10,
+            cautious_base_s: 0.0,
+            cautious_s_per_seq: 5e-5,
+        });
+        assert_eq!(pick(&p, &v, &f).index, 0);
+        // A cache hit saves the stall too: near the objective again, a prompt that b0 holds
+        // but for 1000 tokens stalls its streams 0.05 s, not 0.5 s: 0.2 × 20 × 0.05 = 0.2 s.
+        v[0].tpot_model = None;
+        assert_eq!(pick(&p, &v, &f).index, 1);
+        v[0].cached_tokens = 9000;
+        assert_eq!(pick(&p, &v, &f).index, 0);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //!
 //! | name | parameters (default) |
 //! | --- | --- |
-//! | `predicted_ttft` (default) | `poor_error` (1.0), `min_samples` (3), `explore_after_s` (30), `explore_margin` (2.0) |
+//! | `predicted_ttft` (default) | `poor_error` (1.0), `min_samples` (3), `explore_after_s` (30), `explore_margin` (2.0), `decode_stall_weight` (0.2, >= 0) |
 //! | `round_robin` | — |
 //! | `least_inflight` | — |
 //! | `random` | `seed` (0) |
@@ -105,6 +105,7 @@ impl PolicyKind {
                 "min_samples",
                 "explore_after_s",
                 "explore_margin",
+                "decode_stall_weight",
             ],
             PolicyKind::Random | PolicyKind::PowerOfTwo => &["seed"],
             PolicyKind::CacheAware => &[
@@ -182,6 +183,9 @@ pub struct PredictedTtftParams {
     pub explore_after_s: f64,
     /// An exploration probe is allowed when its prediction is at most this × the best; >= 1.
     pub explore_margin: f64,
+    /// Cost per second of decode stall a prefill imposes on each stream decoding beside it,
+    /// for requests with a TPOT objective; >= 0, 0 turns it off.
+    pub decode_stall_weight: f64,
 }
 
 impl Default for PredictedTtftParams {
@@ -192,6 +196,7 @@ impl Default for PredictedTtftParams {
             min_samples: d.min_samples,
             explore_after_s: d.explore_after_s,
             explore_margin: d.explore_margin,
+            decode_stall_weight: d.decode_stall_weight,
         }
     }
 }
@@ -295,6 +300,7 @@ impl PolicySpec {
                 p.min_samples,
                 p.explore_after_s,
                 p.explore_margin,
+                p.decode_stall_weight,
             )),
             PolicySpec::Random(p) => Arc::new(Random::with_seed(p.seed)),
             PolicySpec::PowerOfTwo(p) => Arc::new(PowerOfTwo::with_seed(p.seed)),
@@ -339,6 +345,12 @@ impl PolicySpec {
                     errors.push(SpecError::param(
                         "explore_margin",
                         "must be a finite number >= 1",
+                    ));
+                }
+                if !(p.decode_stall_weight.is_finite() && p.decode_stall_weight >= 0.0) {
+                    errors.push(SpecError::param(
+                        "decode_stall_weight",
+                        "must be a finite number >= 0",
                     ));
                 }
             }
@@ -569,6 +581,8 @@ mod tests {
         assert!(parts("predicted_ttft", &[("explore_margin", json!(0.5))]).is_err());
         assert!(parts("predicted_ttft", &[("poor_error", json!(0))]).is_err());
         assert!(parts("predicted_ttft", &[("min_samples", json!(10))]).is_ok());
+        assert!(parts("predicted_ttft", &[("decode_stall_weight", json!(0))]).is_ok());
+        assert!(parts("predicted_ttft", &[("decode_stall_weight", json!(-0.1))]).is_err());
         assert!(parts("consistent_hash", &[("virtual_nodes", json!(0))]).is_err());
         assert!(parts("consistent_hash", &[("virtual_nodes", json!(10_001))]).is_err());
         assert!(parts("consistent_hash", &[("virtual_nodes", json!(10_000))]).is_ok());
