@@ -13,6 +13,8 @@
 # Env: TRACES_DIR (default ../shared/traces/mooncake), LOADS ("0.5 0.8 0.9 0.95 0.98"),
 #      SEEDS ("1"), WORLD_LOADS ("0.8 0.95"), WORLD_SEEDS ("1"), WORLDS (set to 0 to skip them),
 #      TRACES (set to 0 to skip the traces), POLICIES (default: all gateway policies + oracle),
+#      EXTRA_POLICIES (more policies, separated by `;`, each as `pronto evaluate --policy` takes
+#      it, parameters included: "predicted_ttft{decode_stall_weight: 0.3}"),
 #      LIMIT (requests per trace, default all), TTFT_SLO (1s), TPOT_SLO (50ms),
 #      BIN (default target/release/pronto, built if missing).
 set -euo pipefail
@@ -38,6 +40,11 @@ cell() {
         --ttft-slo "$TTFT_SLO" --tpot-slo "$TPOT_SLO" "$@")
     [[ -n "${LIMIT:-}" ]] && args+=(--limit "$LIMIT")
     for p in $POLICIES; do args+=(--policy "$p"); done
+    if [[ -n "${EXTRA_POLICIES:-}" ]]; then
+        local extra
+        IFS=';' read -ra extra <<<"$EXTRA_POLICIES"
+        for p in "${extra[@]}"; do args+=(--policy "$p"); done
+    fi
     echo "eval-matrix: $name × $fleet × load $load × seed $seed" >&2
     "$BIN" "${args[@]}" 2>/dev/null >"$OUT/$name--$fleet--$load--s$seed.json"
 }

@@ -11,6 +11,10 @@
 #   fault        the fault, no race
 #   failover     the fault, --first-token-deadline "$DEADLINE"
 #   hedge        the fault, --hedge "$HEDGE"
+#   bound        the fault, --failover-oracle: each stalled copy fails over the instant its
+#                engine made the first token the stall holds, no healthy copy ever does — the
+#                least p99 and the least extra prefill any deadline can reach (a reference,
+#                not a setting)
 # then a sweep of deadlines (SWEEP_FACTORS × SWEEP_FLOORS, and the absolute SWEEP_AFTERS) over
 # the workload seeds SEEDS:
 # each setting's p99 TTFT under the fault over the same seed's no-fault p99, and its extra
@@ -83,6 +87,7 @@ run nofault nofault 1
 run fault fault 1
 run failover fault 1 --first-token-deadline "$DEADLINE"
 run hedge fault 1 --hedge "$HEDGE"
+run bound fault 1 --failover-oracle
 echo "failover-eval: reasoning (seed 1)" >&2
 run r-nofault r-nofault 1
 run r-fault r-fault 1
@@ -93,6 +98,7 @@ for seed in $SEEDS; do
     echo "failover-eval: sweep, seed $seed" >&2
     [[ -f "$RUNS/nofault.seed$seed.json" ]] || run nofault nofault "$seed"
     [[ -f "$RUNS/fault.seed$seed.json" ]] || run fault fault "$seed"
+    [[ -f "$RUNS/bound.seed$seed.json" ]] || run bound fault "$seed" --failover-oracle
     for factor in $SWEEP_FACTORS; do
         for floor in $SWEEP_FLOORS; do
             run "sweep-$factor-$floor" fault "$seed" \
@@ -137,7 +143,7 @@ print(f"{env['BACKENDS']} × sim {env['PROFILE']} ({env['KV_BLOCKS']} KV blocks 
       f"'{env['DEADLINE']}'`; hedge: `--hedge '{env['HEDGE']}'`. Produced by "
       f"`scripts/failover-eval.sh` at {env['REVISION']}; one run each, deterministic.\n")
 contenders(
-    ["nofault", "fault", "failover", "hedge"],
+    ["nofault", "fault", "failover", "hedge", "bound"],
     ["contender", "requests", "TTFT mean (ms)", "p50 (ms)", "p99 (ms)", "p99 vs nofault",
      "stalled", "failovers (won)", "hedges (won)", "extra prefill"],
     lambda c, r, base: [
@@ -155,7 +161,7 @@ print("| --- | ---: | ---: | ---: | :---: |")
 def label(s):
     a, b = s.split("/")
     return f"after {b}" if a == "after" else f"factor {a}, floor {b}"
-rows = [("none (fault)", "fault")] + [(label(s), f"sweep-{s.replace('/', '-')}") for s in sweep]
+rows = [("none (fault)", "fault"), ("bound: `--failover-oracle`", "bound")] + [(label(s), f"sweep-{s.replace('/', '-')}") for s in sweep]
 for label, name in rows:
     ratios, extras, fo, won = [], [], 0, 0
     for seed in seeds:
@@ -171,7 +177,12 @@ for label, name in rows:
           f"| {fo / len(seeds):.0f} ({won / len(seeds):.0f}) | {'yes' if met else 'no'} |")
 print("\nExtra prefill: prompt tokens the engines had prefilled for the copies that lost a race "
       "and were aborted, over the uncached prompt tokens of the relayed first tokens. "
-      "`stalled`: copies whose first token the fault held.")
+      "`stalled`: copies whose first token the fault held. `bound`: `--failover-oracle`, "
+      "each stalled copy failed over the instant its engine made the first token the stall "
+      "holds, and no healthy copy — the earliest any deadline can tell a stall from a slow "
+      "start, without a false alarm: one that fires sooner fires on healthy copies in the same "
+      "state too (more prefill), one that fires later waits longer. Its extra prefill is what "
+      "the stalled copies had prefilled, the floor of every rule.")
 
 print(f"\n## A reasoning model: racing on the first answer, seed 1\n")
 print(f"The same fleet serving a model that reasons first (`reasoning: {env['REASONING']}`). "

@@ -5,7 +5,9 @@
 # (config/sim/fleet-hetero-reasoning.yaml: log-normal reasoning, mean 400 tokens) at each of
 # LOADS of its capacity, reasoning counted as generated work, with no SLO on the route (as the
 # gateway's default route), and reports TTFT and TTFA per policy — POLICIES minimising TTFT,
-# plus `predicted_ttft` with `--objective ttfa` (a route's `objective: ttfa`). Writes
+# plus `predicted_ttft` with `--objective ttfa` (a route's `objective: ttfa`) and the oracle
+# with `--objective ttfa` (the reference: it knows each request's reasoning length and the
+# engines' true state, and picks the smallest true TTFA). Writes
 # $OUT/README.md (the tables) and $OUT/evaluate-<load>-<objective>.json.
 #
 # Usage: ./scripts/reasoning-ttfa.sh
@@ -37,7 +39,8 @@ for load in $LOADS; do
     ttft=("${args[@]}")
     for p in $POLICIES; do ttft+=(--policy "$p"); done
     "$BIN" "${ttft[@]}" >"$OUT/evaluate-$load-ttft.json"
-    "$BIN" "${args[@]}" --policy predicted_ttft --objective ttfa >"$OUT/evaluate-$load-ttfa.json"
+    "$BIN" "${args[@]}" --policy predicted_ttft --policy oracle --objective ttfa \
+        >"$OUT/evaluate-$load-ttfa.json"
 done
 
 python3 - "$OUT" "$FLEET" "$LOADS" "${TRACE:-synthetic (seed $SEED)}" <<'PY' >"$OUT/README.md"
@@ -47,7 +50,10 @@ print("# A reasoning workload: time to first answer by policy and objective (off
 print(f"`pronto evaluate` on `{fleet}` (reasoning counted as generated work; no SLO on the "
       f"route), the {trace} workload. TTFA: arrival to the first answer token after the "
       "model's reasoning. `predicted_ttft (ttfa)`: `--objective ttfa`, a route's "
-      "`objective: ttfa`. Produced by `scripts/reasoning-ttfa.sh`.\n")
+      "`objective: ttfa`. `oracle (ttfa)`: the evaluator's oracle with `--objective ttfa`, "
+      "which knows each request's reasoning length and every engine's true state and sends "
+      "the request where its true TTFA is least (greedy, request by request) — what routing "
+      "alone could reach. Produced by `scripts/reasoning-ttfa.sh`.\n")
 for load in loads:
     ttft = json.load(open(f"{out}/evaluate-{load}-ttft.json"))
     ttfa = json.load(open(f"{out}/evaluate-{load}-ttfa.json"))

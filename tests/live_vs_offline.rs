@@ -112,6 +112,7 @@ async fn live_and_offline_agree_on_a_short_trace_slice() {
         first_token_deadline: None,
         hedge: None,
         race_on: pronto_sim::eval_args::EvalRaceOn::Ttft,
+        failover_oracle: false,
     };
     let fleet = load_fleet(&fleet_file).unwrap();
     let (reqs, _) = prepare_trace(&args, &fleet).unwrap();

@@ -101,6 +101,12 @@ pub struct EvaluateArgs {
     /// relative deadline or quantile hedge scales the predicted TTFA).
     #[arg(long, value_enum, default_value_t = EvalRaceOn::Ttft)]
     pub race_on: EvalRaceOn,
+    /// A reference for failover, not a gateway setting: fail each stalled copy over the
+    /// instant its engine produced the first token the stall holds — the earliest any
+    /// deadline could tell a stall from a slow start, with no false alarm
+    /// (`crate::evaluate` race model, *The failover oracle*).
+    #[arg(long)]
+    pub failover_oracle: bool,
 }
 
 /// `--race-on` (a route's `race_on:`).
@@ -170,6 +176,7 @@ impl EvaluateArgs {
                 EvalRaceOn::Ttft => RaceOn::Ttft,
                 EvalRaceOn::Ttfa => RaceOn::Ttfa,
             },
+            oracle_failover: self.failover_oracle,
         }
     }
 

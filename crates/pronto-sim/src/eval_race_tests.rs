@@ -60,6 +60,7 @@ const AFTER_100MS: RaceConfig = RaceConfig {
     on: RaceOn::Ttft,
     deadline: Some(FirstTokenDeadline::After(Duration::from_millis(100))),
     hedge: None,
+    oracle_failover: false,
 };
 
 #[test]
@@ -113,6 +114,35 @@ fn a_deadline_fails_the_stalled_copies_over_and_aborts_them() {
     assert_eq!(run(&fleet(true), &reqs, "round_robin", AFTER_100MS), r);
 }
 
+/// `--failover-oracle`: every stalled first copy fails over at the instant its engine made the
+/// first token the stall holds, and no healthy copy does; without a fault the run is untouched.
+#[test]
+fn the_failover_oracle_fails_over_exactly_the_stalled_copies() {
+    let reqs = workload();
+    let oracle = RaceConfig {
+        oracle_failover: true,
+        ..RaceConfig::default()
+    };
+    // b0 stalls a third of its first tokens; b1 never stalls.
+    let mut f = fleet(true);
+    f[0].stall = f[0].stall.map(|s| StallFault {
+        probability: 0.3,
+        ..s
+    });
+    let healthy = run(&fleet(false), &reqs, "round_robin", RaceConfig::default());
+    let r = run(&f, &reqs, "round_robin", oracle);
+    assert_eq!(r.completed, reqs.len() as u64);
+    // Only first copies on b0 stall, and each of them — no other — fails over to b1 and wins.
+    assert!(r.races.stalled > 5, "{:?}", r.races);
+    assert_eq!(r.races.failovers, r.races.stalled, "{:?}", r.races);
+    assert_eq!(r.races.failovers_won, r.races.failovers, "{:?}", r.races);
+    // No request waited out a stall, and the stalled copies' prefill is the extra prefill.
+    assert!(r.ttft_p99_ms < 1e3 * STALL_S / 2.0, "{}", r.ttft_p99_ms);
+    assert!(r.races.extra_prefill > 0.0 && r.races.extra_prefill < 1.0);
+    // Without a fault it never fires: the run is the plain run.
+    assert_eq!(run(&fleet(false), &reqs, "round_robin", oracle), healthy);
+}
+
 #[test]
 fn an_inert_deadline_leaves_a_run_bit_identical() {
     let reqs = workload();
@@ -133,6 +163,7 @@ fn the_hedge_budget_bounds_the_hedges() {
     let reqs = workload();
     let hedge = |max: Option<Duration>| RaceConfig {
         on: RaceOn::Ttft,
+        oracle_failover: false,
         deadline: None,
         hedge: Some(Hedge {
             delay: HedgeDelay::After(Duration::from_millis(1)),
@@ -232,6 +263,7 @@ fn a_hedge_races_a_stall_and_the_winner_is_relayed() {
     let reqs = workload();
     let hedge = RaceConfig {
         on: RaceOn::Ttft,
+        oracle_failover: false,
         deadline: None,
         hedge: Some(Hedge {
             delay: HedgeDelay::After(Duration::from_millis(50)),
@@ -299,6 +331,7 @@ fn racing_on_the_first_answer_holds_the_reasoning_and_times_the_answer() {
     assert!(max_ttft < min_ttfa, "{max_ttft} vs {min_ttfa}");
     let deadline = |on| RaceConfig {
         on,
+        oracle_failover: false,
         deadline: Some(FirstTokenDeadline::After(Duration::from_secs_f64(
             (max_ttft + min_ttfa) / 2.0,
         ))),
@@ -340,6 +373,7 @@ fn a_ttfa_deadline_fails_a_stalled_reasoning_stream_over() {
     let p99_ttfa = healthy.ttfa_p99_ms / 1e3;
     let race = RaceConfig {
         on: RaceOn::Ttfa,
+        oracle_failover: false,
         deadline: Some(FirstTokenDeadline::After(Duration::from_secs_f64(p99_ttfa))),
         hedge: None,
     };

@@ -201,6 +201,7 @@ fn conversation_slice(load: f64, limit: usize) -> Option<EvaluateArgs> {
         first_token_deadline: None,
         hedge: None,
         race_on: crate::eval_args::EvalRaceOn::Ttft,
+        failover_oracle: false,
     })
 }
 
@@ -591,4 +592,117 @@ fn predicted_ttft_goodput_is_not_behind_cache_aware_at_95_percent_load() {
         100.0 * pt.goodput_requests,
         100.0 * ca.goodput_requests
     );
+}
+
+/// The oracle with `--objective ttfa` times each backend to the request's first *answer* token
+/// (its reasoning included): on a 2×H100 + 2×A100 fleet serving a reasoning model it answers
+/// sooner on the mean than the oracle timing the first token; on a model that does not reason
+/// the two are the same run.
+#[test]
+fn the_oracle_minimises_the_runs_objective() {
+    use crate::evaluate::EvalObjective::{Ttfa, Ttft};
+    use crate::reasoning::ReasoningConfig;
+    let run = |fleet: &[SimBackend], reqs: &[TraceRequest], objective| {
+        evaluate_replicated(
+            fleet,
+            "m",
+            reqs,
+            ORACLE,
+            crate::eval_replicas::Replication::default(),
+            &pronto_core::slo::SloTargets::default(),
+            objective,
+        )
+        .unwrap()
+    };
+    let plain = small_fleet();
+    let reqs = workload(0.5);
+    assert_eq!(run(&plain, &reqs, Ttfa), run(&plain, &reqs, Ttft));
+    let reasoning = ReasoningConfig {
+        mean_tokens: 200.0,
+        sigma: 0.5,
+        max_tokens: 2000,
+        seed: 1,
+    };
+    let hetero: Vec<SimBackend> = small_fleet()
+        .into_iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let profile = if i < 2 {
+                "h100-llama3-8b"
+            } else {
+                "a100-llama3-8b"
+            };
+            let mut config = EngineConfig::from_profile(Profile::builtin(profile).unwrap());
+            config.num_kv_blocks = b.config.num_kv_blocks;
+            SimBackend {
+                reasoning: Some(reasoning),
+                config,
+                ..b
+            }
+        })
+        .collect();
+    let mut reqs = SyntheticWorkload {
+        seed: 7,
+        conversations: 30,
+        ..SyntheticWorkload::default()
+    }
+    .generate();
+    spread_ties(&mut reqs);
+    apply_load(&hetero, &mut reqs, 0.7);
+    let (ttft, ttfa) = (run(&hetero, &reqs, Ttft), run(&hetero, &reqs, Ttfa));
+    assert_eq!(ttfa.completed, reqs.len() as u64);
+    assert!(
+        ttfa.ttfa_mean_ms < ttft.ttfa_mean_ms,
+        "TTFA mean: the ttfa oracle {:.0} ms, the ttft oracle {:.0} ms",
+        ttfa.ttfa_mean_ms,
+        ttft.ttfa_mean_ms
+    );
+}
+
+/// `--policy NAME{key: value}`: a gateway policy's parameters reach the policy, are checked as
+/// the config checks them, and the report names the policy as given.
+#[test]
+fn a_policy_takes_its_parameters_after_its_name() {
+    let fleet = small_fleet();
+    let reqs = workload(0.9);
+    let slo = pronto_core::slo::SloTargets {
+        ttft_s: Some(1.0),
+        tpot_s: Some(0.02),
+    };
+    let run = |policy: &str| {
+        evaluate_replicated(
+            &fleet,
+            "m",
+            &reqs,
+            policy,
+            crate::eval_replicas::Replication::default(),
+            &slo,
+            crate::evaluate::EvalObjective::Ttft,
+        )
+    };
+    let plain = run("predicted_ttft").unwrap();
+    let default = run("predicted_ttft{decode_stall_weight: 0.2}").unwrap();
+    assert_eq!(default.policy, "predicted_ttft{decode_stall_weight: 0.2}");
+    assert_eq!(
+        default.outcomes, plain.outcomes,
+        "the default weight, written out"
+    );
+    let heavy = run("predicted_ttft{decode_stall_weight: 50}").unwrap();
+    assert_ne!(
+        heavy.outcomes, plain.outcomes,
+        "the parameter reaches the policy"
+    );
+    for (bad, says) in [
+        (
+            "predicted_ttft{decode_stall_weight: -1}",
+            "decode_stall_weight",
+        ),
+        ("predicted_ttft{nope: 1}", "unknown parameter"),
+        ("predicted_ttft{", "not a YAML map"),
+        ("predicted_ttft{[1]}", "not a YAML map"),
+        ("oracle{x: 1}", "unknown policy"),
+    ] {
+        let e = run(bad).unwrap_err().to_string();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
 }

@@ -19,11 +19,17 @@
 //! ## The `oracle` policy (evaluator only)
 //! Reads true engine state: for each backend it clones the engine, adds the request and steps
 //! the clone until the request's first token (from the end of the step in flight, if any).
-//! It picks the smallest true TTFT. Backends are tried in order of a cheap lower bound and
-//! skipped once the bound reaches the best TTFT found (ties go to the backend tried first);
-//! a clone stops stepping as soon as its time reaches the best. It is the best any router could
+//! It picks the smallest true TTFT — with `--objective ttfa`, the smallest true TTFA: the clone
+//! runs on through the request's reasoning to its first answer token. Backends are tried in
+//! order of a cheap lower bound and skipped once the bound reaches the best time found (ties
+//! go to the backend tried first); a clone stops stepping as soon as its time reaches the best. It is the best any router could
 //! do *for this request* given the current queues — greedy, not a global optimum, and it
 //! ignores how its choice delays requests already queued there.
+//!
+//! ## Policy parameters
+//! A gateway policy name may carry its parameters as a YAML flow map, the keys of a pool's
+//! `policy:` map (`predicted_ttft{decode_stall_weight: 0.3}`); they are checked as the config
+//! checks them, and the report names the policy as given.
 //!
 //! ## `POLICY+exact`: the exact prefix index
 //! Any gateway policy name with the suffix [`EXACT_SUFFIX`] (`predicted_ttft+exact`) runs that
@@ -94,7 +100,7 @@ use super::reasoning::ReasoningConfig;
 use crate::workload::{self as trace, TraceRequest};
 use pronto_core::predict::ReasoningLengths;
 use pronto_core::request::RequestFeatures;
-use pronto_core::routing::{Policy, PolicyKind};
+use pronto_core::routing::{Policy, PolicyKind, PolicySpec};
 use pronto_core::slo::{Objective, SloTargets};
 use pronto_core::tokens::{block_hashes, BLOCK_TOKENS};
 pub use race::{DeadlineFlag, HedgeFlag, RaceConfig, RaceCounts, StallFault, SECOND};
@@ -256,6 +262,22 @@ struct Backend {
     pending: Vec<EngineEvent>,
 }
 
+/// A gateway policy's name and its parameters: `NAME` or `NAME{key: value, ...}` (a YAML flow
+/// map, the keys and values of a pool's `policy:` map), as `pronto evaluate --policy` takes
+/// them (`predicted_ttft{decode_stall_weight: 0.3}`).
+fn policy_params(policy: &str) -> anyhow::Result<(&str, Vec<(String, serde_json::Value)>)> {
+    let Some(open) = policy.find('{') else {
+        return Ok((policy, Vec::new()));
+    };
+    let (name, map) = policy.split_at(open);
+    let value: serde_json::Value = serde_yaml_ng::from_str(map)
+        .with_context(|| format!("policy {policy:?}: its parameters are not a YAML map"))?;
+    let serde_json::Value::Object(map) = value else {
+        anyhow::bail!("policy {policy:?}: its parameters are not a YAML map");
+    };
+    Ok((name, map.into_iter().collect()))
+}
+
 /// Router choice for one arrival: a gateway policy or the oracle.
 enum Chooser {
     /// A gateway policy; `true`: fed by the exact prefix index.
@@ -342,16 +364,29 @@ pub fn evaluate_route(
             Some(name) => (name, true),
             None => (policy, false),
         };
-        let kind = PolicyKind::parse(name).with_context(|| {
+        let (name, params) = policy_params(name)?;
+        PolicyKind::parse(name).with_context(|| {
             format!(
-                "unknown policy {policy:?} (known: {}, {ORACLE}; any but {ORACLE} may end \
-                 with {EXACT_SUFFIX}, any with {HOLD_SUFFIX})",
+                "unknown policy {policy:?} (known: {}, {ORACLE}; any but {ORACLE} may take \
+                 parameters as a map after its name and end with {EXACT_SUFFIX}, any with \
+                 {HOLD_SUFFIX})",
                 PolicyKind::ALL.join(", ")
             )
         })?;
-        Chooser::Policy(kind.build(), exact)
+        let spec = PolicySpec::from_parts(name, &params).map_err(|errors| {
+            let msgs: Vec<String> = errors
+                .iter()
+                .map(|e| match &e.param {
+                    Some(p) => format!("{p}: {}", e.message),
+                    None => e.message.clone(),
+                })
+                .collect();
+            anyhow::anyhow!("policy {policy:?}: {}", msgs.join("; "))
+        })?;
+        Chooser::Policy(spec.build(), exact)
     };
     let mut exact_views = Vec::new();
+    let mut oracle_thinking: Vec<u32> = Vec::new();
     let names: Vec<&str> = fleet.iter().map(|b| b.name.as_str()).collect();
     let capacities: Vec<Option<u64>> = fleet
         .iter()
@@ -565,7 +600,16 @@ pub fn evaluate_route(
             }
             let chosen = match &chooser {
                 Chooser::Oracle => {
-                    let b = oracle_pick(&backends, ids, id, r, t);
+                    // With the TTFA objective the oracle times the first answer token.
+                    let thinking = (objective == EvalObjective::Ttfa).then(|| {
+                        oracle_thinking.clear();
+                        let per = fleet
+                            .iter()
+                            .map(|f| f.reasoning.map_or(0, |c| c.tokens_for(ids)));
+                        oracle_thinking.extend(per);
+                        &oracle_thinking[..]
+                    });
+                    let b = oracle_pick(&backends, ids, id, r, t, thinking);
                     Some((b, None, None, views[b]))
                 }
                 Chooser::Policy(p, exact) => {

@@ -15,11 +15,14 @@ pub(super) fn exact_hit(engine: &Engine, ids: &[u32], features: &RequestFeatures
     }
 }
 
-/// The backend with the smallest true TTFT for this request (see the module docs).
+/// The backend with the smallest true TTFT for this request (see the module docs), or with
+/// `thinking` given (`--objective ttfa`), the smallest true TTFA: the request generates
+/// `thinking[b]` reasoning tokens on backend `b` before its answer, and the clone steps until
+/// the first answer token.
 ///
 /// Backends are tried in order of a lower bound — the rest of the step in flight plus this
 /// request's uncached prefill run as one step with nothing else (real chunks and co-scheduled
-/// work only add time) — and a backend whose bound is not below the best TTFT found so far is
+/// work only add time) — and a backend whose bound is not below the best time found so far is
 /// not simulated at all.
 pub(super) fn oracle_pick(
     backends: &[Backend],
@@ -27,6 +30,7 @@ pub(super) fn oracle_pick(
     id: u64,
     r: &TraceRequest,
     now: f64,
+    thinking: Option<&[u32]>,
 ) -> usize {
     let len = ids.len() as u32;
     let mut hashes: Option<(usize, Arc<[BlockHash]>)> = None;
@@ -66,7 +70,11 @@ pub(super) fn oracle_pick(
         let b = &backends[i];
         let mut t = b.busy_until.map_or(0.0, |end| end - now);
         let mut e = b.engine.clone();
-        e.add_hashed(id, len, hashes_for(&b.engine), r.output_tokens);
+        // Tokens before the one timed: the reasoning, with the TTFA objective.
+        let before = thinking.map_or(0, |th| th[i]);
+        let generated = r.output_tokens.saturating_add(before);
+        e.add_hashed(id, len, hashes_for(&b.engine), generated);
+        let mut produced = 0u32;
         'steps: while let Some(s) = e.step() {
             t += s.duration_s;
             if t >= best.0 {
@@ -74,9 +82,14 @@ pub(super) fn oracle_pick(
             }
             for ev in s.events {
                 match ev {
-                    EngineEvent::FirstToken { id: x, .. } if x == id => {
-                        best = (t, i);
-                        break 'steps;
+                    EngineEvent::FirstToken { id: x, .. } | EngineEvent::Token { id: x }
+                        if x == id =>
+                    {
+                        produced += 1;
+                        if produced > before {
+                            best = (t, i);
+                            break 'steps;
+                        }
                     }
                     EngineEvent::Finished { id: x, .. } if x == id => break 'steps,
                     _ => {}

@@ -34,6 +34,15 @@
 //! its record undone) and the other awaited alone. The request's TTFT, TTFA, TPOT and E2E are
 //! its winner's, counted from the original arrival. The oracle never races.
 //!
+//! ## The failover oracle (`--failover-oracle`)
+//! A reference, not a gateway setting: each stalled copy fails over at the instant its engine
+//! produced the first token the stall then holds — the earliest moment at which any deadline
+//! could tell a stall from a slow start — and no healthy copy ever does. Its second copy is
+//! chosen, booked, raced and cancelled as a deadline's is (with `--first-token-deadline` or
+//! `--hedge` as well, whichever comes first sends it). So its p99 is the least any deadline
+//! rule can reach without false alarms, and its extra prefill is the floor every rule pays:
+//! the prefill the stalled copies had done.
+//!
 //! ## `--race-on ttfa`
 //! As a route's `race_on: ttfa`: a relative deadline or a quantile hedge scales the predicted
 //! TTFA ([`RaceOn::prediction`]: the decision's TTFT plus the reasoning length learned so far
@@ -111,6 +120,9 @@ pub struct RaceConfig {
     pub hedge: Option<Hedge>,
     /// `--race-on`: what a copy must deliver to win.
     pub on: RaceOn,
+    /// `--failover-oracle`: fail a stalled copy over the instant the engine produced the
+    /// first token its stall holds (module docs, *The failover oracle*).
+    pub oracle_failover: bool,
 }
 
 /// What the races of a run did.
@@ -345,9 +357,10 @@ impl Races {
         let (d, h) = (self.cfg.deadline.as_ref(), self.cfg.hedge.as_ref());
         let tpot = view.predicted_tpot_s();
         let predicted = self.cfg.on.prediction(predicted, tpot, expected_reasoning);
-        let Some(plan) = pronto_core::race::plan(d, h, predicted, rel_error) else {
+        let plan = pronto_core::race::plan(d, h, predicted, rel_error);
+        if plan.is_none() && !self.cfg.oracle_failover {
             return;
-        };
+        }
         let first = Copy {
             backend: b,
             dispatched_s: t,
@@ -366,6 +379,9 @@ impl Races {
             held: [Vec::new(), Vec::new()],
         };
         self.entries.insert(i, entry);
+        let Some(plan) = plan else {
+            return;
+        };
         if let Some(d) = plan.hedge {
             let kind = Kind::Hedge;
             self.push(t + d.as_secs_f64(), Item::Trigger { request: i, kind });
@@ -451,6 +467,10 @@ impl Races {
                     s.prefilled = prompt_tokens.saturating_sub(cached_tokens);
                     let at = t + s.stall_s;
                     s.release_s = Some(at);
+                    if self.cfg.oracle_failover && c == 0 && self.entries.contains_key(&i) {
+                        let kind = Kind::Failover;
+                        self.push(t, Item::Trigger { request: i, kind });
+                    }
                     Some(at)
                 }
                 (_, Some(at)) if t < at => Some(at),
