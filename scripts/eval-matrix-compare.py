@@ -1,19 +1,63 @@
 #!/usr/bin/env python3
-"""Compare two eval-matrix output directories cell by cell (TTFT mean and p99 per policy):
-scripts/eval-matrix-compare.py BEFORE_DIR AFTER_DIR prints a Markdown table."""
-import json, glob, os, sys
-before_dir, after_dir = sys.argv[1], sys.argv[2]
-print("| cell | policy | mean before → after | p99 before → after | moved >10 % |")
+"""Compare two eval-matrix output directories cell by cell (TTFT mean and p99 per policy).
+
+Usage: scripts/eval-matrix-compare.py [--threshold T] [--policy P ...] BEFORE_DIR AFTER_DIR
+
+Prints a Markdown table of every cell present in both (cells are matched on workload, fleet,
+load and seed, whichever naming each directory uses: `WORKLOAD--FLEET--LOAD--sSEED.json`, or the
+older `TRACE-FLEET-LOAD.json`, seed 1). The last column says `worse` when the mean or p99 rose
+by more than T (default 0.1 = 10 %), `better` when either fell by more than T and neither
+rose by more than T.
+"""
+import argparse
+import glob
+import json
+import os
+
+ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+ap.add_argument("--threshold", type=float, default=0.1)
+ap.add_argument("--policy", action="append",
+                help="policies to compare (default: round_robin, least_inflight, cache_aware, "
+                     "predicted_ttft, oracle)")
+ap.add_argument("before")
+ap.add_argument("after")
+args = ap.parse_args()
+policies = args.policy or ["round_robin", "least_inflight", "cache_aware", "predicted_ttft",
+                           "oracle"]
+
+
+def key(path):
+    stem = os.path.basename(path)[:-5]
+    if "--" in stem:
+        w, fleet, load, seed = stem.split("--")
+        return w, fleet, float(load), int(seed.lstrip("s"))
+    parts = stem.split("-")
+    return parts[0], "-".join(parts[1:-1]), float(parts[-1]), 1
+
+
+before = {key(p): p for p in glob.glob(f"{args.before}/*.json")}
+t = args.threshold
+print(f"| cell | policy | mean before → after | p99 before → after | moved > {100 * t:.0f} % |")
 print("|---|---|---|---|---|")
-for a in sorted(glob.glob(f"{after_dir}/*.json")):
-    name = os.path.basename(a)[:-5]
-    b = f"{before_dir}/{name}.json"
-    if not os.path.exists(b): continue
+for a in sorted(glob.glob(f"{args.after}/*.json"), key=key):
+    k = key(a)
+    if k not in before:
+        continue
     A = {r["policy"]: r for r in json.load(open(a))["runs"]}
-    B = {r["policy"]: r for r in json.load(open(b))["runs"]}
-    for p in ["round_robin", "least_inflight", "cache_aware", "predicted_ttft", "oracle"]:
-        if p not in A or p not in B: continue
-        k = [x for x in A[p] if x.startswith("ttft_mean")][0]; k99 = [x for x in A[p] if x.startswith("ttft_p99")][0]
-        bm, am, b9, a9 = B[p][k], A[p][k], B[p][k99], A[p][k99]
-        moved = "yes" if abs(am / bm - 1) > 0.1 or abs(a9 / b9 - 1) > 0.1 else ""
-        print(f"| {name} | {p} | {bm:.0f} → {am:.0f} ({am/bm:.2f}) | {b9:.0f} → {a9:.0f} ({a9/b9:.2f}) | {moved} |")
+    B = {r["policy"]: r for r in json.load(open(before[k]))["runs"]}
+    w, fleet, load, seed = k
+    name = f"{w} × {fleet} × {load:.0%} × s{seed}"
+    for p in policies:
+        if p not in A or p not in B:
+            continue
+        bm, am = B[p]["ttft_mean_ms"], A[p]["ttft_mean_ms"]
+        b9, a9 = B[p]["ttft_p99_ms"], A[p]["ttft_p99_ms"]
+        rm, r9 = am / bm, a9 / b9
+        if rm > 1 + t or r9 > 1 + t:
+            moved = "worse"
+        elif rm < 1 - t or r9 < 1 - t:
+            moved = "better"
+        else:
+            moved = ""
+        print(f"| {name} | {p} | {bm:.0f} → {am:.0f} ({rm:.2f}) | {b9:.0f} → {a9:.0f} "
+              f"({r9:.2f}) | {moved} |")

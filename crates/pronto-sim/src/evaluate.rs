@@ -100,16 +100,17 @@ use super::reasoning::ReasoningConfig;
 use crate::workload::{self as trace, TraceRequest};
 use pronto_core::predict::ReasoningLengths;
 use pronto_core::request::RequestFeatures;
-use pronto_core::routing::{Policy, PolicyKind, PolicySpec};
 use pronto_core::slo::{Objective, SloTargets};
 use pronto_core::tokens::{block_hashes, BLOCK_TOKENS};
 pub use race::{DeadlineFlag, HedgeFlag, RaceConfig, RaceCounts, StallFault, SECOND};
 
+mod chooser;
 mod feed;
 mod oracle;
 pub mod race;
 mod repair;
 
+use chooser::Chooser;
 use feed::{start_step, submit};
 use oracle::{exact_hit, oracle_pick};
 
@@ -262,29 +263,6 @@ struct Backend {
     pending: Vec<EngineEvent>,
 }
 
-/// A gateway policy's name and its parameters: `NAME` or `NAME{key: value, ...}` (a YAML flow
-/// map, the keys and values of a pool's `policy:` map), as `pronto evaluate --policy` takes
-/// them (`predicted_ttft{decode_stall_weight: 0.3}`).
-fn policy_params(policy: &str) -> anyhow::Result<(&str, Vec<(String, serde_json::Value)>)> {
-    let Some(open) = policy.find('{') else {
-        return Ok((policy, Vec::new()));
-    };
-    let (name, map) = policy.split_at(open);
-    let value: serde_json::Value = serde_yaml_ng::from_str(map)
-        .with_context(|| format!("policy {policy:?}: its parameters are not a YAML map"))?;
-    let serde_json::Value::Object(map) = value else {
-        anyhow::bail!("policy {policy:?}: its parameters are not a YAML map");
-    };
-    Ok((name, map.into_iter().collect()))
-}
-
-/// Router choice for one arrival: a gateway policy or the oracle.
-enum Chooser {
-    /// A gateway policy; `true`: fed by the exact prefix index.
-    Policy(std::sync::Arc<dyn Policy>, bool),
-    Oracle,
-}
-
 /// Replay `reqs` through a fresh fleet under `policy`, one router; deterministic.
 pub fn evaluate(
     fleet: &[SimBackend],
@@ -352,39 +330,7 @@ pub fn evaluate_route(
         ref races,
     } = *route;
     anyhow::ensure!(!fleet.is_empty(), "the fleet has no backends");
-    let (base_policy, hold) = match policy.strip_suffix(HOLD_SUFFIX) {
-        Some(p) => (p, true),
-        None => (policy, false),
-    };
-    let chooser = if base_policy == ORACLE {
-        Chooser::Oracle
-    } else {
-        let policy = base_policy;
-        let (name, exact) = match policy.strip_suffix(EXACT_SUFFIX) {
-            Some(name) => (name, true),
-            None => (policy, false),
-        };
-        let (name, params) = policy_params(name)?;
-        PolicyKind::parse(name).with_context(|| {
-            format!(
-                "unknown policy {policy:?} (known: {}, {ORACLE}; any but {ORACLE} may take \
-                 parameters as a map after its name and end with {EXACT_SUFFIX}, any with \
-                 {HOLD_SUFFIX})",
-                PolicyKind::ALL.join(", ")
-            )
-        })?;
-        let spec = PolicySpec::from_parts(name, &params).map_err(|errors| {
-            let msgs: Vec<String> = errors
-                .iter()
-                .map(|e| match &e.param {
-                    Some(p) => format!("{p}: {}", e.message),
-                    None => e.message.clone(),
-                })
-                .collect();
-            anyhow::anyhow!("policy {policy:?}: {}", msgs.join("; "))
-        })?;
-        Chooser::Policy(spec.build(), exact)
-    };
+    let (chooser, hold) = Chooser::of(policy)?;
     let mut exact_views = Vec::new();
     let mut oracle_thinking: Vec<u32> = Vec::new();
     let names: Vec<&str> = fleet.iter().map(|b| b.name.as_str()).collect();
