@@ -37,6 +37,19 @@ fn workload(load: f64) -> Vec<TraceRequest> {
     reqs
 }
 
+/// One run of `policy` with one router, every request carrying the objectives `slo` and
+/// minimising `objective`.
+fn run_route(
+    fleet: &[SimBackend],
+    reqs: &[TraceRequest],
+    policy: &str,
+    slo: &pronto_core::slo::SloTargets,
+    objective: EvalObjective,
+) -> anyhow::Result<crate::eval_report::RunReport> {
+    let rep = crate::eval_replicas::Replication::default();
+    evaluate_replicated(fleet, "m", reqs, policy, rep, slo, objective)
+}
+
 #[test]
 fn fleet_files_load() {
     for f in [
@@ -525,13 +538,11 @@ fn predicted_ttft_is_not_behind_cache_aware_at_95_percent_load() {
 #[test]
 fn the_ttfa_objective_answers_a_reasoning_model_sooner() {
     let run = |fleet: &[SimBackend], reqs: &[TraceRequest], objective| {
-        evaluate_replicated(
+        run_route(
             fleet,
-            "m",
             reqs,
             "predicted_ttft",
-            crate::eval_replicas::Replication::default(),
-            &pronto_core::slo::SloTargets::default(),
+            &Default::default(),
             objective,
         )
         .unwrap()
@@ -572,18 +583,7 @@ fn predicted_ttft_goodput_is_not_behind_cache_aware_at_95_percent_load() {
         ttft_s: Some(1.0),
         tpot_s: Some(0.05),
     };
-    let run = |policy| {
-        evaluate_replicated(
-            &fleet,
-            "m",
-            &reqs,
-            policy,
-            crate::eval_replicas::Replication::default(),
-            &slo,
-            crate::evaluate::EvalObjective::Ttft,
-        )
-        .unwrap()
-    };
+    let run = |policy| run_route(&fleet, &reqs, policy, &slo, EvalObjective::Ttft).unwrap();
     let (pt, ca) = (run("predicted_ttft"), run("cache_aware"));
     assert_eq!((pt.completed, ca.completed), (1500, 1500));
     assert!(
@@ -603,16 +603,7 @@ fn the_oracle_minimises_the_runs_objective() {
     use crate::evaluate::EvalObjective::{Ttfa, Ttft};
     use crate::reasoning::ReasoningConfig;
     let run = |fleet: &[SimBackend], reqs: &[TraceRequest], objective| {
-        evaluate_replicated(
-            fleet,
-            "m",
-            reqs,
-            ORACLE,
-            crate::eval_replicas::Replication::default(),
-            &pronto_core::slo::SloTargets::default(),
-            objective,
-        )
-        .unwrap()
+        run_route(fleet, reqs, ORACLE, &Default::default(), objective).unwrap()
     };
     let plain = small_fleet();
     let reqs = workload(0.5);
@@ -669,17 +660,7 @@ fn a_policy_takes_its_parameters_after_its_name() {
         ttft_s: Some(1.0),
         tpot_s: Some(0.02),
     };
-    let run = |policy: &str| {
-        evaluate_replicated(
-            &fleet,
-            "m",
-            &reqs,
-            policy,
-            crate::eval_replicas::Replication::default(),
-            &slo,
-            crate::evaluate::EvalObjective::Ttft,
-        )
-    };
+    let run = |policy: &str| run_route(&fleet, &reqs, policy, &slo, EvalObjective::Ttft);
     let plain = run("predicted_ttft").unwrap();
     let default = run("predicted_ttft{decode_stall_weight: 0.2}").unwrap();
     assert_eq!(default.policy, "predicted_ttft{decode_stall_weight: 0.2}");
