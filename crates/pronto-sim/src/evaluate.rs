@@ -22,9 +22,9 @@
 //! It picks the smallest true TTFT — with `--objective ttfa`, the smallest true TTFA: the clone
 //! runs on through the request's reasoning to its first answer token. Backends are tried in
 //! order of a cheap lower bound and skipped once the bound reaches the best time found (ties
-//! go to the backend tried first); a clone stops stepping as soon as its time reaches the best. It is the best any router could
-//! do *for this request* given the current queues — greedy, not a global optimum, and it
-//! ignores how its choice delays requests already queued there.
+//! go to the backend tried first); a clone stops stepping as soon as its time reaches the best.
+//! It is the best any router could do *for this request* given the current queues — greedy,
+//! not a global optimum, and it ignores how its choice delays requests already queued there.
 //!
 //! ## Policy parameters
 //! A gateway policy name may carry its parameters as a YAML flow map, the keys of a pool's
