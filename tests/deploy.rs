@@ -61,10 +61,10 @@ fn alert_rules_load_and_pass_their_unit_tests() {
 type Yaml = serde_yaml_ng::Value;
 
 fn k8s_dir() -> std::path::PathBuf {
-    Path::new(ROOT).join("deploy/k8s")
+    Path::new(ROOT).join("deploy/k8s/base")
 }
 
-/// Every manifest under deploy/k8s: `(file name, document)`.
+/// Every manifest of the base, deploy/k8s/base: `(file name, document)`.
 fn manifests() -> Vec<(String, Yaml)> {
     let mut out = Vec::new();
     let mut names: Vec<_> = std::fs::read_dir(k8s_dir())
@@ -98,8 +98,8 @@ fn s(v: &Yaml) -> &str {
     v.as_str().unwrap_or_else(|| panic!("not a string: {v:?}"))
 }
 
-/// Kinds of custom resources (no schema in kubernetes-validate), checked field by field.
-const CUSTOM: [&str; 2] = ["PodMonitor", "Kustomization"];
+/// Kinds with no schema in kubernetes-validate (kustomize's own), checked field by field.
+const CUSTOM: [&str; 1] = ["Kustomization"];
 
 #[test]
 fn kubernetes_manifests_validate_against_the_api_schemas() {
@@ -159,7 +159,8 @@ fn kubernetes_manifests_agree_with_each_other_and_the_config() {
         .iter()
         .find(|e| e["name"].as_str() == Some(token_var))
         .unwrap_or_else(|| panic!("the container does not set {token_var}"));
-    let secret = &env["valueFrom"]["secretKeyRef"];
+    // The Secret the docs say to create.
+    assert_eq!(s(&env["valueFrom"]["secretKeyRef"]["name"]), "pronto-admin");
     let args: Vec<&str> = c["args"].as_sequence().unwrap().iter().map(s).collect();
     let config_path = args[args.iter().position(|a| *a == "--config").unwrap() + 1];
     let mount = c["volumeMounts"]
@@ -207,7 +208,7 @@ fn kubernetes_manifests_agree_with_each_other_and_the_config() {
         Yaml::Bool(true)
     );
 
-    // The Service, PodDisruptionBudget and PodMonitor select the gateway's pods.
+    // The Service and PodDisruptionBudget select the gateway's pods.
     let gateway_service = by_kind(&docs, "Service")
         .into_iter()
         .find(|svc| svc["metadata"]["name"] == deploy["metadata"]["name"])
@@ -219,20 +220,6 @@ fn kubernetes_manifests_agree_with_each_other_and_the_config() {
     );
     let pdb = one(&docs, "PodDisruptionBudget");
     assert_eq!(&pdb["spec"]["selector"]["matchLabels"], pod_labels);
-
-    // PodMonitor (a CRD: no schema here; the fields the operator requires, checked here).
-    let pm = one(&docs, "PodMonitor");
-    assert_eq!(s(&pm["apiVersion"]), "monitoring.coreos.com/v1");
-    assert!(pm["metadata"]["name"].is_string());
-    assert_eq!(&pm["spec"]["selector"]["matchLabels"], pod_labels);
-    let ep = &pm["spec"]["podMetricsEndpoints"][0];
-    assert_eq!(s(&ep["port"]), "admin");
-    assert_eq!(s(&ep["path"]), "/metrics");
-    assert_eq!(s(&ep["authorization"]["type"]), "Bearer");
-    assert_eq!(
-        ep["authorization"]["credentials"], *secret,
-        "the pods' token Secret"
-    );
 
     // The DNS-discovered pool is the headless vLLM Service, by name and port.
     let pools = config["pools"].as_mapping().unwrap();
@@ -310,10 +297,171 @@ fn the_configmap_config_passes_check_config() {
     assert!(!ok && text.contains("PRONTO_ADMIN_TOKEN"), "{text}");
 }
 
+// === What `kubectl apply -k` applies: every variant, rendered by kustomize ===
+
+/// `kubectl kustomize DIR` (kubectl's own kustomize, the one `kubectl apply -k` uses): the
+/// rendered documents, or `None` where kubectl is missing outside CI.
+fn kustomize(dir: &str) -> Option<Vec<Yaml>> {
+    let kubectl = tool::find(&["kubectl"], "kubectl (kustomize)")?;
+    let out = tool::run_ok(
+        Command::new(kubectl)
+            .arg("kustomize")
+            .arg(Path::new(ROOT).join(dir)),
+    );
+    let docs = serde_yaml_ng::Deserializer::from_str(&out)
+        .map(|d| <Yaml as serde::Deserialize>::deserialize(d).unwrap())
+        .filter(|d| !d.is_null())
+        .collect();
+    Some(docs)
+}
+
+fn kinds(docs: &[Yaml]) -> Vec<String> {
+    let mut k: Vec<String> = docs.iter().map(|d| s(&d["kind"]).to_string()).collect();
+    k.sort();
+    k
+}
+
+/// `kubernetes-validate --strict` over rendered documents: a kind with no API schema (a custom
+/// resource whose CRD the cluster may lack) fails it.
+fn validate_rendered(name: &str, docs: &[Yaml]) {
+    let Some(validate) = tool::find(&["kubernetes-validate"], "PyPI package kubernetes-validate")
+    else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("pronto-k8s-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut files = Vec::new();
+    for (i, d) in docs.iter().enumerate() {
+        let f = format!("{i}-{}.yaml", s(&d["kind"]).to_lowercase());
+        std::fs::write(dir.join(&f), serde_yaml_ng::to_string(d).unwrap()).unwrap();
+        files.push(f);
+    }
+    let out = Command::new(validate)
+        .arg("--strict")
+        .args(&files)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{name}: {text}");
+    for f in &files {
+        assert!(
+            text.contains(&format!("INFO {f} passed")),
+            "{name}: {f}: {text}"
+        );
+    }
+}
+
+#[test]
+fn deploy_k8s_renders_only_built_in_kinds_and_they_validate() {
+    // What `kubectl apply -k deploy/k8s` applies on a plain cluster: no custom resource.
+    let Some(docs) = kustomize("deploy/k8s") else {
+        return;
+    };
+    assert_eq!(
+        kinds(&docs),
+        [
+            "ConfigMap",
+            "Deployment",
+            "PodDisruptionBudget",
+            "Service",
+            "Service"
+        ]
+    );
+    validate_rendered("base", &docs);
+    // The image is the one the docs build and tag, and the Cargo package's version.
+    let deploy = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let image = s(&deploy["spec"]["template"]["spec"]["containers"][0]["image"]);
+    assert_eq!(image, format!("pronto:{}", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn the_image_name_and_tag_are_the_same_everywhere() {
+    let tag = format!("pronto:{}", env!("CARGO_PKG_VERSION"));
+    for file in [
+        "README.md",
+        "docs/operating.md",
+        "Dockerfile",
+        "deploy/k8s/base/kustomization.yaml",
+    ] {
+        let text = std::fs::read_to_string(Path::new(ROOT).join(file)).unwrap();
+        let builds: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("docker build"))
+            .collect();
+        for line in &builds {
+            assert!(line.contains(&format!("-t {tag}")), "{file}: {line}");
+        }
+        for line in text
+            .lines()
+            .filter(|l| l.contains("docker run") || l.contains("docker push"))
+        {
+            assert!(line.contains(&tag), "{file}: {line}");
+        }
+        assert!(
+            !builds.is_empty() || text.contains(&tag),
+            "{file} names the image {tag}"
+        );
+    }
+    let base = std::fs::read_to_string(k8s_dir().join("kustomization.yaml")).unwrap();
+    let k: Yaml = serde_yaml_ng::from_str(&base).unwrap();
+    let image = &k["images"][0];
+    assert_eq!(s(&image["name"]), "pronto");
+    assert_eq!(
+        format!("{}:{}", s(&image["newName"]), s(&image["newTag"])),
+        tag
+    );
+}
+
+#[test]
+fn the_monitoring_variant_adds_a_pod_monitor_for_the_admin_metrics() {
+    let Some(docs) = kustomize("deploy/k8s/monitoring") else {
+        return;
+    };
+    let base = kustomize("deploy/k8s").unwrap();
+    let mut want = kinds(&base);
+    want.push("PodMonitor".into());
+    want.sort();
+    assert_eq!(kinds(&docs), want);
+    let deploy = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let pod_labels = &deploy["spec"]["template"]["metadata"]["labels"];
+    let c = &deploy["spec"]["template"]["spec"]["containers"][0];
+    let secret = &c["env"][0]["valueFrom"]["secretKeyRef"];
+    // PodMonitor (a CRD: no schema here; the fields the operator requires, checked here).
+    let pm = docs.iter().find(|d| d["kind"] == "PodMonitor").unwrap();
+    assert_eq!(s(&pm["apiVersion"]), "monitoring.coreos.com/v1");
+    assert!(pm["metadata"]["name"].is_string());
+    assert_eq!(&pm["spec"]["selector"]["matchLabels"], pod_labels);
+    let ep = &pm["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(s(&ep["port"]), "admin");
+    assert_eq!(s(&ep["path"]), "/metrics");
+    assert_eq!(s(&ep["authorization"]["type"]), "Bearer");
+    assert_eq!(
+        &ep["authorization"]["credentials"], secret,
+        "the pods' token Secret"
+    );
+}
+
+#[test]
+fn the_replicated_variant_renders_and_validates() {
+    let Some(docs) = kustomize("deploy/k8s/replicated") else {
+        return;
+    };
+    let base = kustomize("deploy/k8s").unwrap();
+    assert_eq!(
+        docs.len(),
+        base.len() + 2,
+        "NATS: a Deployment and a Service"
+    );
+    validate_rendered("replicated", &docs);
+}
+
 // === The replicated variant (deploy/k8s/replicated) ===
 
 fn replicated_dir() -> std::path::PathBuf {
-    k8s_dir().join("replicated")
+    Path::new(ROOT).join("deploy/k8s/replicated")
 }
 
 fn replicated(name: &str) -> Yaml {
@@ -359,7 +507,7 @@ fn the_replicated_variant_names_replicas_after_their_pods_and_finds_nats() {
     };
     assert_eq!(
         listed("resources"),
-        ["..", "nats-deployment.yaml", "nats-service.yaml"]
+        ["../base", "nats-deployment.yaml", "nats-service.yaml"]
     );
     assert_eq!(
         listed("patches"),
