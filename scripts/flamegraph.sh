@@ -14,11 +14,11 @@ if ! command -v inferno-flamegraph >/dev/null; then
     cargo install --locked inferno >/dev/null
 fi
 if [[ -z "${SKIP_BUILD:-}" ]]; then
-    cargo build --release --locked --bin pronto --example overhead
+    cargo build --profile profiling --locked --bin pronto --example overhead
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"${CARGO_TARGET_DIR:-target}"/release/examples/overhead --levels "${LEVEL:-64}" --rounds 1 --requests "${REQUESTS:-40000}" \
+"${CARGO_TARGET_DIR:-target}"/profiling/examples/overhead --levels "${LEVEL:-64}" --rounds 1 --requests "${REQUESTS:-40000}" \
     --idle-streams 0 --nginx /nonexistent --smg /nonexistent --perf "$tmp/perf.data" "$@"
 perf script -i "$tmp/perf.data" 2>/dev/null | inferno-collapse-perf >"$tmp/folded"
 inferno-flamegraph --title "pronto, ${LEVEL:-64} streams, instant SSE backend ($(git rev-parse --short HEAD))" \
