@@ -29,11 +29,13 @@ pub mod locate;
 pub mod model;
 mod profile;
 pub mod race;
+mod reference;
 mod resources;
 pub mod route;
 mod schema;
 mod scrape;
 pub mod secrets;
+mod shape;
 pub mod tls;
 mod tokenizer;
 pub mod validate;
@@ -46,6 +48,7 @@ pub use model::{
     AccessLog, AddressFamily, Backend, Config, Discover, Health, KvEvents, Limits, Pool,
     ProfileHint, ReloadSettings, Retry, Scrape, TokenizerRef,
 };
+pub use reference::config_reference;
 pub use resources::{Loaded, Resources};
 pub use route::{AdmissionSettings, Glob, Route, RouteMatch, Slo, SloAction};
 pub use schema::config_schema;
@@ -200,7 +203,8 @@ impl Loaded {
         path: Option<&Path>,
         env: edge::EnvLookup,
     ) -> Result<Loaded, LoadError> {
-        let mut file = file::parse(text).map_err(|e| yaml_error(text, origin, &e))?;
+        let (mut file, shape_errors) =
+            shape::parse_all(text).map_err(|e| yaml_error(text, origin, &e))?;
         if let Some(path) = path {
             edge::resolve_keys_file(&mut file, path);
             tls::resolve_paths(&mut file, path);
@@ -211,7 +215,29 @@ impl Loaded {
             path,
             message,
         };
+        // Shape errors first, then the semantic errors of what remains (none about a node
+        // a shape error removed: that would repeat it as "missing").
+        let shape: Vec<Diagnostic> = shape_errors
+            .into_iter()
+            .map(|e| located(e.path, e.message))
+            .collect();
+        let removed = |path: &str| {
+            shape.iter().any(|d| {
+                path == d.path
+                    || path
+                        .strip_prefix(d.path.as_str())
+                        .is_some_and(|rest| rest.starts_with(['.', '[']))
+            })
+        };
         match validate_with_env(&file, env) {
+            Ok((_, _, warnings)) if !shape.is_empty() => Err(LoadError {
+                origin: origin.to_string(),
+                errors: shape,
+                warnings: warnings
+                    .into_iter()
+                    .map(|w| located(w.path, w.message))
+                    .collect(),
+            }),
             Ok((mut config, resources, warnings)) => {
                 config.origin = origin.to_string();
                 config.warnings = warnings
@@ -223,10 +249,16 @@ impl Loaded {
             }
             Err(invalid) => Err(LoadError {
                 origin: origin.to_string(),
-                errors: invalid
-                    .errors
-                    .into_iter()
-                    .map(|e| located(e.path, e.message))
+                errors: shape
+                    .iter()
+                    .cloned()
+                    .chain(
+                        invalid
+                            .errors
+                            .into_iter()
+                            .filter(|e| !removed(&e.path))
+                            .map(|e| located(e.path, e.message)),
+                    )
                     .collect(),
                 warnings: invalid
                     .warnings

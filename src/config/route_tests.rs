@@ -193,7 +193,11 @@ fn each_invalid_route_class_has_its_message() {
         ),
         (
             "routes:\n  - {name: r, pool: fast, tpot_slo: 50}\n",
-            "routes[0].tpot_slo: `50` has no unit",
+            "routes[0].tpot_slo: `50` has no unit; write `50ms` or `50s`",
+        ),
+        (
+            "routes:\n  - {name: r, pool: fast, ttft_slo: 800}\n",
+            "routes[0].ttft_slo: `800` has no unit; write `800ms` or `800s`",
         ),
         (
             "routes:\n  - {name: r, pool: fast, race_on: answer}\n",

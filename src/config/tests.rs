@@ -54,18 +54,63 @@ fn syntax_and_type_errors_are_located_once() {
     let err = Config::from_yaml_str(yaml, "f.yaml").unwrap_err();
     let text = err.to_string();
     assert!(
-        text.starts_with(
-            "f.yaml:5:9: pools.m.backends[0]: unknown field `wieght`, expected one of"
-        ),
+        text.starts_with("f.yaml:5:")
+            && text
+                .contains(": pools.m.backends[0].wieght: unknown field `wieght`, expected one of"),
         "{text}"
     );
     assert!(!text.contains(" at line "), "{text}");
 
+    // The wrong type, then what the rest of the file lacks: every error in one pass.
     let err = Config::from_yaml_str("threads: many\n", "f.yaml").unwrap_err();
     assert_eq!(
         err.to_string(),
-        "f.yaml:1:10: threads: invalid type: string \"many\", expected u64"
+        "f.yaml:1:10: threads: invalid type: string \"many\", expected u64\n\
+         f.yaml: pools: at least one pool is required (a map from model name to backends)"
     );
+}
+
+/// `check-config` shows every problem at once: unknown keys and wrong types (serde alone
+/// stops at the first) together with the semantic errors of the rest of the file.
+#[test]
+fn unknown_keys_type_errors_and_semantic_errors_are_reported_in_one_pass() {
+    let yaml = "\
+lisen: 127.0.0.1:8080
+threads: many
+limits: {max_body_byts: 1MiB, connect_timeout: 0s}
+pools:
+  m:
+    backends:
+      - {name: a, url: 'ftp://h:1', wieght: 2}
+";
+    let err = Config::from_yaml_str(yaml, "f.yaml").unwrap_err();
+    let lines: Vec<String> = err
+        .errors
+        .iter()
+        .map(|d| d.display("f.yaml").to_string())
+        .collect();
+    let has = |prefix: &str, needle: &str| {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(prefix) && l.contains(needle)),
+            "no {prefix}…{needle} in\n{}",
+            lines.join("\n")
+        )
+    };
+    has("f.yaml:1:", "lisen: unknown field `lisen`");
+    has("f.yaml:2:10: threads:", "invalid type");
+    has("f.yaml:3:", "limits.max_body_byts: unknown field");
+    has(
+        "f.yaml:3:",
+        "limits.connect_timeout: must be greater than zero",
+    );
+    has("f.yaml:7:", "pools.m.backends[0].wieght: unknown field");
+    has(
+        "f.yaml:7:",
+        "pools.m.backends[0].url: unsupported scheme `ftp`",
+    );
+    assert_eq!(lines.len(), 6, "{}", lines.join("\n"));
 }
 
 /// Found by the config-loader fuzz body: the parser places an error at the end of a text

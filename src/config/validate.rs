@@ -132,6 +132,19 @@ pub fn key_path(parent: &str, key: &str) -> String {
     }
 }
 
+/// The error for a duration written as a bare number: both readings, the one nearer the
+/// field's default first (`ttft_slo: 800` reads as `800ms` before `800s`).
+fn unit_hint(text: &str, x: f64, default: Duration) -> String {
+    let d = default.as_secs_f64();
+    let distance = |secs: f64| (secs.max(1e-9) / d.max(1e-9)).ln().abs();
+    let (first, second) = if distance(x / 1000.0) < distance(x) {
+        ("ms", "s")
+    } else {
+        ("s", "ms")
+    };
+    format!("`{text}` has no unit; write `{text}{first}` or `{text}{second}`")
+}
+
 /// Collects problems while building the model; on error, substitutes a default and goes on.
 #[derive(Default)]
 pub(super) struct Checker {
@@ -296,8 +309,8 @@ impl Checker {
         let parsed = match q {
             None => return default,
             Some(Quantity::Text(s)) => parse_duration(s),
-            Some(Quantity::Int(n)) => Err(format!("`{n}` has no unit; write e.g. `{n}s`")),
-            Some(Quantity::Float(x)) => Err(format!("`{x}` has no unit; write e.g. `{x}s`")),
+            Some(Quantity::Int(n)) => Err(unit_hint(&n.to_string(), *n as f64, default)),
+            Some(Quantity::Float(x)) => Err(unit_hint(&x.to_string(), *x, default)),
         };
         match parsed {
             Ok(d) if d.is_zero() => {

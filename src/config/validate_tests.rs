@@ -417,10 +417,13 @@ fn durations_must_parse_and_be_positive() {
         errors(&yaml),
         vec![
             pair("grace_period", "must be greater than zero"),
-            pair("limits.connect_timeout", "`5` has no unit; write e.g. `5s`"),
+            pair(
+                "limits.connect_timeout",
+                "`5` has no unit; write `5s` or `5ms`"
+            ),
             pair(
                 "limits.first_token_timeout",
-                "`1.5` has no unit; write e.g. `1.5s`"
+                "`1.5` has no unit; write `1.5s` or `1.5ms`"
             ),
             pair(
                 "limits.idle_timeout",
