@@ -398,7 +398,43 @@ impl Comparison {
         if let Some(b) = base {
             s.push_str(&format!("Ratios are to `{b}` (below 1 = faster).\n"));
         }
+        s.push_str(
+            "\nA fair comparison starts every run from the same engine state: a fresh fleet per \
+             run (`scripts/compare-routers.sh` restarts it), or one `pronto replay --target \
+             A,B` whose requests alternate between the routers in front of one fleet \
+             (interleaved). Back-to-back runs against one live fleet find the caches the \
+             previous run warmed.\n",
+        );
+        if let Some(w) = self.warm_cache_warning() {
+            s.push_str(&format!("\n**Warning:** {w}\n"));
+        }
         s
+    }
+
+    /// A warning when the cached prompt share rises run after run (each at least 1.5× the
+    /// one before, over three or more runs): the signature of back-to-back runs against one
+    /// fleet whose caches the earlier runs warmed.
+    pub fn warm_cache_warning(&self) -> Option<String> {
+        let cached: Vec<f64> = self
+            .rows
+            .iter()
+            .filter_map(|r| r.summary.as_ref()?.cached_token_ratio)
+            .collect();
+        let rising = cached.len() >= 3
+            && cached
+                .windows(2)
+                .all(|w| w[1] >= 1.5 * w[0] && w[1] > w[0] + 0.02);
+        rising.then(|| {
+            format!(
+                "the cached prompt share rises run after run ({}): were these runs back to back \
+                 against one fleet? Later runs then find warm caches.",
+                cached
+                    .iter()
+                    .map(|c| format!("{:.0} %", c * 100.0))
+                    .collect::<Vec<_>>()
+                    .join(" → ")
+            )
+        })
     }
 }
 
@@ -431,6 +467,9 @@ pub fn write_comparison(args: &CompareReportArgs) -> anyhow::Result<Comparison> 
 pub fn run_compare_report(args: CompareReportArgs) -> anyhow::Result<()> {
     let comparison = write_comparison(&args)?;
     print!("{}", comparison.markdown());
+    if let Some(w) = comparison.warm_cache_warning() {
+        eprintln!("compare-report: warning: {w}");
+    }
     eprintln!(
         "compare-report: wrote comparison.md, comparison.json, ttft_cdf.svg to {}",
         args.out.display()
@@ -480,6 +519,47 @@ mod tests {
             ttft_slo: None,
             tpot_slo: None,
         }
+    }
+
+    #[test]
+    fn a_cached_share_rising_run_after_run_is_warned_about() {
+        let comparison = |cached: &[f64]| Comparison {
+            title: "t".into(),
+            note: None,
+            baseline: None,
+            rows: cached
+                .iter()
+                .enumerate()
+                .map(|(i, c)| ComparisonRow {
+                    name: format!("r{i}"),
+                    dir: PathBuf::new(),
+                    summary: Some(Summary {
+                        cached_token_ratio: Some(*c),
+                        ..Summary::of(&[])
+                    }),
+                    sheds: 0,
+                    router: None,
+                    ttft_mean_ratio: None,
+                    ttft_p99_ratio: None,
+                    ttfa_p99_ratio: None,
+                    skipped: None,
+                })
+                .collect(),
+        };
+        let warm = comparison(&[0.05, 0.2, 0.5]);
+        let w = warm.warm_cache_warning().expect("warned");
+        assert!(w.contains("5 % → 20 % → 50 %"), "{w}");
+        assert!(warm
+            .markdown()
+            .contains("**Warning:** the cached prompt share rises"));
+        assert!(comparison(&[0.05, 0.2]).warm_cache_warning().is_none());
+        assert!(comparison(&[0.3, 0.2, 0.5]).warm_cache_warning().is_none());
+        assert!(comparison(&[0.3, 0.31, 0.32])
+            .warm_cache_warning()
+            .is_none());
+        assert!(comparison(&[0.3, 0.31, 0.32])
+            .markdown()
+            .contains("A fair comparison"));
     }
 
     #[test]

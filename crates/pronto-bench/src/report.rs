@@ -154,6 +154,10 @@ pub struct Summary {
     /// Share of output tokens from requests that met both objectives.
     #[serde(default)]
     pub goodput_tokens: Option<f64>,
+    /// What the reader of the numbers should know about the run (e.g. the workload ran out
+    /// before `--duration`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Nearest-rank `p`-th percentile (0 ≤ p ≤ 100) of ascending `sorted`; `None` when empty.
@@ -286,6 +290,7 @@ impl Summary {
             tpot_slo_ms: None,
             goodput_requests: None,
             goodput_tokens: None,
+            notes: Vec::new(),
         }
     }
 
@@ -300,7 +305,11 @@ impl Summary {
             fmt_ms(self.ttfa_p99_ms),
             self.throughput_rps,
             self.duration_s
-        )
+        ) + &self
+            .notes
+            .iter()
+            .map(|n| format!("\nnote: {n}"))
+            .collect::<String>()
     }
 
     /// A small markdown report: the headline table and the per-backend split.
@@ -359,6 +368,9 @@ impl Summary {
                 s.push_str(&format!("| {b} | {n} |\n"));
             }
         }
+        for n in &self.notes {
+            s.push_str(&format!("\n**Note:** {n}\n"));
+        }
         s
     }
 }
@@ -384,6 +396,17 @@ pub fn write_report_with_slo(
     title: &str,
     slo: &SloTargets,
 ) -> std::io::Result<Summary> {
+    write_report_with_notes(dir, records, title, slo, Vec::new())
+}
+
+/// [`write_report_with_slo`] with `notes` in the summary (JSON, Markdown and its one line).
+pub fn write_report_with_notes(
+    dir: &Path,
+    records: &[RequestRecord],
+    title: &str,
+    slo: &SloTargets,
+    notes: Vec<String>,
+) -> std::io::Result<Summary> {
     std::fs::create_dir_all(dir)?;
     let mut lines = std::io::BufWriter::new(std::fs::File::create(dir.join("results.jsonl"))?);
     for r in records {
@@ -391,7 +414,8 @@ pub fn write_report_with_slo(
         lines.write_all(b"\n")?;
     }
     lines.flush()?;
-    let summary = Summary::with_slo(records, slo);
+    let mut summary = Summary::with_slo(records, slo);
+    summary.notes = notes;
     std::fs::write(
         dir.join("summary.json"),
         serde_json::to_string_pretty(&summary)? + "\n",

@@ -34,7 +34,7 @@ use anyhow::Context;
 use tokio::sync::Semaphore;
 
 use super::client::{discover_model, http_client, Sender};
-use super::report::{write_report_with_slo, RequestRecord, Summary};
+use super::report::{write_report_with_notes, RequestRecord, Summary};
 use pronto_sim::workload::{
     self as trace, scale_arrivals, spread_ties, SyntheticWorkload, TraceFormat, TraceRequest,
 };
@@ -170,6 +170,25 @@ pub fn workload(args: &ReplayArgs) -> anyhow::Result<Vec<(u64, TraceRequest)>> {
     Ok(out)
 }
 
+/// A note when the workload's arrivals end well before `--duration` (the last arrival before
+/// 95 % of it): the run then offers load for less time than asked, and says so.
+pub fn short_workload(
+    duration: Option<Duration>,
+    requests: &[(u64, TraceRequest)],
+) -> Option<String> {
+    let d = duration?.as_secs_f64();
+    let last = requests
+        .iter()
+        .map(|(_, r)| r.arrival_s)
+        .fold(0.0, f64::max);
+    (last < 0.95 * d).then(|| {
+        format!(
+            "the workload's arrivals end at {last:.1} s, before --duration {d:.0} s: this run offered \
+             load for {last:.1} s (a longer trace, more --conversations or a higher --load fills it)"
+        )
+    })
+}
+
 /// Counters shared by the request tasks and the progress display.
 #[derive(Debug, Default)]
 pub struct Progress {
@@ -267,6 +286,12 @@ pub async fn replay_to_dir(args: &ReplayArgs) -> anyhow::Result<Summary> {
     let a = args.clone();
     let requests = tokio::task::spawn_blocking(move || workload(&a)).await??;
     anyhow::ensure!(!requests.is_empty(), "no requests to replay");
+    let notes: Vec<String> = short_workload(args.duration, &requests)
+        .into_iter()
+        .collect();
+    for n in &notes {
+        eprintln!("replay: warning: {n}");
+    }
     let pool = args.concurrency_cap.unwrap_or(DEFAULT_POOL);
     let client = http_client(pool)?;
     let model = match &args.model {
@@ -300,9 +325,11 @@ pub async fn replay_to_dir(args: &ReplayArgs) -> anyhow::Result<Summary> {
     let slo = args.slo();
     let summary = {
         let records = records.clone();
-        tokio::task::spawn_blocking(move || write_report_with_slo(&out, &records, &title, &slo))
-            .await?
-            .with_context(|| format!("writing the report to {}", args.out.display()))?
+        tokio::task::spawn_blocking(move || {
+            write_report_with_notes(&out, &records, &title, &slo, notes)
+        })
+        .await?
+        .with_context(|| format!("writing the report to {}", args.out.display()))?
     };
     if summary.errors == summary.requests {
         let first = records

@@ -56,6 +56,15 @@ fn workload_options_cut_and_scale_but_keep_indices() {
         all.iter().filter(|(_, r)| r.arrival_s <= 20.0).count()
     );
 
+    // The default synthetic workload is shorter than 10 minutes: a --duration past its end
+    // is noted, one within it is not.
+    let last = all.iter().map(|(_, r)| r.arrival_s).fold(0.0, f64::max);
+    let long = Duration::from_secs_f64(last * 2.0);
+    let note = short_workload(Some(long), &all).expect("a note");
+    assert!(note.contains(&format!("end at {last:.1} s")), "{note}");
+    assert_eq!(short_workload(Some(Duration::from_secs(20)), &cut), None);
+    assert_eq!(short_workload(None, &all), None);
+
     let short = workload(&args(&["--max-input-tokens", "2500"])).unwrap();
     assert!(!short.is_empty() && short.len() < all.len());
     assert!(short.iter().all(|(_, r)| r.input_tokens <= 2500));
