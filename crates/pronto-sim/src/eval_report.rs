@@ -246,6 +246,26 @@ pub fn table(runs: &[RunReport]) -> String {
     s
 }
 
+/// What the table's columns mean, and what the oracle is when a run used it.
+pub fn legend(runs: &[RunReport]) -> String {
+    let mut s = String::from(
+        "\nLegend: ttft_* time to first token and tpot_* time per output token (ms; mean, \
+         percentiles); good% / goodt% the share of requests / of output tokens within the TTFT \
+         and TPOT objectives (--ttft-slo, --tpot-slo); e2e_* request latency (ms); req/s \
+         completed requests per second of virtual time; hit% prompt tokens served from the \
+         engines' prefix caches; shed requests no backend could take; preempt sequences the \
+         engines preempted; per-backend requests sent to each backend, in fleet order.\n",
+    );
+    if runs.iter().any(|r| r.policy.starts_with("oracle")) {
+        s += "oracle: a reference, not a gateway policy. For each request it clones every \
+              engine, adds the request and runs the clone to the request's first token (to its \
+              first answer token with --objective ttfa), and picks the soonest: it knows the \
+              engines' true state, so it bounds what routing on live signals can reach for that \
+              request. It is greedy, request by request, not a global optimum.\n";
+    }
+    s
+}
+
 fn table_without_ttfa(runs: &[RunReport]) -> String {
     let mut s = format!(
         "{:<16} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>6} {:>6} {:>9} {:>9} {:>7} {:>6} {:>5} {:>6}  per-backend\n",
@@ -376,6 +396,19 @@ mod tests {
             collision_repairs: 0,
             outcomes: vec![],
         };
+        // The legend names every column of the table, and the oracle only when it ran.
+        let text = legend(std::slice::from_ref(&r));
+        for col in [
+            "ttft_", "tpot_", "good%", "goodt%", "e2e_", "req/s", "hit%", "shed", "preempt",
+        ] {
+            assert!(text.contains(col), "{col}: {text}");
+        }
+        assert!(!text.contains("oracle"));
+        let oracle = RunReport {
+            policy: "oracle".into(),
+            ..r.clone()
+        };
+        assert!(legend(&[r.clone(), oracle]).contains("oracle: a reference, not a gateway policy"));
         let v: serde_json::Value =
             serde_json::from_str(&to_json(std::slice::from_ref(&r), None)).unwrap();
         let run = &v["runs"][0];

@@ -767,6 +767,7 @@ pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
             );
         }
         print!("{}", super::eval_report::table(&runs));
+        print!("{}", super::eval_report::legend(&runs));
     }
     Ok(())
 }
