@@ -264,7 +264,10 @@ fn canned_admin(authorized: Arc<AtomicUsize>) -> std::net::SocketAddr {
         "backends": [{
             "pool": "m", "name": "gpu-a", "healthy": true, "inflight": 3,
             "engine": {"waiting": 2, "kv_usage": 0.42},
-            "latency": {"window_60s": {"ttft": {"p50_s": 0.12, "p99_s": 0.48}}},
+            "latency": {"window_60s": {
+                "ttft": {"n": 9, "mean_s": 0.2, "p50_s": 0.12, "p99_s": 0.48},
+                "predicted_vs_actual": {"predicted_mean_s": 0.25, "actual_mean_s": 0.2}
+            }},
             "ttft_rel_error": 0.08
         }],
         "recent_decisions": [
@@ -347,10 +350,15 @@ fn the_status_page_lists_recent_decisions_and_sends_the_token() {
         "no fetch carried the token"
     );
     let cells = row(&dom, "data-backend=\"gpu-a\"").unwrap_or_else(|| panic!("{dom}"));
+    // Quantiles and the predicted / actual means: one window, the gateway's 60 s.
     assert_eq!(
-        &cells[2..8],
-        ["healthy", "3", "2", "42.0 %", "120 ms", "480 ms"],
+        &cells[2..10],
+        ["healthy", "3", "2", "42.0 %", "120 ms", "480 ms", "250 ms", "200 ms"],
         "{cells:?}"
+    );
+    assert!(
+        dom.contains("Predicted mean, 60 s") && dom.contains("TTFT p99, 60 s"),
+        "{dom}"
     );
     assert_eq!(cells[10], "8.0 %");
     assert!(

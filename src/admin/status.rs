@@ -3,9 +3,9 @@
 //! One HTML file with an inline script (`status.html`, embedded at build time; no external
 //! assets, no build step). Every two seconds it fetches `GET /admin/backends` and
 //! `GET /metrics` and shows each backend's health, requests in flight, engine queue and KV
-//! usage, TTFT p50/p99 over the last minute, the mean predicted and measured TTFT of the
-//! requests of the last minute (from `pronto_ttft_seconds` and
-//! `pronto_ttft_prediction_error_seconds`), the TTFT model's relative error, and routing
+//! usage, and from one window, the requests each backend completed in the last 60 s
+//! (`latency.window_60s`): their TTFT p50/p99 and their mean predicted and measured TTFT; then
+//! the TTFT model's relative error, and routing
 //! decisions by reason (`pronto_route_decisions_total`). When `/admin/backends` carries a
 //! `recent_decisions` array (`[{at_ms, backend, reason, predicted_ttft_ms,
 //! actual_ttft_ms}]`, `at_ms` in Unix milliseconds; this gateway's do, see

@@ -27,6 +27,8 @@ pub const WINDOW_AGE: Duration = Duration::from_secs(60);
 pub struct Sample {
     /// Send → first generated token (streams only).
     pub ttft_s: Option<f64>,
+    /// The routing decision's predicted TTFT, for a request with a measured `ttft_s`.
+    pub predicted_ttft_s: Option<f64>,
     /// Mean seconds between output tokens after the first (streams with ≥ 2 tokens).
     pub tpot_s: Option<f64>,
     /// Send → end of the response.
@@ -64,11 +66,13 @@ impl AtomicEwma {
     }
 }
 
-/// p50 / p90 / p99 of one signal over the window.
+/// Mean, p50 / p90 / p99 of one signal over the window.
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
 pub struct Quantiles {
     /// Samples in the window.
     pub n: usize,
+    /// Mean, seconds.
+    pub mean_s: f64,
     /// Median, seconds.
     pub p50_s: f64,
     /// 90th percentile, seconds.
@@ -85,6 +89,7 @@ fn quantiles(mut v: Vec<f64>) -> Option<Quantiles> {
     let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
     Some(Quantiles {
         n: v.len(),
+        mean_s: v.iter().sum::<f64>() / v.len() as f64,
         p50_s: q(0.5),
         p90_s: q(0.9),
         p99_s: q(0.99),
@@ -135,6 +140,15 @@ impl LatencyStats {
 
     /// Quantiles of (TTFT, TPOT, E2E) over the samples of the last [`WINDOW_AGE`] at `now`.
     pub fn window(&self, now: Instant) -> [Option<Quantiles>; 3] {
+        self.window_with_predictions(now).0
+    }
+
+    /// [`LatencyStats::window`], and the mean predicted and measured TTFT over the same
+    /// samples (those with both), seconds.
+    pub fn window_with_predictions(
+        &self,
+        now: Instant,
+    ) -> ([Option<Quantiles>; 3], Option<(f64, f64)>) {
         let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
         while w
             .front()
@@ -145,17 +159,30 @@ impl LatencyStats {
         let ttft = w.iter().filter_map(|(_, s)| s.ttft_s).collect();
         let tpot = w.iter().filter_map(|(_, s)| s.tpot_s).collect();
         let e2e = w.iter().map(|(_, s)| s.e2e_s).collect();
+        let (mut n, mut predicted, mut actual) = (0usize, 0.0, 0.0);
+        for (_, s) in w.iter() {
+            if let (Some(p), Some(a)) = (s.predicted_ttft_s, s.ttft_s) {
+                n += 1;
+                predicted += p;
+                actual += a;
+            }
+        }
         drop(w);
-        [quantiles(ttft), quantiles(tpot), quantiles(e2e)]
+        let pair = (n > 0).then(|| (predicted / n as f64, actual / n as f64));
+        ([quantiles(ttft), quantiles(tpot), quantiles(e2e)], pair)
     }
 
-    /// JSON for `GET /admin/backends`.
+    /// JSON for `GET /admin/backends`. `window_60s` holds the TTFT quantiles and mean, and
+    /// `predicted_vs_actual` the mean predicted and measured TTFT of the window's requests
+    /// that carried a prediction: every number over the same samples of the last minute.
     pub fn admin_json(&self, now: Instant) -> serde_json::Value {
         let (ttft, tpot, e2e) = self.ewma();
-        let [qt, qp, qe] = self.window(now);
+        let ([qt, qp, qe], pva) = self.window_with_predictions(now);
+        let pva =
+            pva.map(|(p, a)| serde_json::json!({ "predicted_mean_s": p, "actual_mean_s": a }));
         serde_json::json!({
             "ewma": { "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e },
-            "window_60s": { "ttft": qt, "tpot": qp, "e2e": qe },
+            "window_60s": { "ttft": qt, "tpot": qp, "e2e": qe, "predicted_vs_actual": pva },
         })
     }
 }
@@ -167,6 +194,7 @@ mod tests {
     fn sample(ttft: f64, tpot: Option<f64>, e2e: f64) -> Sample {
         Sample {
             ttft_s: Some(ttft),
+            predicted_ttft_s: None,
             tpot_s: tpot,
             e2e_s: e2e,
         }
@@ -202,9 +230,38 @@ mod tests {
         s.record(sample(5.0, None, 6.0), t0 + Duration::from_secs(30));
         let [q, _, _] = s.window(t0 + Duration::from_secs(61));
         assert_eq!(q.unwrap().n, 1);
+        assert_eq!(q.unwrap().mean_s, 5.0);
         for _ in 0..2 * WINDOW {
             s.record(sample(1.0, None, 1.0), t0 + Duration::from_secs(61));
         }
         assert_eq!(s.window(t0 + Duration::from_secs(61))[0].unwrap().n, WINDOW);
+    }
+
+    #[test]
+    fn predicted_and_actual_means_are_over_the_windows_samples() {
+        let s = LatencyStats::default();
+        let t0 = Instant::now();
+        let with = |ttft: f64, predicted: f64| Sample {
+            predicted_ttft_s: Some(predicted),
+            ..sample(ttft, None, 1.0)
+        };
+        s.record(with(9.0, 1.0), t0);
+        s.record(with(0.2, 0.1), t0 + Duration::from_secs(30));
+        s.record(with(0.4, 0.3), t0 + Duration::from_secs(31));
+        s.record(sample(0.6, None, 1.0), t0 + Duration::from_secs(31));
+        // At 61 s the first sample has left: the means are of the two later predictions,
+        // the quantiles of the three later TTFTs.
+        let ([q, _, _], pva) = s.window_with_predictions(t0 + Duration::from_secs(61));
+        let (p, a) = pva.unwrap();
+        assert!(
+            (p - 0.2).abs() < 1e-12 && (a - 0.3).abs() < 1e-12,
+            "{p} {a}"
+        );
+        assert_eq!(q.unwrap().n, 3);
+        let json = s.admin_json(t0 + Duration::from_secs(61));
+        assert!(json["window_60s"]["predicted_vs_actual"]["predicted_mean_s"].is_number());
+        assert!(json["window_60s"]["ttft"]["mean_s"].is_number());
+        let ([q, _, _], pva) = s.window_with_predictions(t0 + Duration::from_secs(200));
+        assert_eq!((q, pva), (None, None));
     }
 }

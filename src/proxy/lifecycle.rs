@@ -485,7 +485,16 @@ impl Proxy {
                     }
                     .run(session, &mut upstream)
                     .await;
-                    self.finish(state, pass, pool, i, &outcome, sent_at, *own_tokens);
+                    let predicted = routed.decision.predicted_ttft_s;
+                    self.finish(
+                        state,
+                        pass,
+                        pool,
+                        i,
+                        &outcome,
+                        (sent_at, predicted),
+                        *own_tokens,
+                    );
                     if is_sse && outcome.end == RelayEnd::Complete {
                         // A whole stream: how long this model reasoned before answering.
                         pool.reasoning
@@ -526,7 +535,7 @@ impl Proxy {
         pool: &Pool,
         i: usize,
         outcome: &RelayOutcome,
-        sent_at: Instant,
+        (sent_at, predicted_ttft_s): (Instant, Option<f64>),
         own_tokens: u32,
     ) {
         let backend = &pool.backends[i];
@@ -539,7 +548,9 @@ impl Proxy {
                 .set(pool.token_ratio.ratio());
         }
         match outcome.end {
-            RelayEnd::Complete => observe::completed(&self.metrics, backend, outcome, sent_at),
+            RelayEnd::Complete => {
+                observe::completed(&self.metrics, backend, outcome, sent_at, predicted_ttft_s)
+            }
             RelayEnd::ClientGone => {
                 self.metrics
                     .client_disconnects_total

@@ -68,18 +68,22 @@ impl FirstTokenObserver<'_> {
     }
 }
 
-/// A complete response from `backend`, sent at `sent_at`: its latency sample.
+/// A complete response from `backend`, sent at `sent_at` with the decision's predicted TTFT:
+/// its latency sample.
 pub(super) fn completed(
     metrics: &Metrics,
     backend: &Backend,
     outcome: &RelayOutcome,
     sent_at: Instant,
+    predicted_ttft_s: Option<f64>,
 ) {
     let done = Instant::now();
+    let ttft_s = outcome
+        .first_token_at
+        .map(|t| t.saturating_duration_since(sent_at).as_secs_f64());
     let sample = latency::Sample {
-        ttft_s: outcome
-            .first_token_at
-            .map(|t| t.saturating_duration_since(sent_at).as_secs_f64()),
+        ttft_s,
+        predicted_ttft_s: ttft_s.and(predicted_ttft_s),
         tpot_s: match (outcome.first_token_at, outcome.last_token_at) {
             (Some(a), Some(b)) if outcome.output_events >= 2 => {
                 Some((b - a).as_secs_f64() / f64::from(outcome.output_events - 1))
