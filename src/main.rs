@@ -79,6 +79,9 @@ enum Command {
 enum ConfigCommand {
     /// Print the JSON Schema of the gateway config file (for editors).
     Schema,
+    /// Print the config reference (every key, type, default and description; the routing
+    /// policies' parameters and the routing reasons) as Markdown: docs/config-reference.md.
+    Reference,
 }
 
 #[derive(Args)]
@@ -211,6 +214,10 @@ fn main() -> ExitCode {
         }
         Command::Config(ConfigCommand::Schema) => {
             println!("{}", pronto::config::config_schema());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config(ConfigCommand::Reference) => {
+            print!("{}", pronto::config::config_reference());
             Ok(ExitCode::SUCCESS)
         }
     };

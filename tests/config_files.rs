@@ -645,3 +645,15 @@ fn the_schema_names_exactly_the_fields_the_annotated_example_sets() {
     in_example.dedup();
     assert_eq!(in_schema, in_example);
 }
+
+/// `docs/config-reference.md` is what `pronto config reference` prints today.
+#[test]
+fn the_config_reference_is_up_to_date() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/config-reference.md");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == pronto::config::config_reference(),
+        "{} is stale: regenerate it with `cargo run -- config reference > docs/config-reference.md`",
+        path.display()
+    );
+}

@@ -28,7 +28,7 @@ pub fn config_schema() -> String {
 }
 
 /// The schema as a JSON value.
-fn schema_value() -> Value {
+pub(super) fn schema_value() -> Value {
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "urn:pronto:config",
@@ -611,7 +611,7 @@ fn cluster_schema() -> Value {
 }
 
 /// A policy name, or a map with `name` and that policy's parameters (one branch per policy).
-fn policy_schema() -> Value {
+pub(super) fn policy_schema() -> Value {
     let names: Vec<&str> = PolicyKind::ALL.to_vec();
     let branches: Vec<Value> = PolicyKind::ALL
         .iter()
@@ -630,6 +630,7 @@ fn policy_schema() -> Value {
                 };
                 let mut p = ty;
                 p["default"] = default;
+                p["description"] = json!(kind.param_doc(param));
                 properties.insert((*param).to_string(), p);
             }
             json!({

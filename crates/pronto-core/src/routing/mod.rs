@@ -334,6 +334,41 @@ impl Reason {
         Reason::Fallback,
     ];
 
+    /// What the reason means (the config reference and the operating guide show it).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Reason::RoundRobin => "next in rotation (`round_robin`)",
+            Reason::LeastLoaded => {
+                "fewest requests in flight per unit weight (`least_inflight`, and \
+                 `consistent_hash` without a session key)"
+            }
+            Reason::PredictedBest => "lowest predicted TTFT (`predicted_ttft`)",
+            Reason::Explore => {
+                "a cold or long-unobserved backend probed so its TTFT model gets calibrated \
+                 (`predicted_ttft`, within `explore_margin` of the best)"
+            }
+            Reason::Fallback => {
+                "predictions missing or poor (`poor_error`), so the fewest in flight \
+                 (`predicted_ttft`)"
+            }
+            Reason::Random => "weighted random draw (`random`)",
+            Reason::PowerOfTwo => "the less loaded of two random candidates (`power_of_two`)",
+            Reason::CacheHit => "best prefix match above `cache_threshold` (`cache_aware`)",
+            Reason::CacheMiss => {
+                "no prefix match above `cache_threshold`, so the least loaded (`cache_aware`)"
+            }
+            Reason::Imbalanced => {
+                "the pool is imbalanced (both balance thresholds exceeded), so the least loaded \
+                 whatever the cache (`cache_aware`)"
+            }
+            Reason::SessionAffinity => "the session key's owner on the ring (`consistent_hash`)",
+            Reason::SessionFailover => {
+                "the owner was not eligible: the next eligible backend on the ring \
+                 (`consistent_hash`)"
+            }
+        }
+    }
+
     /// Label value.
     pub fn as_str(self) -> &'static str {
         match self {

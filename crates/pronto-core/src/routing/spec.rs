@@ -117,6 +117,48 @@ impl PolicyKind {
         }
     }
 
+    /// What a parameter of this policy does (the config reference and the schema show it).
+    pub fn param_doc(self, param: &str) -> &'static str {
+        match (self, param) {
+            (PolicyKind::PredictedTtft, "poor_error") => {
+                "Recent relative prediction error above which a backend's model is distrusted \
+                 (and, when every model is, the decision falls back to least_inflight); > 0"
+            }
+            (PolicyKind::PredictedTtft, "min_samples") => {
+                "Observations before a backend's model counts as calibrated (until then it is explored)"
+            }
+            (PolicyKind::PredictedTtft, "explore_after_s") => {
+                "Seconds without an observation after which a backend is explored again; > 0"
+            }
+            (PolicyKind::PredictedTtft, "explore_margin") => {
+                "An exploration probe is allowed when its prediction is at most this × the best; >= 1"
+            }
+            (PolicyKind::PredictedTtft, "decode_stall_weight") => {
+                "With a route tpot_slo: each second of decode stall a prefill imposes on a stream \
+                 decoding beside it costs this many seconds in the ranking (weight × running \
+                 decodes × prefill time × min(1, predicted TPOT / tpot_slo)); >= 0, 0 turns it off"
+            }
+            (PolicyKind::Random | PolicyKind::PowerOfTwo, "seed") => {
+                "Start of the pseudo-random stream (the same seed, the same draws)"
+            }
+            (PolicyKind::CacheAware, "cache_threshold") => {
+                "Share of the prompt the best prefix match must exceed to follow the cache, 0..=1"
+            }
+            (PolicyKind::CacheAware, "balance_abs_threshold") => {
+                "In-flight difference (per unit weight) between busiest and idlest backend that, \
+                 with the relative threshold, makes the pool imbalanced (then least loaded wins)"
+            }
+            (PolicyKind::CacheAware, "balance_rel_threshold") => {
+                "Ratio busiest / idlest that, with the absolute threshold, makes the pool \
+                 imbalanced; >= 1"
+            }
+            (PolicyKind::ConsistentHash, "virtual_nodes") => {
+                "Points per backend (per unit weight) on the hash ring"
+            }
+            _ => "",
+        }
+    }
+
     /// This policy with every parameter at its default.
     pub fn spec(self) -> PolicySpec {
         match self {
@@ -582,6 +624,12 @@ mod tests {
         assert!(parts("predicted_ttft", &[("poor_error", json!(0))]).is_err());
         assert!(parts("predicted_ttft", &[("min_samples", json!(10))]).is_ok());
         assert!(parts("predicted_ttft", &[("decode_stall_weight", json!(0))]).is_ok());
+        // Every parameter of every policy is documented.
+        for kind in PolicyKind::ALL.iter().filter_map(|n| PolicyKind::parse(n)) {
+            for p in kind.params() {
+                assert!(!kind.param_doc(p).is_empty(), "{} {p}", kind.as_str());
+            }
+        }
         assert!(parts("predicted_ttft", &[("decode_stall_weight", json!(-0.1))]).is_err());
         assert!(parts("consistent_hash", &[("virtual_nodes", json!(0))]).is_err());
         assert!(parts("consistent_hash", &[("virtual_nodes", json!(10_001))]).is_err());
