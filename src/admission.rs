@@ -6,11 +6,18 @@
 //! - `queued_ahead`: the queue already holds a request for the same pool of the same or a more
 //!   urgent priority class: a newcomer never overtakes it (batch yields to interactive, and a
 //!   class is first-come first-served);
-//! - `no_capacity`: no backend of the pool is eligible (all at `max_inflight`, unhealthy or
-//!   ejected);
+//! - `no_capacity`: no backend of the pool is eligible (all at `max_inflight`, or those not
+//!   at it unhealthy or ejected);
 //! - `slo_miss`: the best predicted TTFT over the eligible backends exceeds the SLO. (The
 //!   minimum over backends, not the policy's pick: the gate runs no policy, so a stateful policy
 //!   such as round-robin is not advanced twice.)
+//!
+//! **An outage is not an overload.** When no backend of the pool is up (every one unhealthy
+//! or ejected, or none at all), a `shed` or `queue` route answers 503 `no_backend_available`
+//! with `Retry-After` at once, before any of the above: waiting for the SLO cannot help, and a
+//! 429 would send clients retrying as for a busy service. A request already queued when the
+//! last backend goes down gets the same 503 within half a second, and so does one whose
+//! deadline passes with none up. A `fallback` route still falls back.
 //!
 //! On a miss the route's `on_slo_miss` applies: `shed` answers 429 with `Retry-After`;
 //! `fallback` sends the request to the fallback pool once, without a second admission check
@@ -27,7 +34,7 @@
 //!
 //! **Deadline.** When a queued request's deadline passes, its SLO is already lost; it is sent
 //! anyway if some backend of the pool is eligible (late is more useful than a retry from
-//! scratch), and shed with reason `deadline` otherwise.
+//! scratch), and shed with reason `deadline` otherwise (503 when none is up).
 //!
 //! **Client hang-up.** The proxy races the wait against the client connection
 //! (`read_body_or_idle`), so a queued request whose client goes away leaves the queue at once

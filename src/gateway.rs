@@ -41,6 +41,7 @@ use crate::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
 use crate::backend::Backend;
 use crate::cluster::Link;
 use crate::config::{Config, Resources, Route};
+use crate::models::rename;
 use crate::models::served::{Listed, ServedModels};
 use crate::routing::Policy;
 use crate::telemetry::Metrics;
@@ -258,7 +259,7 @@ impl GatewayState {
         mut listed: HashMap<Arc<str>, Arc<Listed>>,
     ) -> (GatewayState, Carried) {
         discovered.retain(|model, _| config.pool(model).is_some_and(|p| p.discover.is_some()));
-        listed.retain(|model, _| config.pool(model).is_some_and(|p| p.serve_listed_models));
+        listed.retain(|model, _| config.pool(model).is_some_and(|p| p.asks_models()));
         let mut carried = Carried::default();
         let mut pools = HashMap::new();
         let mut all: Vec<Arc<Backend>> = Vec::new();
@@ -270,10 +271,7 @@ impl GatewayState {
                 Some((pool, spec, prev.config.limits.connect_timeout))
             });
             let found: Vec<crate::config::Backend> = match (&p.discover, discovered.get(&p.model)) {
-                (Some(d), Some(addrs)) => addrs
-                    .iter()
-                    .map(|&a| d.backend(&p.model, a, p.profile, p.api_key.clone()))
-                    .collect(),
+                (Some(d), Some(addrs)) => addrs.iter().map(|&a| d.backend(p, a)).collect(),
                 _ => Vec::new(),
             };
             let backends: Vec<Arc<Backend>> = p
@@ -347,6 +345,17 @@ impl GatewayState {
                 ),
             };
             all.extend(backends.iter().cloned());
+            let pool_listed = listed.get(&p.model).map(|l| &**l);
+            let mut unnamed = Vec::new();
+            let upstream_models = backends
+                .iter()
+                .map(|b| {
+                    rename::upstream_name(&b.config, &p.model, pool_listed).unwrap_or_else(|()| {
+                        unnamed.push(b.id());
+                        None
+                    })
+                })
+                .collect();
             let sync_refs = backends
                 .iter()
                 .map(|b| BackendRef::of(&p.model, &b.config.name))
@@ -369,8 +378,10 @@ impl GatewayState {
                     tokenizer: resources.tokenizer(&p.model).cloned(),
                     served: p.serve_listed_models.then(|| {
                         let none = Listed::new();
-                        ServedModels::new(&backends, listed.get(&p.model).map_or(&none, |l| l))
+                        ServedModels::new(&backends, pool_listed.unwrap_or(&none))
                     }),
+                    upstream_models,
+                    unnamed,
                     sync_refs,
                     cluster: previous.and_then(|prev| prev.cluster.clone()),
                     backends,

@@ -274,13 +274,15 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
             Arc::new(SystemResolver),
         ),
     );
-    // A `--backend` pool without `--model` serves what its backends list: asked once before
-    // the listeners accept, then by the service.
+    // A `--backend` pool without `--model` serves what its backends list, and a
+    // `served_model_name: discover` sends each backend the name it lists: asked once before
+    // the listeners accept, then by the service (always running: a reload may add such a
+    // pool; with none it only looks).
     let models = ModelDiscovery::new(Arc::clone(&state), metrics.clone());
-    let models = models.has_work().then(|| {
+    if models.has_work() {
         models.initial_round();
-        background_service("pronto-models", models)
-    });
+    }
+    let models = background_service("pronto-models", models);
     let mut admin_app = pingora_core::apps::http_app::HttpServer::new_app(Admin::new(
         Arc::clone(&state),
         metrics.clone(),
@@ -326,9 +328,7 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
             ),
         ));
     }
-    if let Some(models) = models {
-        server.add_service(models);
-    }
+    server.add_service(models);
 
     let (stop, requests) = mpsc::unbounded_channel();
     let signal = DrainSignal {

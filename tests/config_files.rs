@@ -286,8 +286,10 @@ fn annotated_example_sets_every_field() {
         profile,
         ca_file: _,
         api_key,
+        served_model_name,
     } = pool.backends.clone().expect("backends").remove(0);
     assert!(pool.api_key.is_some() && api_key.is_some());
+    assert!(pool.served_model_name.is_some() && served_model_name.is_some());
     assert!(name.is_some() && url.is_some() && weight.is_some());
     assert!(max_inflight.is_some() && labels.is_some() && profile.is_some());
     let file::KvEventsFile {

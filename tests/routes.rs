@@ -326,3 +326,43 @@ async fn a_route_can_override_its_pools_policy() {
         "{m}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_is_503_at_once_and_an_overload_429() {
+    let (backend, pools) = single_slot_pool(Duration::from_millis(1500)).await;
+    let slo = Duration::from_secs(30);
+    let gw = std::sync::Arc::new(Gateway::start(&config_yaml(
+        &pools,
+        "retry: {max_retries: 0}\nroutes:\n  \
+         - {name: s, match: {headers: {x-class: shed}}, pool: p, ttft_slo: 30s, on_slo_miss: shed}\n  \
+         - {name: q, pool: p, ttft_slo: 30s, on_slo_miss: queue}\n",
+    )));
+    // Overload: the backend is up and busy. The shed route answers 429; a queued request
+    // waits for the slot and is served.
+    let first = spawn_send(&gw, "first", "i");
+    arrived(&backend, 1).await;
+    let shed = send(&gw, "m", &[("x-class", "shed")]).await;
+    assert_eq!(
+        (shed.status, error_code(&shed.body)),
+        (429, "slo_overloaded".into())
+    );
+    assert!(shed.retry_after.is_some());
+    let waiter = spawn_send(&gw, "waiter", "i");
+    metric_reaches(&gw, "pronto_admission_queue_length{route=\"q\"}", 1.0).await;
+    assert_eq!((first.await.unwrap(), waiter.await.unwrap()), (200, 200));
+
+    // Outage: the only backend is down. Both routes answer 503 at once, with Retry-After,
+    // long before the 30 s objective.
+    backend.kill();
+    metric_reaches(&gw, "pronto_backend_healthy{backend=\"slow\"}", 0.0).await;
+    for class in ["i", "shed"] {
+        let t = std::time::Instant::now();
+        let r = send(&gw, "m", &[("x-class", class)]).await;
+        let took = t.elapsed();
+        assert_eq!(r.status, 503, "{class}: {r:?}");
+        assert_eq!(error_code(&r.body), "no_backend_available");
+        assert_eq!(r.retry_after.as_deref(), Some("1"));
+        assert!(took < slo / 2, "{class}: answered after {took:?}");
+    }
+    metric_reaches(&gw, "pronto_admission_queue_length{route=\"q\"}", 0.0).await;
+}

@@ -505,6 +505,7 @@ mod tests {
             ca: None,
             api_key: None,
             profile: None,
+            served_model_name: None,
         };
         Arc::new(Backend::new(
             BackendId(0),

@@ -84,6 +84,9 @@ fn pool_json(pool: &Pool) -> Value {
     if let Some(p) = &pool.profile {
         v["profile"] = profile_json(p);
     }
+    if let Some(n) = &pool.served_model_name {
+        v["served_model_name"] = Value::from(n.as_str());
+    }
     if let Some(t) = &pool.tokenizer {
         v["tokenizer"] = Value::from(t.path.display().to_string());
         if let Some(source) = &t.chat_template {
@@ -126,6 +129,9 @@ fn backend_json(b: &Backend) -> Value {
     if let Some(p) = &b.profile {
         v["profile"] = profile_json(p);
     }
+    if let Some(n) = &b.served_model_name {
+        v["served_model_name"] = Value::from(n.as_str());
+    }
     v
 }
 
@@ -149,9 +155,10 @@ pools:
   other:
     policy: round_robin
     profile: {base_ms: 12.5, prefill_tokens_per_s: 8000}
+    served_model_name: discover
     backends:
       - {name: c, url: 'http://h:1', profile: {decode_ms_per_running: 3}}
-      - {name: d, url: 'http://h:2'}
+      - {name: d, url: 'http://h:2', served_model_name: '/models/llama 3'}
   pool-dns:
     discover: {dns: 'vllm.internal:8000', interval: 30s, family: ipv4, max_inflight: 4}
 ";
@@ -171,6 +178,11 @@ pools:
         assert_eq!(
             json["pools"]["other"]["backends"][0]["profile"]["base_ms"],
             12.5
+        );
+        assert_eq!(json["pools"]["other"]["served_model_name"], "discover");
+        assert_eq!(
+            json["pools"]["other"]["backends"][1]["served_model_name"],
+            "/models/llama 3"
         );
         let text = serde_yaml_ng::to_string(&json).unwrap();
         let again = Config::from_yaml_str(&text, "effective").unwrap();

@@ -221,6 +221,9 @@ pub struct PoolFile {
     pub api_key: Option<super::edge::SecretFile>,
     /// Engine metrics scraping of the pool's backends.
     pub scrape: Option<ScrapeFile>,
+    /// What the pool's backends call its model, when not the pool's name: a name, or
+    /// `discover` (ask each backend's `GET /v1/models`).
+    pub served_model_name: Option<String>,
 }
 
 /// A pool's `scrape:` section: how often its backends' `/metrics` are read.
@@ -286,6 +289,8 @@ pub struct BackendFile {
     pub ca_file: Option<String>,
     /// This backend's key, replacing the pool's `api_key`.
     pub api_key: Option<super::edge::SecretFile>,
+    /// What this backend calls the pool's model, replacing the pool's `served_model_name`.
+    pub served_model_name: Option<String>,
 }
 
 /// `kv_events:` of a backend.

@@ -46,7 +46,7 @@ use std::path::Path;
 pub use check::{check_config, run_check_config, CheckConfigArgs};
 pub use model::{
     AccessLog, AddressFamily, Backend, Config, Discover, Health, KvEvents, Limits, Pool,
-    ProfileHint, ReloadSettings, Retry, Scrape, TokenizerRef,
+    ProfileHint, ReloadSettings, Retry, Scrape, ServedName, TokenizerRef,
 };
 pub use reference::config_reference;
 pub use resources::{Loaded, Resources};

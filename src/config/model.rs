@@ -259,11 +259,26 @@ pub struct Pool {
     /// backends that list it ([`crate::models::served`]). Set by `pronto serve --backend URL`
     /// without `--model`; a config file cannot.
     pub serve_listed_models: bool,
+    /// The pool's `served_model_name`, as written (already in each static backend's
+    /// [`Backend::served_model_name`] unless it has its own; discovered backends get it).
+    pub served_model_name: Option<ServedName>,
     /// The pool's `api_key` (already in each static backend's [`Backend::api_key`] unless
     /// it has its own; discovered backends get it).
     pub api_key: Option<UpstreamKey>,
     /// Engine metrics scraping of the pool's backends (`scrape:`).
     pub scrape: Scrape,
+}
+
+impl Pool {
+    /// Whether the pool asks its backends what they serve at `GET /v1/models`
+    /// ([`crate::models::discover`]): it serves their models, or a backend's
+    /// `served_model_name` (its own or the pool's) is `discover`.
+    pub fn asks_models(&self) -> bool {
+        let discover = |n: &Option<ServedName>| matches!(n, Some(ServedName::Discover));
+        self.serve_listed_models
+            || discover(&self.served_model_name)
+            || self.backends.iter().any(|b| discover(&b.served_model_name))
+    }
 }
 
 /// A pool's `scrape:` section (see [`crate::backend::EngineScraper`]).
@@ -337,16 +352,12 @@ impl Discover {
         format!("{}:{}", self.host, self.port)
     }
 
-    /// The backend config of one resolved address of pool `model`: named
-    /// `<model>-<ip>:<port>` (`:` never occurs in a configured name, so it cannot collide
-    /// with a static backend), with this section's weight and cap and the pool's `profile` and `api_key`.
-    pub fn backend(
-        &self,
-        model: &str,
-        addr: SocketAddr,
-        profile: Option<ProfileHint>,
-        api_key: Option<UpstreamKey>,
-    ) -> Backend {
+    /// The backend config of one resolved address of `pool`: named `<model>-<ip>:<port>`
+    /// (`:` never occurs in a configured name, so it cannot collide with a static backend),
+    /// with this section's weight and cap and the pool's `profile`, `api_key` and
+    /// `served_model_name`.
+    pub fn backend(&self, pool: &Pool, addr: SocketAddr) -> Backend {
+        let model = &pool.model;
         let host = match addr {
             SocketAddr::V4(a) => a.ip().to_string(),
             SocketAddr::V6(a) => format!("[{}]", a.ip()),
@@ -359,10 +370,11 @@ impl Discover {
             weight: self.weight,
             max_inflight: self.max_inflight,
             labels: BTreeMap::new(),
-            profile,
+            profile: pool.profile,
             kv_events: None,
             ca: None,
-            api_key,
+            api_key: pool.api_key.clone(),
+            served_model_name: pool.served_model_name.clone(),
         }
     }
 }
@@ -434,6 +446,34 @@ pub struct Backend {
     pub ca: Option<super::tls::BackendCa>,
     /// The key sent to this backend (its own or its pool's `api_key`).
     pub api_key: Option<UpstreamKey>,
+    /// The model name this backend serves, when it is not the name clients send (its own
+    /// `served_model_name` or its pool's): the request's `model` is rewritten to it upstream
+    /// and back in the answer ([`crate::models::rename`]).
+    pub served_model_name: Option<ServedName>,
+}
+
+/// A `served_model_name`: what a backend calls the model its pool serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServedName {
+    /// This name, as written.
+    Named(Arc<str>),
+    /// `discover`: the one model the backend lists at `GET /v1/models` (or the pool's own
+    /// name when it lists several, that one among them); until it is known, the backend is
+    /// not routed to ([`crate::models::discover`]).
+    Discover,
+}
+
+impl ServedName {
+    /// The file keyword that asks the backend for its name.
+    pub const DISCOVER: &'static str = "discover";
+
+    /// The file spelling: the name, or `discover`.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ServedName::Named(n) => n,
+            ServedName::Discover => ServedName::DISCOVER,
+        }
+    }
 }
 
 /// A key the gateway presents to a backend. Held as written (it must be sent), never
@@ -579,6 +619,7 @@ mod tests {
             ca: None,
             api_key: None,
             profile: None,
+            served_model_name: None,
         };
         assert_eq!(b.authority(), "[::1]:8001");
         assert_eq!(b.base_url(), "http://[::1]:8001");

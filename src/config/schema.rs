@@ -319,6 +319,14 @@ pub(super) fn schema_value() -> Value {
                                         {env: NAME} or {file: PATH}",
                         "$ref": "#/$defs/secret",
                     },
+                    "served_model_name": {
+                        "description": "What the backends call this model when not the \
+                                        pool's name: the request's `model` is rewritten to \
+                                        it upstream and back in answers. A name, or \
+                                        `discover`: the one model each backend lists at \
+                                        GET /v1/models",
+                        "$ref": "#/$defs/served_model_name",
+                    },
                 },
             },
             "profile": {
@@ -405,7 +413,15 @@ pub(super) fn schema_value() -> Value {
                         "description": "This backend's key, replacing the pool's api_key",
                         "$ref": "#/$defs/secret",
                     },
+                    "served_model_name": {
+                        "description": "This backend's name for the model, replacing the \
+                                        pool's served_model_name",
+                        "$ref": "#/$defs/served_model_name",
+                    },
                 },
+            },
+            "served_model_name": {
+                "type": "string", "minLength": 1, "maxLength": 512, "pattern": "^[^\\u0000-\\u001f\\u007f]+$",
             },
             "secret": {
                 "oneOf": [

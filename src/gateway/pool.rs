@@ -5,6 +5,8 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use pronto_core::cluster::BackendRef;
 use pronto_core::ids::BackendId;
 use pronto_core::routing::views::{self, PoolRouting, Scratch};
@@ -12,6 +14,7 @@ use pronto_core::routing::views::{self, PoolRouting, Scratch};
 use crate::affinity::PrefixIndex;
 use crate::backend::{Backend, InflightGuard};
 use crate::cluster::Link;
+use crate::models::rename;
 use crate::models::served::ServedModels;
 use crate::predict::{ReasoningLengths, TtftInputs};
 use crate::request::{RequestFeatures, TokenRatio};
@@ -76,6 +79,12 @@ pub struct Pool {
     pub tokenizer: Option<Arc<ModelTokenizer>>,
     /// For a pool that serves its backends' models, which backend serves which.
     pub served: Option<ServedModels>,
+    /// What each backend is sent as `model` when that is not the client's name (same order
+    /// as `backends`; [`crate::models::rename`]).
+    pub upstream_models: Vec<Option<Arc<str>>>,
+    /// Backends whose name for the model is not known yet (`served_model_name: discover`,
+    /// no usable list): never routed to.
+    pub unnamed: Vec<BackendId>,
     /// Each backend's name among replicas (same order as `backends`).
     pub sync_refs: Vec<BackendRef>,
     /// Where dispatches are told to the other replicas (with `cluster:`).
@@ -105,7 +114,55 @@ impl Pool {
     ) -> Vec<BackendView> {
         let mut scratch = Scratch::default();
         let limit = policy.limits_prefix_credit_to_residency();
+        let mut joined = Vec::new();
+        let tried = self.and_unnamed(tried, &mut joined);
         views::build(&self.routing(), features, now, limit, tried, &mut scratch).to_vec()
+    }
+
+    /// `tried` and the [`Pool::unnamed`] backends (no copy when there are none).
+    fn and_unnamed<'a>(
+        &'a self,
+        tried: &'a [BackendId],
+        joined: &'a mut Vec<BackendId>,
+    ) -> &'a [BackendId] {
+        if self.unnamed.is_empty() {
+            return tried;
+        }
+        *joined = [tried, &self.unnamed].concat();
+        joined
+    }
+
+    /// Whether a backend of the pool could serve a request at `now`, load aside: it is
+    /// healthy, not ejected, and neither `excluded` nor [`Pool::unnamed`]. `false` is an
+    /// outage (503), not an overload (429).
+    pub fn any_up(&self, now: Instant, excluded: &[BackendId]) -> bool {
+        self.backends.iter().any(|b| {
+            let id = b.id();
+            b.is_healthy(now) && !excluded.contains(&id) && !self.unnamed.contains(&id)
+        })
+    }
+
+    /// What backend `i` (a position) is sent as `model`, when not the client's name.
+    pub fn upstream_model(&self, i: usize) -> Option<&str> {
+        self.upstream_models.get(i).and_then(|m| m.as_deref())
+    }
+
+    /// The body of a request with `features` for backend `i` (a position): the client's,
+    /// or with `model` spliced to the backend's name ([`rename::body_for`]).
+    pub fn body_for(&self, i: usize, body: &Bytes, features: &RequestFeatures) -> Bytes {
+        let span = features.model_span.as_ref();
+        rename::body_for(body, span, &features.model, self.upstream_model(i))
+    }
+
+    /// What rewrites backend `i`'s answer to a request sent [`Pool::body_for`].
+    pub fn answer_for(
+        &self,
+        i: usize,
+        body: &Bytes,
+        features: &RequestFeatures,
+    ) -> Option<rename::Unrename> {
+        let span = features.model_span.as_ref();
+        rename::answer_for(body, span, &features.model, self.upstream_model(i))
     }
 
     /// Decide where `features` goes at `now` with `policy` ([`decide`]: the decision carries
@@ -119,6 +176,8 @@ impl Pool {
         tried: &[BackendId],
         explain: bool,
     ) -> Result<Routed, NoBackend> {
+        let mut joined = Vec::new();
+        let tried = self.and_unnamed(tried, &mut joined);
         SCRATCH.with_borrow_mut(|scratch| {
             let limit = policy.limits_prefix_credit_to_residency();
             let views = views::build(&self.routing(), features, now, limit, tried, scratch);

@@ -1,6 +1,8 @@
-//! Model discovery: what each backend of a pool that serves its backends' models
+//! Model discovery: what each backend of a pool that asks ([`crate::config::Pool::asks_models`])
+//! lists at `GET /v1/models` — a pool that serves its backends' models
 //! ([`crate::config::Pool::serve_listed_models`], `pronto serve --backend URL` without
-//! `--model`) lists at `GET /v1/models`.
+//! `--model`), or one whose backends' `served_model_name` is `discover`
+//! ([`crate::models::rename`]).
 //!
 //! ## When a backend is asked
 //! - **At start**, before the gateway accepts a request ([`ModelDiscovery::initial_round`]):
@@ -31,6 +33,7 @@ use pingora_core::services::background::BackgroundService;
 
 use super::served::Listed;
 use crate::backend::Backend;
+use crate::config::ServedName;
 use crate::gateway::GatewayState;
 use crate::telemetry::Metrics;
 
@@ -216,9 +219,14 @@ impl ModelDiscovery {
         }
     }
 
-    /// Whether any pool of the current state serves its backends' models.
+    /// Whether any pool of the current state asks its backends for their models.
     pub fn has_work(&self) -> bool {
-        self.state.load().pools.values().any(|p| p.served.is_some())
+        self.state
+            .load()
+            .config
+            .pools
+            .iter()
+            .any(|p| p.asks_models())
     }
 
     /// The first round, on a thread and runtime of its own (callable from inside another
@@ -238,7 +246,8 @@ impl ModelDiscovery {
     /// Ask the backends due at `now` and swap in what changed.
     async fn round(&self, now: Instant, clients: Clients) {
         let state = self.state.load_full();
-        for pool in state.pools.values().filter(|p| p.served.is_some()) {
+        let asks = |model: &str| state.config.pool(model).is_some_and(|p| p.asks_models());
+        for pool in state.pools.values().filter(|p| asks(&p.model)) {
             let health: Vec<(Arc<str>, bool)> = pool
                 .backends
                 .iter()
@@ -278,10 +287,7 @@ impl ModelDiscovery {
     /// Swap in a state where pool `model`'s backends list `listed`, unless it has that already.
     fn apply(&self, model: &str, listed: Listed) {
         let swapped = crate::gateway::update_state(&self.state, |current| {
-            let serving = current
-                .config
-                .pool(model)
-                .is_some_and(|p| p.serve_listed_models);
+            let serving = current.config.pool(model).is_some_and(|p| p.asks_models());
             let same = match current.listed_models(model) {
                 Some(l) => *l == listed,
                 None => listed.is_empty(),
@@ -291,17 +297,31 @@ impl ModelDiscovery {
             }
             Some(current.with_listed_models(model, listed.clone(), &self.metrics))
         });
-        if let Some((next, _)) = swapped {
-            let models: Vec<&str> = next
-                .pool(model)
-                .and_then(|p| p.served.as_ref())
-                .map(|s| s.models().collect())
-                .unwrap_or_default();
+        let Some((next, _)) = swapped else { return };
+        let Some(pool) = next.pool(model) else { return };
+        if let Some(served) = &pool.served {
+            let models: Vec<&str> = served.models().collect();
             tracing::info!(
                 pool = model,
                 ?models,
                 "serving the models the backends list"
             );
+        }
+        let asked =
+            |b: &&Arc<Backend>| matches!(b.config.served_model_name, Some(ServedName::Discover));
+        for (i, b) in pool.backends.iter().enumerate().filter(|(_, b)| asked(b)) {
+            let listed = next
+                .listed_models(model)
+                .and_then(|l| l.get(&b.config.name));
+            match (pool.upstream_model(i), listed) {
+                (Some(name), _) => {
+                    tracing::info!(pool = model, backend = %b.name(), served_model_name = name, "the pool's requests go to the backend as the model it lists")
+                }
+                (None, Some(listed)) => {
+                    tracing::warn!(pool = model, backend = %b.name(), ?listed, "served_model_name: discover: the backend lists neither one model nor the pool's name; it is not routed to")
+                }
+                (None, None) => {}
+            }
         }
     }
 }

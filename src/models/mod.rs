@@ -9,6 +9,7 @@
 //! `model_not_found`, the same as a model nobody serves. Listing costs no rate-limit quota.
 
 pub mod discover;
+pub mod rename;
 pub mod served;
 
 use std::collections::BTreeSet;

@@ -18,14 +18,28 @@ use pronto_core::ids::BackendId;
 
 /// Longest `Retry-After` suggested for an SLO miss, seconds.
 const MAX_RETRY_AFTER_S: u32 = 60;
+/// How often a queued request looks whether its pool still has a backend up.
+const OUTAGE_CHECK: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The 503 of a pool with no backend up (`Retry-After` from [`GatewayError::retry_after`]).
+fn no_backend(pool: &Pool) -> Failure {
+    (
+        Some(pool.model.clone()),
+        GatewayError::NoBackend {
+            model: pool.model.to_string(),
+        },
+    )
+}
 
 use super::lifecycle::{Failure, Parsed};
 
 impl Proxy {
     /// Apply `route`'s admission control: the pool to send the request to (its own or the
     /// fallback), the guard that marks its end on that pool, and the routing decision admission
-    /// judged (the first attempt uses it: one decision, one prediction) — or a 429 /
-    /// client-gone error. A request without a route, or whose route has no SLO, passes at once
+    /// judged (the first attempt uses it: one decision, one prediction) — or a 429 (backends
+    /// up, the SLO cannot be met), a 503 `no_backend_available` at once (no backend of the pool
+    /// is up: healthy, not ejected; also for a request already queued when the last goes
+    /// down, within [`OUTAGE_CHECK`]), or a client-gone error. A request without a route, or whose route has no SLO, passes at once
     /// (and is routed by the attempt). `route` is the request's (with its key's priority);
     /// the pool, features and excluded backends are `parsed`'s.
     pub(super) async fn admit<'s>(
@@ -40,6 +54,12 @@ impl Proxy {
         let Some((route, slo)) = route.and_then(|r| Some((r, r.slo.as_ref()?))) else {
             return Ok((pool, self.admission.departure(pool.model.clone()), None));
         };
+        // An outage is not an overload: with no backend up, waiting cannot help and a 429
+        // would send clients' SDKs retrying. A fallback pool may still serve it.
+        if !matches!(slo.on_miss, SloAction::Fallback(_)) && !pool.any_up(Instant::now(), excluded)
+        {
+            return Err(no_backend(pool));
+        }
         let (miss, routed) =
             self.slo_check(state, pool, Some(route), features, excluded, slo, true);
         let Some((reason, predicted)) = miss else {
@@ -170,6 +190,14 @@ impl Proxy {
             let deadline_passed = tokio::select! {
                 _ = ticket.woken() => false,
                 _ = tokio::time::sleep_until(deadline.into()) => true,
+                // Every backend went down while it waited: an outage, answered at once.
+                _ = tokio::time::sleep(OUTAGE_CHECK) => {
+                    if pool.any_up(Instant::now(), excluded) {
+                        continue;
+                    }
+                    drop(ticket);
+                    return Err(no_backend(pool));
+                }
                 _ = session.read_body_or_idle(true) => {
                     // Any outcome means the client went away (or broke protocol).
                     self.metrics
@@ -188,6 +216,9 @@ impl Proxy {
                     return Ok((pool, self.admission.departure(pool.model.clone()), routed));
                 }
                 drop(ticket);
+                if !pool.any_up(Instant::now(), excluded) {
+                    return Err(no_backend(pool));
+                }
                 return Err(self.shed(pool, route, slo, ShedReason::Deadline, f64::NAN));
             }
             if ticket.claim() {

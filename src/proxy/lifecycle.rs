@@ -284,10 +284,12 @@ impl Proxy {
             access.reason = Some(routed.decision.reason);
             access.predicted_ttft_s = routed.decision.predicted_ttft_s;
             let client_auth_is_ours = state.config.auth.is_some();
+            // The body as this backend names the model (models::rename).
+            let sent = pool.body_for(i, body, features);
             let head = upstream_request_head(
                 session.req_header(),
                 backend,
-                body.len(),
+                sent.len(),
                 client_auth_is_ours,
                 &access.id,
             )
@@ -337,7 +339,7 @@ impl Proxy {
                         &self.connectors,
                         backend,
                         head,
-                        body,
+                        &sent,
                         features.stream,
                         false,
                         deadlines,
@@ -467,6 +469,7 @@ impl Proxy {
                             .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
                     let outcome = Relay {
                         head: client_head,
+                        unrename: pool.answer_for(i, body, features),
                         first_chunk,
                         body_done,
                         held_first_token_at,

@@ -169,11 +169,12 @@ impl Race<'_> {
         let p = self.proxy;
         let first = a.routed.decision.index;
         let backend_a = Arc::clone(&self.pool.backends[first]);
+        let body_a = self.pool.body_for(first, self.body, self.features);
         let mut fut_a = Box::pin(attempt(
             &p.connectors,
             &backend_a,
             head,
-            self.body,
+            &body_a,
             true,
             self.route.race_on == RaceOn::Ttfa,
             self.deadlines,
@@ -202,7 +203,7 @@ impl Race<'_> {
             }
         }
         let second = kind.and_then(|k| Some((k, self.second(first, tried)?)));
-        let Some((kind, (mut b, head_b))) = second else {
+        let Some((kind, (mut b, head_b, body_b))) = second else {
             let out = fut_a.await;
             return Finish {
                 entrant: a,
@@ -235,7 +236,7 @@ impl Race<'_> {
             &p.connectors,
             &backend_b,
             head_b,
-            self.body,
+            &body_b,
             true,
             self.route.race_on == RaceOn::Ttfa,
             self.deadlines,
@@ -294,8 +295,9 @@ impl Race<'_> {
     }
 
     /// The second entrant: the decision taken again without the first backend (and those
-    /// tried), booked and recorded; `None` when no other backend is eligible.
-    fn second(&self, first: usize, tried: &[BackendId]) -> Option<(Entrant, RequestHeader)> {
+    /// tried), booked and recorded, with its request head and body; `None` when no other
+    /// backend is eligible.
+    fn second(&self, first: usize, tried: &[BackendId]) -> Option<(Entrant, RequestHeader, Bytes)> {
         let first = self.pool.backends[first].id();
         let mut excluded = Vec::with_capacity(tried.len() + 1);
         excluded.extend_from_slice(tried);
@@ -307,10 +309,13 @@ impl Race<'_> {
             .route(self.policy, self.features, now, &excluded, explain)
             .ok()?;
         let backend = &self.pool.backends[routed.decision.index];
+        let body = self
+            .pool
+            .body_for(routed.decision.index, self.body, self.features);
         let head = upstream_request_head(
             self.client_head,
             backend,
-            self.body.len(),
+            body.len(),
             self.state.config.auth.is_some(),
             self.request_id,
         )
@@ -329,6 +334,7 @@ impl Race<'_> {
                 at: now,
             },
             head,
+            body,
         ))
     }
 

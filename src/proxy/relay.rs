@@ -21,6 +21,7 @@ use super::observe::FirstTokenObserver;
 use super::upstream::is_hop_by_hop;
 use crate::coalesce;
 use crate::error::GatewayError;
+use crate::models::rename::Unrename;
 use crate::sse::{usage_from_body, SseScanner, Usage};
 
 /// How a relay ended.
@@ -89,6 +90,9 @@ pub fn client_response_head(
 pub struct Relay<'a> {
     /// Response head to send the client.
     pub head: ResponseHeader,
+    /// Rewrites the backend's model name back to the client's in the body, when they differ
+    /// ([`crate::models::rename`]); the head then loses its `Content-Length`.
+    pub unrename: Option<Unrename>,
     /// First body chunk already read by the attempt.
     pub first_chunk: Option<Bytes>,
     /// The upstream body already ended.
@@ -112,6 +116,7 @@ impl Relay<'_> {
     pub async fn run(self, client: &mut ServerSession, up: &mut HttpSession) -> RelayOutcome {
         let Relay {
             head,
+            mut unrename,
             first_chunk,
             mut body_done,
             mut held_first_token_at,
@@ -139,6 +144,18 @@ impl Relay<'_> {
             .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
             .filter(|&n| n <= USAGE_BODY_LIMIT)
             .map(Vec::with_capacity);
+        let mut head = head;
+        if unrename.is_some() && head.headers.get(header::CONTENT_LENGTH).is_some() {
+            // The body's length changes with the name: chunked (h2: pingora frames it).
+            head.remove_header(&header::CONTENT_LENGTH);
+            if head
+                .insert_header(header::TRANSFER_ENCODING, "chunked")
+                .is_err()
+            {
+                out.end = RelayEnd::UpstreamFailed;
+                return out;
+            }
+        }
         // The head goes out with the first chunk (or the end of the body), in one write.
         let mut head = Some(head);
         let mut pending = first_chunk;
@@ -181,9 +198,15 @@ impl Relay<'_> {
                     }
                 }
                 let more = pending.is_some() || body_done;
+                let chunk = match unrename.as_mut() {
+                    Some(u) => u.feed(chunk),
+                    None => chunk,
+                };
+                // All of it held by the rewriter (an empty chunk would end the body).
                 let len = chunk.len() as u64;
-                if write_head(client, &mut head, true).await.is_err()
-                    || write_chunk(client, chunk, more).await.is_err()
+                if len > 0
+                    && (write_head(client, &mut head, true).await.is_err()
+                        || write_chunk(client, chunk, more).await.is_err())
                 {
                     out.end = RelayEnd::ClientGone;
                     return out;
@@ -225,6 +248,18 @@ impl Relay<'_> {
                     return out;
                 }
             }
+        }
+        // What the rewriter still holds was the backend's: it goes out as it came.
+        if let Some(tail) = unrename.as_mut().map(Unrename::finish) {
+            let len = tail.len() as u64;
+            if len > 0
+                && (write_head(client, &mut head, true).await.is_err()
+                    || write_chunk(client, tail, true).await.is_err())
+            {
+                out.end = RelayEnd::ClientGone;
+                return out;
+            }
+            out.bytes_sent += len;
         }
         // A head still unsent: the body ended (or failed) before its first byte.
         let ends_now = out.end == RelayEnd::Complete || sse;

@@ -83,6 +83,7 @@ fn backend() -> Arc<Backend> {
         ca: None,
         api_key: None,
         profile: None,
+        served_model_name: None,
     };
     Arc::new(Backend::new(
         BackendId(0),
@@ -94,6 +95,17 @@ fn backend() -> Arc<Backend> {
 
 /// Read the upstream head and first chunk (as an attempt does), then relay the rest.
 async fn relay(e: &mut Ends, metrics: &Metrics, backend: &Arc<Backend>) -> RelayOutcome {
+    relay_with(e, metrics, backend, true, None).await
+}
+
+/// [`relay`] of an SSE stream or not, with a model name rewriter.
+async fn relay_with(
+    e: &mut Ends,
+    metrics: &Metrics,
+    backend: &Arc<Backend>,
+    sse: bool,
+    unrename: Option<Unrename>,
+) -> RelayOutcome {
     e.up.read_response_header().await.unwrap();
     let head = e.up.response_header().unwrap().clone();
     let first = e.up.read_response_body().await.unwrap();
@@ -102,10 +114,11 @@ async fn relay(e: &mut Ends, metrics: &Metrics, backend: &Arc<Backend>) -> Relay
     let now = Instant::now();
     Relay {
         head: client_response_head(&head, &[]).unwrap(),
+        unrename,
         held_first_token_at: None,
         first_chunk: first,
         body_done,
-        sse: true,
+        sse,
         idle: Duration::from_secs(30),
         observer: FirstTokenObserver {
             metrics,
@@ -196,5 +209,29 @@ fn a_chunk_is_not_held_back_waiting_for_the_next() {
         let writes = e.writes.lock().unwrap().clone();
         assert_eq!(writes.len(), 2, "{writes:?}");
         assert_eq!(writes[1], [chunk(second), b"0\r\n\r\n".to_vec()].concat());
+    });
+}
+
+#[test]
+fn a_renamed_json_answer_loses_its_length_and_says_the_clients_model() {
+    rt().block_on(async {
+        let mut e = ends().await;
+        let body = r#"{"id":"c","model":"/models/served","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+        let wire = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        e.backend.write_all(wire.as_bytes()).await.unwrap();
+        let (metrics, b) = (Metrics::new(), backend());
+        let unrename = Unrename::new("/models/served", bytes::Bytes::from_static(b"\"m\""));
+        let out = relay_with(&mut e, &metrics, &b, false, Some(unrename)).await;
+        assert_eq!(out.end, RelayEnd::Complete);
+        assert_eq!(out.usage.map(|u| u.prompt_tokens), Some(3), "usage still read");
+        let text = String::from_utf8(e.writes.lock().unwrap().concat()).unwrap();
+        let (head, rest) = text.split_once("\r\n\r\n").unwrap();
+        assert!(!head.to_ascii_lowercase().contains("content-length"), "{head}");
+        assert!(head.to_ascii_lowercase().contains("transfer-encoding: chunked"), "{head}");
+        let want = body.replace("/models/served", "m");
+        assert_eq!(rest, String::from_utf8([chunk(&want), b"0\r\n\r\n".to_vec()].concat()).unwrap());
     });
 }

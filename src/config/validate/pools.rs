@@ -3,6 +3,17 @@
 
 use super::*;
 
+/// Longest `served_model_name` (as discovery keeps the ids a backend lists).
+const MAX_SERVED_NAME_LEN: usize = 512;
+
+/// What a pool hands each of its backends unless the backend sets its own.
+#[derive(Clone, Copy)]
+pub(super) struct BackendDefaults<'a> {
+    pub profile: Option<ProfileHint>,
+    pub api_key: &'a Option<UpstreamKey>,
+    pub served_model_name: &'a Option<ServedName>,
+}
+
 impl Checker {
     pub(super) fn pools(&mut self, f: &ConfigFile, retry: Retry) -> Vec<Pool> {
         let entries = f.pools.as_ref().map(|p| p.0.as_slice()).unwrap_or(&[]);
@@ -57,6 +68,7 @@ impl Checker {
             .as_ref()
             .and_then(|k| self.upstream_key(&format!("{path}.api_key"), k));
         let scrape = self.scrape(path, pool);
+        let served_model_name = self.served_model_name(path, pool.served_model_name.as_deref());
         if pool.discover.is_none() {
             self.backend_count_checks(path, pool, retry);
         }
@@ -64,7 +76,12 @@ impl Checker {
         let mut backends = Vec::with_capacity(entries.len());
         for (i, b) in entries.iter().enumerate() {
             let bpath = format!("{backends_path}[{i}]");
-            if let Some(backend) = self.backend(&bpath, b, profile, &api_key, backend_names) {
+            let defaults = BackendDefaults {
+                profile,
+                api_key: &api_key,
+                served_model_name: &served_model_name,
+            };
+            if let Some(backend) = self.backend(&bpath, b, defaults, backend_names) {
                 if let Some(first) = urls.insert(backend.base_url(), i) {
                     self.warn(
                         format!("{bpath}.url"),
@@ -86,7 +103,37 @@ impl Checker {
             serve_listed_models: false,
             api_key,
             scrape,
+            served_model_name,
         }
+    }
+
+    /// A `served_model_name` at `path` (the pool's or a backend's); `None` when absent or
+    /// invalid (errors recorded).
+    pub(super) fn served_model_name(
+        &mut self,
+        path: &str,
+        name: Option<&str>,
+    ) -> Option<ServedName> {
+        let name = name?;
+        let at = format!("{path}.served_model_name");
+        if name == ServedName::DISCOVER {
+            return Some(ServedName::Discover);
+        }
+        if name.trim().is_empty() {
+            self.error(
+                at,
+                "must be a model name or `discover` (ask each backend's GET /v1/models)",
+            );
+            return None;
+        }
+        if name.len() > MAX_SERVED_NAME_LEN || name.chars().any(char::is_control) {
+            self.error(
+                at,
+                format!("must be at most {MAX_SERVED_NAME_LEN} bytes without control characters"),
+            );
+            return None;
+        }
+        Some(ServedName::Named(Arc::from(name)))
     }
 
     /// A backend key as written; `None` when unreadable or not a valid header token (errors
@@ -157,8 +204,7 @@ impl Checker {
         &mut self,
         path: &str,
         b: &BackendFile,
-        pool_profile: Option<ProfileHint>,
-        pool_key: &Option<UpstreamKey>,
+        pool: BackendDefaults<'_>,
         names: &mut HashMap<String, String>,
     ) -> Option<Backend> {
         let name = match self.label_name(path, "backend", b.name.as_deref()) {
@@ -219,13 +265,17 @@ impl Checker {
             .profile
             .as_ref()
             .map(|p| self.profile(&format!("{path}.profile"), p));
-        let profile = match (own, pool_profile) {
+        let profile = match (own, pool.profile) {
             (Some(own), Some(pool)) => Some(own.or(pool)),
             (own, pool) => own.or(pool),
         };
         let api_key = match &b.api_key {
             Some(k) => self.upstream_key(&format!("{path}.api_key"), k),
-            None => pool_key.clone(),
+            None => pool.api_key.clone(),
+        };
+        let served_model_name = match &b.served_model_name {
+            Some(n) => self.served_model_name(path, Some(n)),
+            None => pool.served_model_name.clone(),
         };
         let (host, port, tls) = endpoint?;
         let ca = self.ca_file(&format!("{path}.ca_file"), b.ca_file.as_deref(), tls);
@@ -244,6 +294,7 @@ impl Checker {
             profile,
             ca,
             api_key,
+            served_model_name,
         })
     }
 
@@ -310,4 +361,63 @@ fn valid_label_name(name: &str) -> bool {
         .next()
         .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::validate;
+    use crate::config::{file, ServedName};
+
+    fn errors(yaml: &str) -> Vec<(String, String)> {
+        match validate(&file::parse(yaml).expect("test YAML parses")) {
+            Ok(_) => panic!("expected errors for:\n{yaml}"),
+            Err(i) => i.errors.into_iter().map(|e| (e.path, e.message)).collect(),
+        }
+    }
+
+    #[test]
+    fn served_model_names_are_inherited_overridden_and_checked() {
+        let yaml = "pools:\n  chat:\n    served_model_name: discover\n    backends:\n      \
+                    - {name: a, url: 'http://h:1'}\n      \
+                    - {name: b, url: 'http://h:2', served_model_name: /models/llama}\n";
+        let (config, _, _) = validate(&file::parse(yaml).unwrap()).unwrap();
+        let pool = &config.pools[0];
+        assert_eq!(pool.served_model_name, Some(ServedName::Discover));
+        assert!(pool.asks_models());
+        assert_eq!(
+            pool.backends[0].served_model_name,
+            Some(ServedName::Discover)
+        );
+        assert_eq!(
+            pool.backends[1].served_model_name,
+            Some(ServedName::Named("/models/llama".into()))
+        );
+        let long = "x".repeat(513);
+        let yaml = format!(
+            "pools:\n  chat:\n    served_model_name: ' '\n    backends:\n      \
+             - {{name: a, url: 'http://h:1', served_model_name: \"a\\tb\"}}\n      \
+             - {{name: b, url: 'http://h:2', served_model_name: {long}}}\n"
+        );
+        let message = "must be at most 512 bytes without control characters";
+        assert_eq!(
+            errors(&yaml),
+            [
+                (
+                    "pools.chat.served_model_name".to_string(),
+                    "must be a model name or `discover` (ask each backend's GET /v1/models)"
+                        .to_string()
+                ),
+                (
+                    "pools.chat.backends[0].served_model_name".to_string(),
+                    message.to_string()
+                ),
+                (
+                    "pools.chat.backends[1].served_model_name".to_string(),
+                    message.to_string()
+                ),
+            ]
+        );
+        let typed = file::parse("pools:\n  chat:\n    served_model_name: [a]\n");
+        assert!(typed.is_err(), "a list is not a name");
+    }
 }

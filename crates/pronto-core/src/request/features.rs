@@ -41,6 +41,10 @@ pub struct RequestFeatures {
     pub endpoint: Endpoint,
     /// The `model` field.
     pub model: String,
+    /// Where the `model` field's JSON string literal (quotes included) lies in the body, so
+    /// a gateway can send another name without serializing the body again; `None` when the
+    /// features were not parsed from a body.
+    pub model_span: Option<std::ops::Range<usize>>,
     /// The `stream` field (false when absent).
     pub stream: bool,
     /// Whether the client itself asked for `stream_options.include_usage`.
@@ -76,6 +80,7 @@ impl RequestFeatures {
         RequestFeatures {
             endpoint: Endpoint::ChatCompletions,
             model: model.to_string(),
+            model_span: None,
             stream: true,
             include_usage: false,
             prompt,

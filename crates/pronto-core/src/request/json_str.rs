@@ -41,6 +41,14 @@ impl<'a> JsonStr<'a> {
         self.0
     }
 
+    /// Where this literal (quotes included) lies in `base`, the text it was borrowed from;
+    /// `None` if it was not borrowed from `base`.
+    pub(crate) fn span_in(self, base: &str) -> Option<std::ops::Range<usize>> {
+        let start = (self.0.as_ptr() as usize).checked_sub(base.as_ptr() as usize)?;
+        let span = start..start + self.0.len();
+        (base.get(span.clone())?.as_ptr() == self.0.as_ptr()).then_some(span)
+    }
+
     /// The literal between its quotes, still escaped.
     fn inner(self) -> &'a str {
         // A validated literal starts and ends with an ASCII quote.

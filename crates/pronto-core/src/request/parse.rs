@@ -141,7 +141,10 @@ fn parse(
         offset: e.valid_up_to(),
     })?;
     let fields = parse_fields(endpoint, text)?;
-    build(endpoint, fields, session_header, keep_prompt)
+    let model_span = fields.model.and_then(|m| m.span_in(text));
+    let mut features = build(endpoint, fields, session_header, keep_prompt)?;
+    features.model_span = model_span;
+    Ok(features)
 }
 
 // === the JSON shapes, borrowed from the body ===
@@ -480,6 +483,7 @@ fn build(
     Ok(RequestFeatures {
         endpoint,
         model: model.decode().into_owned(),
+        model_span: None,
         stream: f.stream.unwrap_or(false),
         include_usage: f.include_usage.unwrap_or(false),
         prompt: if keep_prompt { prompt } else { String::new() },

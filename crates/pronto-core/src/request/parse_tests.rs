@@ -123,3 +123,16 @@ fn parser_messages_lose_their_position_suffix() {
     let e = serde_json::from_str::<u32>("\n  \"x\"").unwrap_err();
     assert_eq!(message_of(&e), "invalid type: string \"x\", expected u32");
 }
+
+#[test]
+fn the_model_literal_is_located_in_the_body() {
+    let body = hazard_body("x");
+    let f = parse(Endpoint::ChatCompletions, body.as_bytes(), None, false).unwrap();
+    let span = f.model_span.clone().unwrap();
+    assert_eq!(&body[span], "\"m\"");
+    // Escapes stay in the literal; the last of two `model` keys is the one read (as engines do).
+    let body = r#"{"model":"first","prompt":"p","model" : "a\/b \"c\""}"#;
+    let f = parse(Endpoint::Completions, body.as_bytes(), None, false).unwrap();
+    assert_eq!(f.model, "a/b \"c\"");
+    assert_eq!(&body[f.model_span.unwrap()], r#""a\/b \"c\"""#);
+}
