@@ -230,7 +230,9 @@ impl Checker {
         let Some(line_end) = head.iter().position(|&b| b == b'\n') else {
             return State::Off;
         };
-        let line = head[..line_end].strip_suffix(b"\r").unwrap_or(&head[..line_end]);
+        let line = head[..line_end]
+            .strip_suffix(b"\r")
+            .unwrap_or(&head[..line_end]);
         let http11 = line.ends_with(b" HTTP/1.1");
         if !(http11 || line.ends_with(b" HTTP/1.0")) || line.starts_with(b"CONNECT ") {
             // The HTTP/2 preface, HTTP/0.9, a tunnel: not HTTP/1 framing.
@@ -258,7 +260,9 @@ impl Checker {
                     State::Body { left: n }
                 }
             }
-            (Some(te), None, None) if http11 && te.value.trim_ascii().eq_ignore_ascii_case(b"chunked") => {
+            (Some(te), None, None)
+                if http11 && te.value.trim_ascii().eq_ignore_ascii_case(b"chunked") =>
+            {
                 State::Chunked {
                     at: Chunk::Size {
                         digits: 0,
@@ -276,13 +280,7 @@ impl Checker {
 }
 
 /// One byte of a chunked body outside chunk data.
-fn chunked(
-    at: Chunk,
-    size: u64,
-    ext: usize,
-    trailer: usize,
-    b: u8,
-) -> Result<State, &'static str> {
+fn chunked(at: Chunk, size: u64, ext: usize, trailer: usize, b: u8) -> Result<State, &'static str> {
     let is_ws = b == b' ' || b == b'\t';
     let (mut size, mut ext, mut trailer) = (size, ext, trailer);
     let next = match at {
@@ -498,7 +496,12 @@ mod tests {
         }
         let long = [&b"5;"[..], &[b'a'; MAX_CHUNK_EXT_BYTES]].concat();
         assert_eq!(chunked(&long), Err(MAX_CHUNK_EXT_BYTES + 1));
-        let ok = [&b"5;"[..], &[b'a'; MAX_CHUNK_EXT_BYTES - 1], b"\r\nhello\r\n"].concat();
+        let ok = [
+            &b"5;"[..],
+            &[b'a'; MAX_CHUNK_EXT_BYTES - 1],
+            b"\r\nhello\r\n",
+        ]
+        .concat();
         assert_eq!(chunked(&ok), Ok(()));
     }
 
