@@ -472,3 +472,58 @@ fn random_framings_close_where_a_reference_parser_rejects() {
         }
     });
 }
+
+/// The GOAWAY error code in an HTTP/2 server's frames, if it sent one.
+fn goaway_code(mut frames: &[u8]) -> Option<u32> {
+    while frames.len() >= 9 {
+        let len =
+            usize::from(frames[0]) << 16 | usize::from(frames[1]) << 8 | usize::from(frames[2]);
+        let payload = frames.get(9..9 + len)?;
+        if frames[3] == 0x7 && payload.len() >= 8 {
+            return Some(u32::from_be_bytes(payload[4..8].try_into().ok()?));
+        }
+        frames = &frames[9 + len..];
+    }
+    None
+}
+
+/// h2c: pingora's HTTP/2 is the `h2` crate's, which enforces RFC 9113's framing. A malformed
+/// frame ends the connection with a GOAWAY naming the error, and nothing after it is read.
+#[test]
+fn h2c_malformed_frames_end_the_connection() {
+    let (_rt, b, gw) = start("");
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+    for (name, frame, code) in [
+        // DATA on stream 0: PROTOCOL_ERROR (RFC 9113 §6.1).
+        (
+            "DATA on stream 0",
+            &b"\x00\x00\x01\x00\x00\x00\x00\x00\x00x"[..],
+            0x1,
+        ),
+        // A SETTINGS frame whose length is not a multiple of 6: RFC 9113 §6.5 names
+        // FRAME_SIZE_ERROR; the h2 crate answers PROTOCOL_ERROR. The connection ends either way.
+        (
+            "SETTINGS of 5 bytes",
+            b"\x00\x00\x05\x04\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00",
+            0x1,
+        ),
+        // A HEADERS frame on an even (server-initiated) stream: PROTOCOL_ERROR (§5.1.1).
+        (
+            "HEADERS on stream 2",
+            b"\x00\x00\x01\x01\x05\x00\x00\x00\x02\x82",
+            0x1,
+        ),
+    ] {
+        let seen = {
+            let mut s = TcpStream::connect(gw.listen).unwrap();
+            s.write_all(&[PREFACE, frame].concat()).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut out = Vec::new();
+            let closed = s.read_to_end(&mut out).is_ok();
+            (out, closed)
+        };
+        assert!(seen.1, "{name}: the connection was left open");
+        assert_eq!(goaway_code(&seen.0), Some(code), "{name}: {:?}", seen.0);
+    }
+    assert_eq!(b.requests(), 0);
+}
