@@ -128,9 +128,12 @@ def table(runs):
     names = [n for n, _ in runs]
     print("| case | class | " + " | ".join(names) + " |")
     print("|---|---|" + "---|" * len(names))
+    differ = 0
     for rows in zip(*(r for _, r in runs)):
-        print(f"| {rows[0]['name']} | {rows[0]['cls']} | "
-              + " | ".join(cell(r) for r in rows) + " |")
+        cells = [cell(r) for r in rows]
+        differ += len(set(cells)) > 1
+        print(f"| {rows[0]['name']} | {rows[0]['cls']} | " + " | ".join(cells) + " |")
+    print(f"\n{len(runs[0][1])} cases; the answers differ on {differ}.")
 
 
 def main():
