@@ -296,8 +296,8 @@ malformed("300 header lines", b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + b"".jo
 malformed("150 header lines", b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + b"".join(b"x-h%d: v\r\n" % i for i in range(150)) + b"\r\n", 431, "request_header_fields_too_large")
 malformed("one 200 KiB header", b"GET /v1/models HTTP/1.1\r\nHost: x\r\nx-big: " + b"a" * 204800 + b"\r\n\r\n", 431, "request_header_fields_too_large")
 _b = chat()
-malformed("Content-Length and Transfer-Encoding (smuggling)", head(len(_b), "Transfer-Encoding: chunked\r\n") + b"%x\r\n%s\r\n0\r\n\r\n" % (len(_b), _b), 400, "invalid_request")
-malformed("two Content-Lengths", head(len(_b), f"Content-Length: {len(_b) + 5}\r\n") + _b, 400, "invalid_request")
+malformed("Content-Length and Transfer-Encoding (smuggling)", head(len(_b), "Transfer-Encoding: chunked\r\n") + b"%x\r\n%s\r\n0\r\n\r\n" % (len(_b), _b), 400, "invalid_framing")
+malformed("two Content-Lengths", head(len(_b), f"Content-Length: {len(_b) + 5}\r\n") + _b, 400, "invalid_framing")
 malformed("body over max_body_bytes (declared)", head(64 << 20), 413, "request_too_large")
 _deep = b'{"model":"m","messages":' + b"[" * 100000 + b"]" * 100000 + b"}"
 malformed("JSON nested 100 000 deep", head(len(_deep)) + _deep, 400, "invalid_request")
@@ -436,6 +436,27 @@ def _():
             f"200 again {back_s:.1f} s after restart")
     ok = up and st2 == 503 and c2 == "no_backend_available" and back
     return seen, int(st == 0) + int(st2 == 0), ok
+
+
+# === strict HTTP/1.1 framing (issue 42: tests/fixtures/framing/cases.json) ===
+# Each case on a fresh connection, then a probe request: a framing error gets one answer and
+# the connection closes (the probe is never parsed); a valid request is answered with the probe.
+
+def framing_suite():
+    import framing_cases
+    for c in json.load(open(framing_cases.CASES))["cases"]:
+        want = f"{c['status']}, {c['responses']} answer(s), closed"
+
+        @case(f"framing: {c['name']}", want)
+        def _(c=c):
+            r = framing_cases.run_case(GW, framing_cases.expand(c["raw"], MODEL))
+            seen = framing_cases.cell(r)
+            ok = (r["statuses"][:1] == [c["status"]] and len(r["statuses"]) == c["responses"]
+                  and r["closed"])
+            return seen, 0 if r["statuses"] else 1, ok
+
+
+framing_suite()
 
 
 print("| case | expected | seen | requests lost | peak RSS MiB |")

@@ -27,6 +27,13 @@ pub enum GatewayError {
     /// The body could not be understood.
     #[error("{0}")]
     BadRequest(String),
+    /// The request is not framed as HTTP/1.1 requires (RFC 9112): the connection is closed
+    /// after the answer, since where the next request would begin is unknown.
+    #[error("The request is not framed as HTTP/1.1 requires: {0}")]
+    Framing(String),
+    /// A `Transfer-Encoding` other than a single `chunked` (nginx answers 501 too).
+    #[error("Transfer-Encoding {0} is not supported: only a single `chunked` is")]
+    UnsupportedTransferCoding(String),
     /// No pool serves this model.
     #[error(
         "The model `{model}` does not exist; see GET /v1/models for the models this gateway serves"
@@ -119,7 +126,8 @@ impl GatewayError {
         match self {
             GatewayError::NotFound { .. } | GatewayError::ModelNotFound { .. } => 404,
             GatewayError::MethodNotAllowed { .. } => 405,
-            GatewayError::BadRequest(_) => 400,
+            GatewayError::BadRequest(_) | GatewayError::Framing(_) => 400,
+            GatewayError::UnsupportedTransferCoding(_) => 501,
             GatewayError::BodyTooLarge { .. } => 413,
             GatewayError::NoBackend { .. } | GatewayError::Busy(_) => 503,
             GatewayError::FirstTokenTimeout { .. } => 504,
@@ -140,6 +148,8 @@ impl GatewayError {
             GatewayError::NotFound { .. }
             | GatewayError::MethodNotAllowed { .. }
             | GatewayError::BadRequest(_)
+            | GatewayError::Framing(_)
+            | GatewayError::UnsupportedTransferCoding(_)
             | GatewayError::ModelNotFound { .. }
             | GatewayError::BodyTooLarge { .. }
             | GatewayError::RequestTimeout
@@ -164,6 +174,8 @@ impl GatewayError {
             GatewayError::NotFound { .. } => "not_found",
             GatewayError::MethodNotAllowed { .. } => "method_not_allowed",
             GatewayError::BadRequest(_) => "invalid_request",
+            GatewayError::Framing(_) => "invalid_framing",
+            GatewayError::UnsupportedTransferCoding(_) => "unsupported_transfer_coding",
             GatewayError::ModelNotFound { .. } => "model_not_found",
             GatewayError::BodyTooLarge { .. } => "request_too_large",
             GatewayError::NoBackend { .. } => "no_backend_available",
@@ -278,6 +290,13 @@ mod tests {
     #[test]
     fn statuses() {
         assert_eq!(GatewayError::BodyTooLarge { limit: 1 }.status(), 413);
+        let f = GatewayError::Framing("x".into());
+        assert_eq!((f.status(), f.code()), (400, "invalid_framing"));
+        let te = GatewayError::UnsupportedTransferCoding("`gzip`".into());
+        assert_eq!(
+            (te.status(), te.code()),
+            (501, "unsupported_transfer_coding")
+        );
         assert_eq!(GatewayError::BadRequest("b".into()).status(), 400);
         let nb = GatewayError::NoBackend { model: "m".into() };
         assert_eq!(nb.status(), 503);

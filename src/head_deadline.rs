@@ -14,12 +14,16 @@
 //! preface `PRI * HTTP/2.0`, or ALPN `h2`) is not watched: h2 frames its own headers, and its
 //! idle connections are pingora's `h2_idle_timeout` (set from the same limit).
 //!
+//! The wrapper also follows the stream with [`crate::framing`]'s strict RFC 9112 checker: at
+//! the first byte outside the grammar it hands pingora only the bytes before it and fails
+//! every later read, so the request's body read fails (400, connection closed).
+//!
 //! The wrapper also keeps the edge's answers in one vocabulary. A head that misses its deadline
 //! gets a 408 and one longer than [`MAX_HEAD_WIRE_BYTES`] a 431 (OpenAI-style JSON, written
 //! here before the read fails). Pingora answers a head it cannot parse with a canned, empty
 //! response carrying `Server: Pingora`; such a response is replaced on its way out by the same
 //! JSON error ([`GatewayError::to_http1_close`]) — a 431 when the head had more header lines
-//! than pingora accepts, a 400 otherwise.
+//! than pingora accepts, a 501 for pingora's refusal of a transfer coding, a 400 otherwise.
 
 use std::future::Future;
 use std::io;
@@ -29,6 +33,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::error::GatewayError;
+use crate::framing::Checker;
 use async_trait::async_trait;
 use pingora_core::protocols::raw_connect::ProxyDigest;
 use pingora_core::protocols::tls::TlsRef;
@@ -82,6 +87,10 @@ pub struct HeadDeadline<T> {
     reply: Option<(Vec<u8>, usize)>,
     /// Bytes already read (and scanned) by [`Peek::try_peek`], served to the next reads.
     replay: Vec<u8>,
+    /// The strict framing checker over everything read ([`crate::framing`]).
+    framing: Checker,
+    /// The checker's verdict once it found a violation: every later read fails with it.
+    malformed: Option<&'static str>,
 }
 
 impl<T: std::fmt::Debug> std::fmt::Debug for HeadDeadline<T> {
@@ -106,6 +115,8 @@ impl<T: IO> HeadDeadline<T> {
             unfinished_lines: 0,
             reply: None,
             replay: Vec::new(),
+            framing: if h2 { Checker::off() } else { Checker::new() },
+            malformed: None,
         }
     }
 }
@@ -187,6 +198,9 @@ impl<T: IO> HeadDeadline<T> {
                             "more than {PINGORA_MAX_HEADERS} header lines"
                         ))
                     }
+                    501 => GatewayError::UnsupportedTransferCoding(
+                        "with a final coding other than `chunked`".into(),
+                    ),
                     405 => GatewayError::MethodNotAllowed {
                         method: "CONNECT".into(),
                         path: "*".into(),
@@ -224,12 +238,12 @@ impl<T> HeadDeadline<T> {
 }
 
 /// The status of `data` when it is one of pingora's canned error responses (an empty
-/// `HTTP/1.1 4xx` with `Server: Pingora`), which only pingora writes: the gateway's own
+/// `HTTP/1.1 4xx` or `501` with `Server: Pingora`), which only pingora writes: the gateway's own
 /// responses carry no `Server` header.
 fn pingora_canned_status(data: &[u8]) -> Option<u16> {
     let rest = data.strip_prefix(b"HTTP/1.1 ")?;
     let status: u16 = std::str::from_utf8(rest.get(..3)?).ok()?.parse().ok()?;
-    if !(400..500).contains(&status) {
+    if !(400..500).contains(&status) && status != 501 {
         return None;
     }
     let head_end = data.windows(4).position(|w| w == END)?;
@@ -239,6 +253,12 @@ fn pingora_canned_status(data: &[u8]) -> Option<u16> {
         .then_some(status)
 }
 
+/// The read error that carries a framing violation to pingora (and so to the gateway's
+/// `GatewayError::Framing` answer).
+fn malformed(reason: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, reason)
+}
+
 impl<T: IO> AsyncRead for HeadDeadline<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -246,6 +266,9 @@ impl<T: IO> AsyncRead for HeadDeadline<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if let Some(reason) = this.malformed {
+            return Poll::Ready(Err(malformed(reason)));
+        }
         if !this.replay.is_empty() {
             let n = this.replay.len().min(buf.remaining());
             buf.put_slice(&this.replay[..n]);
@@ -271,6 +294,15 @@ impl<T: IO> AsyncRead for HeadDeadline<T> {
         let r = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = r {
             this.scan(&buf.filled()[before..]);
+            if let Err(v) = this.framing.feed(&buf.filled()[before..]) {
+                // Pingora gets the bytes before the violation, and the next read fails: the
+                // body read fails, and nothing after the violation is ever parsed.
+                this.malformed = Some(v.reason);
+                buf.set_filled(before + v.at);
+                if v.at == 0 {
+                    return Poll::Ready(Err(malformed(v.reason)));
+                }
+            }
             if matches!(this.state, State::InHead { bytes, .. } if bytes > MAX_HEAD_WIRE_BYTES) {
                 this.timer = None;
                 let e = GatewayError::HeadersTooLarge(format!(
@@ -422,6 +454,8 @@ mod tests {
                 unfinished_lines: 0,
                 reply: None,
                 replay: Vec::new(),
+                framing: Checker::new(),
+                malformed: None,
             };
             for c in chunks {
                 h.scan(c);
@@ -499,6 +533,8 @@ mod tests {
                 unfinished_lines: 300,
                 reply: None,
                 replay: Vec::new(),
+                framing: Checker::new(),
+                malformed: None,
             };
             let canned = b"HTTP/1.1 400 Bad Request\r\nServer: Pingora\r\n\r\n";
             h.write_all(canned).await.unwrap();

@@ -27,6 +27,7 @@ pub mod config;
 pub mod demo;
 pub mod discovery;
 pub mod error;
+pub mod framing;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;

@@ -7,7 +7,8 @@
 //! in memory (`docs/benchmarks/idle-stream-heap.md`). What pingora-proxy did around its
 //! filters is kept:
 //! - a head pingora cannot parse gets pingora's 400 (which [`crate::head_deadline`] turns into
-//!   the gateway's JSON error on its way out) and the connection is closed; a connection that
+//!   the gateway's JSON error on its way out) — a 501 when it refused the head for an
+//!   unsupported `Transfer-Encoding` — and the connection is closed; a connection that
 //!   breaks or times out before a head is closed without an answer;
 //! - `CONNECT` gets a 405 the same way and the connection is closed: its framing (a tunnel
 //!   after the head) is not HTTP's;
@@ -69,7 +70,10 @@ impl HttpServerApp for App {
             Ok(false) => return None,
             Err(e) => {
                 if e.etype == ErrorType::InvalidHTTPHeader {
-                    let _ = session.respond_error(400).await;
+                    // Pingora refuses a final coding other than `chunked` itself: that is a
+                    // 501, as the edge checks answer the codings pingora accepts.
+                    let status = if unsupported_coding(&e) { 501 } else { 400 };
+                    let _ = session.respond_error(status).await;
                 } else {
                     tracing::debug!(error = %e, "no request head read");
                 }
@@ -98,4 +102,13 @@ impl HttpServerApp for App {
     async fn http_cleanup(&self) {
         self.closing.send_replace(true);
     }
+}
+
+/// Whether pingora refused the head for its `Transfer-Encoding` (a final coding other than
+/// `chunked`). Pingora says so only in its error's context; `tests/framing.rs` pins the
+/// answer, so a change of wording shows there.
+fn unsupported_coding(e: &pingora_core::Error) -> bool {
+    e.context
+        .as_ref()
+        .is_some_and(|c| c.as_str() == "non-chunked final Transfer-Encoding")
 }

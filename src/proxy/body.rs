@@ -76,6 +76,17 @@ pub async fn read_body(
     }
 }
 
+/// What went wrong reading a body, for the client: the innermost cause's message (the
+/// framing checker's reason, pingora's chunk error), without pingora's error chain.
+fn body_error(e: &pingora_core::Error) -> String {
+    let detail = match (&e.cause, &e.context) {
+        (Some(_), _) => e.root_cause().to_string(),
+        (None, Some(c)) => c.as_str().to_string(),
+        (None, None) => e.etype.as_str().to_string(),
+    };
+    format!("the request body could not be read ({detail})")
+}
+
 async fn read_all(
     session: &mut ServerSession,
     limits: BodyLimits,
@@ -99,11 +110,9 @@ async fn read_all(
     loop {
         let chunk = match tokio::time::timeout(idle, session.read_request_body()).await {
             Err(_) => return Err(GatewayError::RequestTimeout),
-            Ok(Err(e)) => {
-                return Err(GatewayError::BadRequest(format!(
-                    "could not read the request body: {e}"
-                )))
-            }
+            // A malformed body (pingora's parser or `crate::framing`'s checker) or a
+            // connection that failed mid-body: either way where the body ends is unknown.
+            Ok(Err(e)) => return Err(GatewayError::Framing(body_error(&e))),
             Ok(Ok(None)) => break,
             Ok(Ok(Some(c))) => c,
         };

@@ -1,9 +1,10 @@
 //! The edge checks on the request path: request framing and header limits first (a request
 //! with both `Content-Length` and `Transfer-Encoding`, or conflicting `Content-Length`s, is a
-//! smuggling attempt: 400 and the connection is closed), then authentication and the key's request limits before
-//! the body is read; authorization and token / route limits once the request is parsed and
-//! matched to a route. The rules live in [`crate::auth`] and [`crate::ratelimit`]; this file
-//! only applies them in order and carries what they grant until the request ends.
+//! smuggling attempt: 400 and the connection is closed; a transfer coding other than `chunked`
+//! is a 501), then authentication and the key's request limits before the body is read;
+//! authorization and token / route limits once the request is parsed and matched to a route.
+//! The rules live in [`crate::auth`] and [`crate::ratelimit`]; this file only applies them in
+//! order and carries what they grant until the request ends.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -70,9 +71,20 @@ pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Reject ambiguous framing (request smuggling) and oversized heads. Errors here must close
 /// the connection: the rest of the stream cannot be trusted to be framed as pingora read it.
 ///
+/// - `Transfer-Encoding` must be one field whose value is `chunked` (any case): a second
+///   field is a 400, any other coding (`identity, chunked`, `gzip, chunked`,
+///   `chunked, chunked`, unknown ones) a 501, as nginx answers. Pingora itself refuses a
+///   final coding other than `chunked` (`proxy::App` answers that 501).
+/// - `Content-Length` with `Transfer-Encoding`, conflicting or malformed lengths: 400.
+/// - An HTTP/1.1 request without exactly one `Host`: 400 (RFC 9112 §3.2).
+///
 /// `raw` is the HTTP/1 head as received: pingora drops `Content-Length` when
 /// `Transfer-Encoding` is also present (RFC 9112 §6.3), so only the raw head shows both.
-pub(super) fn check_head(headers: &http::HeaderMap, raw: &[u8]) -> Result<(), GatewayError> {
+pub(super) fn check_head(
+    headers: &http::HeaderMap,
+    version: http::Version,
+    raw: &[u8],
+) -> Result<(), GatewayError> {
     if headers.len() > MAX_HEADERS {
         return Err(GatewayError::HeadersTooLarge(format!(
             "{} header fields (at most {MAX_HEADERS})",
@@ -88,16 +100,30 @@ pub(super) fn check_head(headers: &http::HeaderMap, raw: &[u8]) -> Result<(), Ga
             "{bytes} bytes of headers (at most {MAX_HEADER_BYTES})"
         )));
     }
-    let te = headers.contains_key(http::header::TRANSFER_ENCODING);
+    let mut codings = headers.get_all(http::header::TRANSFER_ENCODING).iter();
+    let te = codings.next();
+    if codings.next().is_some() {
+        return Err(GatewayError::Framing(
+            "Transfer-Encoding must appear at most once".into(),
+        ));
+    }
+    if let Some(te) = te {
+        if !te.as_bytes().trim_ascii().eq_ignore_ascii_case(b"chunked") {
+            return Err(GatewayError::UnsupportedTransferCoding(shown(
+                te.as_bytes(),
+            )));
+        }
+    }
+    let te = te.is_some();
     if te && raw_has_header(raw, b"content-length") {
-        return Err(GatewayError::BadRequest(
+        return Err(GatewayError::Framing(
             "Content-Length and Transfer-Encoding must not both be present".into(),
         ));
     }
     let mut lengths = headers.get_all(http::header::CONTENT_LENGTH).iter();
     if let Some(first) = lengths.next() {
         if te {
-            return Err(GatewayError::BadRequest(
+            return Err(GatewayError::Framing(
                 "Content-Length and Transfer-Encoding must not both be present".into(),
             ));
         }
@@ -106,12 +132,24 @@ pub(super) fn check_head(headers: &http::HeaderMap, raw: &[u8]) -> Result<(), Ga
             !b.is_empty() && b.iter().all(u8::is_ascii_digit)
         };
         if !valid(first) || lengths.any(|v| v != first || !valid(v)) {
-            return Err(GatewayError::BadRequest(
+            return Err(GatewayError::Framing(
                 "conflicting or malformed Content-Length headers".into(),
             ));
         }
     }
+    if version == http::Version::HTTP_11 && headers.get_all(http::header::HOST).iter().count() != 1
+    {
+        return Err(GatewayError::Framing(
+            "an HTTP/1.1 request must carry exactly one Host header".into(),
+        ));
+    }
     Ok(())
+}
+
+/// A client's header value quoted for an error message: at most 64 bytes, escaped.
+fn shown(v: &[u8]) -> String {
+    let cut = &v[..v.len().min(64)];
+    format!("`{}`", cut.escape_ascii())
 }
 
 /// Whether the raw HTTP/1 head has a header line named `name` (lowercase).
@@ -198,6 +236,9 @@ impl Proxy {
 mod tests {
     use super::*;
 
+    /// HTTP/1.0: no `Host` needed (the Host rule has its own test).
+    const V: http::Version = http::Version::HTTP_10;
+
     fn head(pairs: &[(&str, &str)]) -> http::HeaderMap {
         let mut h = http::HeaderMap::new();
         for (k, v) in pairs {
@@ -213,19 +254,21 @@ mod tests {
     fn smuggling_shapes_are_rejected() {
         let te_only = head(&[("transfer-encoding", "chunked")]);
         let raw = b"POST / HTTP/1.1\r\nContent-Length : 5\r\nTransfer-Encoding: chunked\r\n\r\n";
-        assert_eq!(check_head(&te_only, raw).unwrap_err().status(), 400);
+        assert_eq!(check_head(&te_only, V, raw).unwrap_err().status(), 400);
         assert!(check_head(
             &te_only,
+            V,
             b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nX-Content-Length: 1\r\n\r\n"
         )
         .is_ok());
-        assert!(check_head(&head(&[("content-length", "5")]), b"").is_ok());
+        assert!(check_head(&head(&[("content-length", "5")]), V, b"").is_ok());
         assert!(check_head(
             &head(&[("content-length", "5"), ("content-length", "5")]),
+            V,
             b""
         )
         .is_ok());
-        assert!(check_head(&head(&[("transfer-encoding", "chunked")]), b"").is_ok());
+        assert!(check_head(&head(&[("transfer-encoding", "chunked")]), V, b"").is_ok());
         for bad in [
             &[("content-length", "5"), ("transfer-encoding", "chunked")][..],
             &[("content-length", "5"), ("content-length", "6")][..],
@@ -233,7 +276,7 @@ mod tests {
             &[("content-length", "5, 5")][..],
         ] {
             assert_eq!(
-                check_head(&head(bad), b"").unwrap_err().status(),
+                check_head(&head(bad), V, b"").unwrap_err().status(),
                 400,
                 "{bad:?}"
             );
@@ -241,14 +284,40 @@ mod tests {
     }
 
     #[test]
+    fn transfer_codings_and_host() {
+        for (te, status) in [
+            ("identity, chunked", 501),
+            ("gzip, chunked", 501),
+            ("chunked, chunked", 501),
+            ("foo", 501),
+            ("", 501),
+            (" Chunked ", 0),
+        ] {
+            let r = check_head(&head(&[("transfer-encoding", te)]), V, b"");
+            assert_eq!(r.map_err(|e| e.status()).err().unwrap_or(0), status, "{te}");
+        }
+        let two = head(&[
+            ("transfer-encoding", "chunked"),
+            ("transfer-encoding", "chunked"),
+        ]);
+        assert_eq!(check_head(&two, V, b"").unwrap_err().status(), 400);
+        let v11 = http::Version::HTTP_11;
+        assert_eq!(check_head(&head(&[]), v11, b"").unwrap_err().status(), 400);
+        let two_hosts = head(&[("host", "a"), ("host", "b")]);
+        assert_eq!(check_head(&two_hosts, v11, b"").unwrap_err().status(), 400);
+        assert!(check_head(&head(&[("host", "a")]), v11, b"").is_ok());
+        assert!(check_head(&head(&[]), http::Version::HTTP_2, b"").is_ok());
+    }
+
+    #[test]
     fn header_limits() {
         let names: Vec<String> = (0..=MAX_HEADERS).map(|i| format!("x-h{i}")).collect();
         let many: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "v")).collect();
-        assert_eq!(check_head(&head(&many), b"").unwrap_err().status(), 431);
-        assert!(check_head(&head(&many[1..]), b"").is_ok());
+        assert_eq!(check_head(&head(&many), V, b"").unwrap_err().status(), 431);
+        assert!(check_head(&head(&many[1..]), V, b"").is_ok());
         let big = "v".repeat(MAX_HEADER_BYTES);
         assert_eq!(
-            check_head(&head(&[("x-big", &big)]), b"")
+            check_head(&head(&[("x-big", &big)]), V, b"")
                 .unwrap_err()
                 .status(),
             431

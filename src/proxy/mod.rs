@@ -136,7 +136,8 @@ impl Proxy {
         } else {
             session.to_h1_raw()
         };
-        let result = match gate::check_head(&session.req_header().headers, &raw_head) {
+        let req = session.req_header();
+        let result = match gate::check_head(&req.headers, req.version, &raw_head) {
             // The framing of the rest of the stream cannot be trusted: close after answering.
             Err(err) => {
                 session.set_keepalive(None);
@@ -164,8 +165,17 @@ impl Proxy {
                     err,
                     GatewayError::BodyTooLarge { .. } | GatewayError::Busy(_)
                 );
-                if unread || matches!(err, GatewayError::RequestTimeout) {
-                    // The rest of the body was not read: the connection cannot be reused.
+                if unread
+                    || matches!(
+                        err,
+                        GatewayError::RequestTimeout
+                            | GatewayError::Framing(_)
+                            | GatewayError::UnsupportedTransferCoding(_)
+                    )
+                {
+                    // The rest of the body was not read, or where it ends is unknown (a
+                    // framing error: no byte after it may be parsed as a request): the
+                    // connection cannot be reused. The answer says `Connection: close`.
                     session.set_keepalive(None);
                 }
                 let len = respond::error(session, &err, &access.id).await;
