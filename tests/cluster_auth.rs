@@ -11,6 +11,8 @@
 //!   has its forged booking refused by the server's permissions, and no replica ever holds
 //!   it — while the same message from a replica's credentials does arrive.
 //! - A token works too.
+//! - The NATS of `deploy/k8s/replicated` admits the replicas' user with the Secret's password
+//!   on the cluster's subjects only, and nobody else.
 
 mod common;
 #[path = "support/nats.rs"]
@@ -90,7 +92,7 @@ fn pki(d: &Dir) -> Pki {
 
 /// The subject permissions docs/operating.md recommends: the cluster's subjects only.
 const CLUSTER_PERMISSIONS: &str =
-    "permissions: {publish: \"pronto.cluster.>\", subscribe: \"pronto.cluster.>\"}";
+    "permissions: {publish: \"pronto.cluster.*\", subscribe: \"pronto.cluster.*\"}";
 
 /// A nats-server with TLS (client certificates verified) and three users: the replicas' (a
 /// password), one replica's NKey, and a metrics reader allowed only `metrics.>`.
@@ -107,7 +109,7 @@ fn secured_nats(d: &Dir, pki: &Pki, nkey_public: &str) -> Option<nats::Nats> {
         p(&pki.server_key),
         p(&pki.ca),
     );
-    nats::Nats::start_with(d.file("nats.conf", &conf))
+    nats::Nats::start_with(d.file("nats.conf", &conf), &[])
 }
 
 fn cluster_yaml(nats: &str, replica: &str, extra: &str) -> String {
@@ -409,10 +411,13 @@ async fn replicas_with_credentials_sync_over_tls_and_nothing_else_gets_in() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_lets_replicas_sync_and_a_wrong_one_is_refused() {
     let d = Dir::new("cluster-token");
-    let Some(nats) = nats::Nats::start_with(d.file(
-        "nats.conf",
-        "authorization {\n  token: \"the-cluster-token\"\n}\n",
-    )) else {
+    let Some(nats) = nats::Nats::start_with(
+        d.file(
+            "nats.conf",
+            "authorization {\n  token: \"the-cluster-token\"\n}\n",
+        ),
+        &[],
+    ) else {
         return;
     };
     let url = format!("nats://127.0.0.1:{}", nats.port);
@@ -463,4 +468,82 @@ async fn a_token_lets_replicas_sync_and_a_wrong_one_is_refused() {
         1.0,
         "the refused replica is never heard"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replicated_overlays_nats_admits_only_the_replicas_on_the_cluster_subjects() {
+    let d = Dir::new("cluster-overlay");
+    let cm: serde_yaml_ng::Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/k8s/replicated/nats-config.yaml"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    // As shipped, but on loopback ports of its own choosing (no monitoring port here).
+    let conf: String = cm["data"]["nats-server.conf"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("port:") && !l.contains("http_port"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let password = "a-password-from-the-secret";
+    let Some(nats) = nats::Nats::start_with(
+        d.file("nats.conf", &conf),
+        &[("PRONTO_NATS_PASSWORD", password)],
+    ) else {
+        return;
+    };
+    let url = format!("nats://127.0.0.1:{}", nats.port);
+    let connect = |user: Option<&str>, errors: tokio::sync::mpsc::UnboundedSender<String>| {
+        let options = match user {
+            Some(p) => {
+                async_nats::ConnectOptions::with_user_and_password("pronto".into(), p.into())
+            }
+            None => async_nats::ConnectOptions::new(),
+        };
+        options
+            .event_callback(move |ev| {
+                let errors = errors.clone();
+                async move {
+                    if let async_nats::Event::ServerError(e) = ev {
+                        let _ = errors.send(e.to_string());
+                    }
+                }
+            })
+            .connect(url.clone())
+    };
+    let (tx, mut errors) = tokio::sync::mpsc::unbounded_channel();
+    for refused in [None, Some("not-the-password")] {
+        let kind = connect(refused, tx.clone()).await.err().map(|e| e.kind());
+        assert_eq!(
+            kind,
+            Some(async_nats::ConnectErrorKind::AuthorizationViolation),
+            "{refused:?}"
+        );
+    }
+    let replica = connect(Some(password), tx)
+        .await
+        .expect("the replicas' user");
+    let mut sub = replica.subscribe("pronto.cluster.*").await.unwrap();
+    replica.publish("elsewhere", "x".into()).await.unwrap();
+    replica.flush().await.unwrap();
+    let refusal = tokio::time::timeout(Duration::from_secs(5), errors.recv())
+        .await
+        .expect("the server refuses a publish outside the cluster's subjects")
+        .unwrap();
+    assert!(
+        refusal.to_lowercase().contains("permissions violation"),
+        "{refusal}"
+    );
+    replica
+        .publish("pronto.cluster.pod-0", "sync".into())
+        .await
+        .unwrap();
+    let msg = tokio::time::timeout(Duration::from_secs(5), futures::StreamExt::next(&mut sub))
+        .await
+        .expect("the cluster's subjects carry")
+        .unwrap();
+    assert_eq!(&msg.payload[..], b"sync");
 }
