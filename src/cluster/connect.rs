@@ -201,7 +201,13 @@ impl Refusals {
         let (reason, detail) = if is(ConnectErrorKind::AuthorizationViolation)
             || is(ConnectErrorKind::Authentication)
         {
-            (NatsError::Authorization, format!("NATS refused this replica's credentials ({kind}); check `cluster.auth` against the server's authorization"))
+            (
+                NatsError::Authorization,
+                format!(
+                    "NATS refused this replica's credentials ({kind}); check `cluster.auth` \
+                     against the server's authorization"
+                ),
+            )
         } else if let Some(why) = tls {
             (
                 NatsError::Tls,
@@ -228,7 +234,11 @@ impl Refusals {
             ),
             ServerError::Other(m) if m.to_ascii_lowercase().contains("permissions violation") => (
                 NatsError::Permission,
-                format!("NATS refused a publish or subscribe ({m}); each replica needs publish and subscribe on the cluster's subjects (docs/operating.md, \"Securing the replica channel\")"),
+                format!(
+                    "NATS refused a publish or subscribe ({m}); each replica needs publish and \
+                     subscribe on the cluster's subjects (docs/operating.md, \"Securing the \
+                     replica channel\")"
+                ),
             ),
             ServerError::Other(m) => (NatsError::Server, m.clone()),
             ServerError::SlowConsumer(_) => return,
@@ -263,5 +273,36 @@ impl Refusals {
         );
         *last = Some(now);
         *suppressed = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::Metrics;
+
+    #[test]
+    fn refusals_are_counted_by_reason() {
+        let metrics = Metrics::new();
+        let m = metrics.cluster.clone();
+        let seen = Arc::new(TlsRefusal::default());
+        let r = Refusals::new("r0", m.clone(), Arc::clone(&seen));
+        let count = |reason: &str| m.nats_errors_total.with_label_values(&[reason]).get();
+        let t = Instant::now();
+        let kind = |k: ConnectErrorKind| ClientError::Other(k.to_string());
+        r.client_error(&kind(ConnectErrorKind::AuthorizationViolation), t);
+        r.client_error(&kind(ConnectErrorKind::Io), t);
+        // A handshake the verifier refused reaches the client as a bare IO error.
+        seen.note("NATS's certificate is refused".into());
+        r.client_error(&kind(ConnectErrorKind::Io), t);
+        r.server_error(
+            &ServerError::Other("Permissions Violation for Publish to \"x\"".into()),
+            t,
+        );
+        r.server_error(&ServerError::AuthorizationViolation, t);
+        r.server_error(&ServerError::SlowConsumer(1), t);
+        let counts: Vec<u64> = NatsError::LABELS.iter().map(|l| count(l)).collect();
+        // authorization, tls, permission, connection, server
+        assert_eq!(counts, [2, 1, 1, 1, 0]);
     }
 }
