@@ -459,6 +459,57 @@ def framing_suite():
 framing_suite()
 
 
+# === the replica channel (scripts/hostile.sh starts a NATS with authorization and a replica) ===
+
+def nats_cfg():
+    import os
+    path = os.path.join(os.path.dirname(sys.argv[1]), "nats.json")
+    if not os.path.exists(path):
+        raise RuntimeError("no nats-server (Debian package nats-server): case not run")
+    return json.load(open(path))
+
+
+def nats_publish(port, connect):
+    """Connect to NATS with `connect` (the CONNECT options), publish a forged booking on the
+    cluster's subjects: what the server answered (until it closes or 2 s pass)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.recv(4096)  # INFO
+    forged = b"\x00" * 32
+    s.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\n"
+              + b"PUB pronto.cluster.intruder %d\r\n" % len(forged) + forged + b"\r\nPING\r\n")
+    data, _, _ = until_closed(s, 2.0)
+    s.close()
+    return data.decode(errors="replace")
+
+
+def replica_metric(cfg, name_labels):
+    c = http.client.HTTPConnection("127.0.0.1", cfg["replica_admin_port"], timeout=5)
+    c.request("GET", "/metrics")
+    for line in c.getresponse().read().decode().splitlines():
+        if line.startswith(name_labels + " "):
+            return float(line.split()[-1])
+    return None
+
+
+@case("NATS publisher without credentials (replica channel)",
+      "-ERR Authorization Violation; the replica (connected, with credentials) hears nothing")
+def _():
+    cfg = nats_cfg()
+    connected = wait_until(lambda: replica_metric(cfg, "pronto_cluster_connected") == 1.0, 10)
+    none = nats_publish(cfg["nats_port"], {"verbose": False})
+    wrong = nats_publish(cfg["nats_port"], {"verbose": False, "user": "pronto", "pass": "guess"})
+    time.sleep(0.5)
+    # Alone on the channel, the replica would count anything arriving: folded, or undecodable.
+    heard = (replica_metric(cfg, 'pronto_cluster_messages_total{direction="received"}')
+             + replica_metric(cfg, 'pronto_cluster_dropped_total{reason="decode_error"}'))
+    peers = replica_metric(cfg, "pronto_cluster_peers")
+    refused = all("Authorization Violation" in r for r in (none, wrong))
+    last = lambda r: r.strip().splitlines()[-1] if r.strip() else "nothing"
+    seen = (f"no credentials: {last(none)}; wrong password: {last(wrong)}; replica connected "
+            f"{connected}, peers {peers:.0f}, messages heard {heard:.0f}")
+    return seen, 0, connected and refused and heard == 0 and peers == 0
+
+
 print("| case | expected | seen | requests lost | peak RSS MiB |")
 print("|---|---|---|---:|---:|")
 for name, expected, seen, lost, peak, ok in rows:

@@ -85,6 +85,38 @@ done
 for _ in $(seq 150); do curl -sf "http://127.0.0.1:$((port + 1))/readyz" >/dev/null && break; sleep 0.2; done
 sleep 1
 
+# === The replica channel (issue 42): a NATS that admits only the replicas, and one replica ===
+# nats-server with one user (a fresh password, only the cluster's subjects) and a second
+# gateway that syncs through it; hostile.py's "replica channel" cases read $out/nats.json.
+nats_bin=$(command -v nats-server || { [ -x /usr/sbin/nats-server ] && echo /usr/sbin/nats-server; } || true)
+if [ -n "$nats_bin" ]; then
+  nats_port=$((port + 80)) replica_port=$((port + 90))
+  echo "replica-$RANDOM$RANDOM$RANDOM" > "$out/nats-password"
+  cat > "$out/nats.conf" <<NATS
+authorization {
+  users = [
+    { user: pronto, password: "$(cat "$out/nats-password")",
+      permissions: { publish: "pronto.cluster.*", subscribe: "pronto.cluster.*" } }
+  ]
+}
+NATS
+  "$nats_bin" -c "$out/nats.conf" -a 127.0.0.1 -p "$nats_port" >"$out/nats.log" 2>&1 & pids+=($!)
+  {
+    echo "listen: 127.0.0.1:$replica_port"
+    echo "admin_listen: 127.0.0.1:$((replica_port + 1))"
+    echo "cluster:"
+    echo "  nats: nats://127.0.0.1:$nats_port"
+    echo "  replica: hostile-replica"
+    echo "  auth: {user: pronto, password: {file: $out/nats-password}}"
+    echo "pools:"
+    echo "  sim-model:"
+    echo "    backends: [{name: b0, url: 'http://127.0.0.1:$((port + 10))'}]"
+  } > "$out/replica.yaml"
+  "$pronto" serve --config "$out/replica.yaml" >"$out/replica.log" 2>&1 & pids+=($!)
+  for _ in $(seq 150); do curl -sf "http://127.0.0.1:$((replica_port + 1))/readyz" >/dev/null && break; sleep 0.2; done
+  echo "{\"nats_port\": $nats_port, \"replica_admin_port\": $((replica_port + 1))}" > "$out/nats.json"
+fi
+
 python3 - "$out" "$port" "$gw" "$pronto" <<'PY' > "$out/config.json"
 import json, sys
 out, port, gw, pronto = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

@@ -145,9 +145,28 @@ fn annotated_example_sets_every_field() {
         heartbeat,
         peer_timeout,
         collision_repair,
+        auth: nats_auth,
+        tls: nats_tls,
     } = cluster.expect("cluster");
     assert!(nats.is_some() && subject.is_some() && replica.is_some());
     assert!(heartbeat.is_some() && peer_timeout.is_some() && collision_repair.is_some());
+    // One kind of credentials at a time: the example sets `user` + `password` and shows the
+    // others in comments (checked against the schema below).
+    let pronto::config::nats::NatsAuthFile {
+        token: _,
+        user,
+        password,
+        nkey: _,
+        creds: _,
+    } = nats_auth.expect("cluster.auth");
+    assert!(user.is_some() && password.is_some());
+    let pronto::config::nats::NatsTlsFile {
+        ca,
+        cert,
+        key: nats_key,
+        server_name,
+    } = nats_tls.expect("cluster.tls");
+    assert!(ca.is_some() && cert.is_some() && nats_key.is_some() && server_name.is_some());
     let auth = auth.expect("auth");
     assert!(auth.keys_file.is_some());
     let tls = tls.expect("tls");
@@ -497,12 +516,19 @@ fn every_gateway_config_validates_against_the_schema() {
     assert!(errors.is_empty(), "the uncommented example: {errors:#?}");
 }
 
+/// The environment the uncommented example reads (`cluster.auth.password`).
+fn example_env(name: &str) -> Option<String> {
+    (name == "NATS_PASSWORD").then(|| "a-password-of-my-own".to_string())
+}
+
 /// Uncommenting the example's `#~ ` lines gives a config that fails on its published
 /// secrets, each at its field, and on nothing else.
 #[test]
 fn the_commented_out_examples_are_refused_for_their_secrets() {
     let path = config_dir().join("pronto.yaml");
-    let e = Config::from_file_text(&path, &full_example()).unwrap_err();
+    let e = pronto::config::Loaded::from_file_text_with_env(&path, &full_example(), example_env)
+        .map(|l| l.config)
+        .unwrap_err();
     let mut paths: Vec<&str> = e.errors.iter().map(|d| d.path.as_str()).collect();
     paths.sort_unstable();
     assert_eq!(
@@ -512,6 +538,7 @@ fn the_commented_out_examples_are_refused_for_their_secrets() {
             "auth.keys[0].key",
             "auth.keys[1].sha256",
             "auth.keys_file[0].sha256",
+            "cluster.tls.key",
             "routes[0].match.api_keys[0]",
             "tls.key",
         ],
@@ -599,6 +626,8 @@ fn schema_paths(root: &Value, s: &Value, prefix: &str, out: &mut Vec<String>) {
 /// Every key path set in a YAML value, in the same notation.
 fn yaml_paths(v: &Value, prefix: &str, out: &mut Vec<String>) {
     match v {
+        // A credential's source (`{env: NAME}`, `{file: PATH}`): one schema property.
+        Value::Object(_) if prefix.starts_with("cluster.auth.") => {}
         Value::Object(map) => {
             for (k, x) in map {
                 let key = if prefix == "pools"
@@ -640,7 +669,17 @@ fn the_schema_names_exactly_the_fields_the_annotated_example_sets() {
     schema_paths(&root, &root, "", &mut in_schema);
     in_schema.sort();
     in_schema.dedup();
-    let v: Value = serde_yaml_ng::from_str(&full_example()).unwrap();
+    let text = full_example();
+    // `cluster.auth` takes one kind of credentials: the example sets `user` + `password` and
+    // shows the other kinds in its comments.
+    for alternative in ["token", "nkey", "creds"] {
+        assert!(
+            text.contains(&format!("#   {alternative}: {{")),
+            "the example shows cluster.auth.{alternative} in a comment"
+        );
+        in_schema.retain(|p| *p != format!("cluster.auth.{alternative}"));
+    }
+    let v: Value = serde_yaml_ng::from_str(&text).unwrap();
     let mut in_example = Vec::new();
     yaml_paths(&v, "", &mut in_example);
     in_example.sort();

@@ -452,8 +452,8 @@ fn the_replicated_variant_renders_and_validates() {
     let base = kustomize("deploy/k8s").unwrap();
     assert_eq!(
         docs.len(),
-        base.len() + 2,
-        "NATS: a Deployment and a Service"
+        base.len() + 3,
+        "NATS: its config, a Deployment and a Service"
     );
     validate_rendered("replicated", &docs);
 }
@@ -477,6 +477,7 @@ fn the_replicated_variant_validates_against_the_api_schemas() {
     };
     // The whole resources (the Deployment patch is partial: checked field by field below).
     let files = [
+        "nats-config.yaml",
         "nats-deployment.yaml",
         "nats-service.yaml",
         "pronto-config.yaml",
@@ -507,7 +508,12 @@ fn the_replicated_variant_names_replicas_after_their_pods_and_finds_nats() {
     };
     assert_eq!(
         listed("resources"),
-        ["../base", "nats-deployment.yaml", "nats-service.yaml"]
+        [
+            "../base",
+            "nats-config.yaml",
+            "nats-deployment.yaml",
+            "nats-service.yaml"
+        ]
     );
     assert_eq!(
         listed("patches"),
@@ -557,6 +563,55 @@ fn the_replicated_variant_names_replicas_after_their_pods_and_finds_nats() {
         svc["spec"]["selector"][name],
         nats_deploy["spec"]["template"]["metadata"]["labels"][name]
     );
+    // NATS admits the replicas by the password of one Secret: the server's variable and the
+    // gateway's come from the same key, the config reads the gateway's, and the server's
+    // config (mounted from nats-config.yaml) names the same user, its variable, and only the
+    // cluster's subjects.
+    let nats_pod = &nats_deploy["spec"]["template"]["spec"];
+    let nats_c = &nats_pod["containers"][0];
+    let server_var = &nats_c["env"][0];
+    let password_var = &c["env"][1];
+    assert_eq!(
+        server_var["valueFrom"]["secretKeyRef"],
+        password_var["valueFrom"]["secretKeyRef"]
+    );
+    assert_eq!(
+        s(&password_var["valueFrom"]["secretKeyRef"]["name"]),
+        "pronto-nats"
+    );
+    assert_eq!(cluster["auth"]["password"]["env"], password_var["name"]);
+    let nats_cm = replicated("nats-config.yaml");
+    let mount = &nats_c["volumeMounts"][0];
+    let volume = &nats_pod["volumes"][0];
+    assert_eq!(volume["name"], mount["name"]);
+    assert_eq!(volume["configMap"]["name"], nats_cm["metadata"]["name"]);
+    let args: Vec<&str> = nats_c["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(s)
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "--config",
+            &format!("{}/nats-server.conf", s(&mount["mountPath"]))
+        ]
+    );
+    let conf = s(&nats_cm["data"]["nats-server.conf"]);
+    let subjects = format!("\"{}.*\"", s(&cluster["subject"]));
+    for want in [
+        format!("port: {port}"),
+        format!("user: {}", s(&cluster["auth"]["user"])),
+        format!("password: ${}", s(&server_var["name"])),
+        format!("publish: {subjects}"),
+        format!("subscribe: {subjects}"),
+    ] {
+        assert!(
+            conf.contains(&want),
+            "nats-server.conf lacks `{want}`:\n{conf}"
+        );
+    }
     // Everything else is the base config, and it passes check-config in a pod.
     let mut without: Yaml = config.clone();
     without.as_mapping_mut().unwrap().remove("cluster");
@@ -572,6 +627,7 @@ fn the_replicated_variant_names_replicas_after_their_pods_and_finds_nats() {
         .arg(&file)
         .env("PRONTO_ADMIN_TOKEN", "a-token-from-the-secret-0123456789")
         .env("POD_NAME", "pronto-7d9f8c6b5-x2k4p")
+        .env("NATS_PASSWORD", "a-password-from-the-secret-0123")
         .output()
         .unwrap();
     let _ = std::fs::remove_dir_all(&dir);

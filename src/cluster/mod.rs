@@ -37,6 +37,14 @@
 //! bookings; prefix records resume with the next dispatches (what was routed meanwhile is
 //! learnt again from the traffic, or from KV events).
 //!
+//! ## Who may talk
+//! Every replica believes what arrives on `<subject>.*`, so NATS must admit only the
+//! replicas: `cluster.auth` (token, user and password, NKey or `.creds`) and `cluster.tls`
+//! (CA, client certificate, server name) are applied by the `connect` module, and the
+//! server's permissions should allow the replicas only those subjects (docs/operating.md,
+//! "Securing the replica channel"). A replica NATS refuses says why in its log, counts it
+//! (`pronto_cluster_nats_errors_total{reason}`), retries, and routes alone meanwhile.
+//!
 //! ## Collision repair
 //! A replica hears of the others' dispatches a sync delay late. When it folds one to backend
 //! X, it dates it one sync delay back and wakes its own requests waiting on X for their first
@@ -52,6 +60,7 @@
 //! message header; plus 20 bytes per live booking per heartbeat. `docs/benchmarks/replicas/`
 //! has the measured numbers.
 
+mod connect;
 mod fold;
 mod link;
 mod service;

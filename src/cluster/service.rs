@@ -11,6 +11,7 @@ use pingora_core::services::background::BackgroundService;
 use pronto_core::cluster::{wire, ObserveLimit, Outbox, Remote, ReplicaId, SyncEvent};
 use tokio::sync::{mpsc, watch};
 
+use super::connect::{Refusals, TlsRefusal};
 use super::fold::{Target, Targets};
 use super::link::Link;
 use crate::backend::lifecycle::REPEAT_EVERY;
@@ -77,16 +78,29 @@ impl BackgroundService for ClusterService {
         let cfg = &self.config;
         let m = self.metrics.cluster.clone();
         let (conn_tx, conn_rx) = watch::channel(false);
+        let tls_seen = Arc::new(TlsRefusal::default());
+        let refusals = Arc::new(Refusals::new(
+            &cfg.replica,
+            m.clone(),
+            Arc::clone(&tls_seen),
+        ));
         let events = {
             let m = m.clone();
             let replica = cfg.replica.clone();
             let log = Arc::new(Mutex::new(DownLog::default()));
             move |ev: async_nats::Event| {
-                let (m, tx, log, replica) =
-                    (m.clone(), conn_tx.clone(), log.clone(), replica.clone());
+                let (m, tx, log, replica, refusals) = (
+                    m.clone(),
+                    conn_tx.clone(),
+                    log.clone(),
+                    replica.clone(),
+                    refusals.clone(),
+                );
                 async move {
                     let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
                     match ev {
+                        async_nats::Event::ClientError(e) => refusals.client_error(&e, now()),
+                        async_nats::Event::ServerError(e) => refusals.server_error(&e, now()),
                         async_nats::Event::Connected => {
                             m.connected.set(1);
                             let _ = tx.send(true);
@@ -114,6 +128,13 @@ impl BackgroundService for ClusterService {
             })
             .subscription_capacity(SUBSCRIPTION_CAPACITY)
             .event_callback(events);
+        let options = match super::connect::secure(options, cfg, &tls_seen) {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::error!(nats = %cfg.nats, error = %e, "cluster sync cannot start; routing on this replica's own state");
+                return;
+            }
+        };
         let client = match options.connect(cfg.nats.as_str()).await {
             Ok(c) => c,
             Err(e) => {
@@ -121,7 +142,14 @@ impl BackgroundService for ClusterService {
                 return;
             }
         };
-        tracing::info!(replica = %cfg.replica, nats = %cfg.nats, subject = %cfg.own_subject(), "cluster sync starting");
+        tracing::info!(
+            replica = %cfg.replica,
+            nats = %cfg.nats,
+            subject = %cfg.own_subject(),
+            auth = cfg.auth.as_ref().map_or("none", |a| a.kind()),
+            tls = cfg.requires_tls(),
+            "cluster sync starting"
+        );
         let sub = match client.subscribe(cfg.all_subjects()).await {
             Ok(s) => s,
             Err(e) => {

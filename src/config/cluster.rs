@@ -9,7 +9,14 @@
 //!   heartbeat: 1s                 # snapshot of this replica's bookings (the heartbeat)
 //!   peer_timeout: 3s              # a replica silent this long has its bookings released
 //!   collision_repair: 0.2         # the margin a move must promise (`off`: never move)
+//!   auth: {user: pronto, password: {env: NATS_PASSWORD}}   # or token, nkey, creds
+//!   tls: {ca: tls/nats-ca.pem}    # present: TLS required; also cert, key, server_name
 //! ```
+//!
+//! `auth` and `tls` ([`super::nats`]): the credentials NATS asks of this replica (each secret
+//! from `{env: NAME}` or `{file: PATH}`) and how NATS's certificate is checked. A replica NATS
+//! refuses keeps routing on its own state, says why in its log and counts it
+//! (`pronto_cluster_nats_errors_total{reason}`).
 //!
 //! `collision_repair` ([`pronto_core::cluster::repair`]): a request still waiting for its
 //! first token on a backend that, as this replica now hears, another replica sent a request
@@ -27,6 +34,7 @@ use serde::Deserialize;
 
 use super::edge::{EnvLookup, SecretFile};
 use super::file::Quantity;
+use super::nats::{NatsAuth, NatsAuthFile, NatsTls, NatsTlsFile};
 use super::validate::Checker;
 
 /// The default subject prefix.
@@ -54,6 +62,10 @@ pub struct ClusterFile {
     pub peer_timeout: Option<Quantity>,
     /// Collision repair's margin, or `off`.
     pub collision_repair: Option<RepairFile>,
+    /// Credentials NATS asks of this replica.
+    pub auth: Option<NatsAuthFile>,
+    /// TLS to NATS.
+    pub tls: Option<NatsTlsFile>,
 }
 
 /// `cluster.collision_repair` as written: a margin (`0.2`), or `off` / `false`.
@@ -83,6 +95,10 @@ pub struct Cluster {
     pub peer_timeout: Duration,
     /// Collision repair's margin (`None`: off).
     pub collision_repair: Option<f64>,
+    /// Credentials (`None`: NATS asks for none).
+    pub auth: Option<NatsAuth>,
+    /// TLS settings (`None`: TLS only when a URL is `tls://` or the server requires it).
+    pub tls: Option<NatsTls>,
 }
 
 impl Cluster {
@@ -94,6 +110,11 @@ impl Cluster {
     /// The subject every replica's messages match.
     pub fn all_subjects(&self) -> String {
         format!("{}.*", self.subject)
+    }
+
+    /// Whether the connection must be TLS: `cluster.tls` is set or a URL is `tls://`.
+    pub fn requires_tls(&self) -> bool {
+        self.tls.is_some() || self.nats.split(',').any(|u| u.trim().starts_with("tls://"))
     }
 }
 
@@ -197,6 +218,8 @@ impl Checker {
                 None
             }
         };
+        let auth = self.nats_auth(f.auth.as_ref(), env);
+        let tls = self.nats_tls(f.tls.as_ref());
         (self.error_count() == errors).then(|| Cluster {
             nats,
             subject,
@@ -204,17 +227,27 @@ impl Checker {
             heartbeat,
             peer_timeout,
             collision_repair,
+            auth,
+            tls,
         })
     }
 }
 
-/// Whether `s` is a `nats://host:port` URL (port optional).
+/// Whether `s` is a `nats://host:port` or `tls://host:port` URL (port optional).
 fn nats_url(s: &str) -> Result<(), String> {
     let url = url::Url::parse(s).map_err(|e| format!("`{s}` is not a URL: {e}"))?;
-    if url.scheme() != "nats" {
+    if !matches!(url.scheme(), "nats" | "tls") {
         return Err(format!(
-            "`{s}`: the scheme must be `nats` (e.g. `nats://nats:4222`)"
+            "`{s}`: the scheme must be `nats` or `tls` (e.g. `nats://nats:4222`)"
         ));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        // Not echoed: the URL holds a secret.
+        return Err(
+            "a URL with credentials in it is refused; give them in `cluster.auth` (from \
+             `{env: NAME}` or `{file: PATH}`)"
+                .into(),
+        );
     }
     if url.host_str().is_none_or(str::is_empty) {
         return Err(format!("`{s}` has no host"));

@@ -6,8 +6,11 @@
 
 use serde_json::{json, Map, Value};
 
+use super::cluster::Cluster;
 use super::duration::{format_duration, format_size};
+use super::edge::SecretFile;
 use super::model::{Backend, Config, Pool, ProfileHint};
+use super::nats::{NatsAuth, NatsSecret};
 
 // === impl Config ===
 
@@ -18,7 +21,7 @@ impl Config {
         for pool in &self.pools {
             pools.insert(pool.model.to_string(), pool_json(pool));
         }
-        json!({
+        let mut v = json!({
             "listen": self.listen.to_string(),
             "admin_listen": self.admin_listen.to_string(),
             "threads": self.threads,
@@ -55,8 +58,53 @@ impl Config {
                 "watch_interval": format_duration(self.reload.watch_interval),
             },
             "pools": pools,
-        })
+        });
+        if let Some(c) = &self.cluster {
+            v["cluster"] = cluster_json(c);
+        }
+        v
     }
+}
+
+/// `cluster:`, its secrets written as where they are read from (never their values).
+fn cluster_json(c: &Cluster) -> Value {
+    let mut v = json!({
+        "nats": c.nats,
+        "subject": c.subject,
+        "replica": c.replica,
+        "heartbeat": format_duration(c.heartbeat),
+        "peer_timeout": format_duration(c.peer_timeout),
+        "collision_repair": c.collision_repair.map_or(Value::from("off"), Value::from),
+    });
+    let source = |s: &NatsSecret| match &s.from {
+        SecretFile::Inline(_) => Value::from(s.value()),
+        SecretFile::Env(name) => json!({ "env": name }),
+        SecretFile::File(path) => json!({ "file": path }),
+    };
+    if let Some(auth) = &c.auth {
+        v["auth"] = match auth {
+            NatsAuth::Token(t) => json!({ "token": source(t) }),
+            NatsAuth::UserPassword { user, password } => {
+                json!({ "user": source(user), "password": source(password) })
+            }
+            NatsAuth::NKey(k) => json!({ "nkey": source(k) }),
+            NatsAuth::Creds(k) => json!({ "creds": source(k) }),
+        };
+    }
+    if let Some(t) = &c.tls {
+        let mut tls = Map::new();
+        let paths = [("ca", &t.ca), ("cert", &t.cert), ("key", &t.key)];
+        for (k, p) in paths {
+            if let Some(p) = p {
+                tls.insert(k.into(), Value::from(p.display().to_string()));
+            }
+        }
+        if let Some(n) = &t.server_name {
+            tls.insert("server_name".into(), Value::from(n.as_str()));
+        }
+        v["tls"] = Value::Object(tls);
+    }
+    v
 }
 
 fn pool_json(pool: &Pool) -> Value {
@@ -193,5 +241,36 @@ pools:
             ..c.clone()
         };
         assert_eq!(strip(&again), strip(&config));
+    }
+
+    #[test]
+    fn cluster_credentials_are_shown_as_where_they_are_read_from() {
+        fn env(name: &str) -> Option<String> {
+            (name == "NATS_PASSWORD").then(|| "the-nats-password".to_string())
+        }
+        let yaml = "
+cluster:
+  nats: 'tls://nats:4222'
+  replica: r0
+  collision_repair: off
+  auth: {user: pronto, password: {env: NATS_PASSWORD}}
+  tls: {server_name: nats.internal}
+pools:
+  m:
+    backends: [{name: a, url: 'http://10.0.0.1:8000'}]
+";
+        let load = |text: &str| {
+            crate::config::Loaded::from_yaml_str_with_env(text, "t.yaml", env)
+                .unwrap()
+                .config
+        };
+        let config = load(yaml);
+        let json = config.to_json();
+        assert_eq!(json["cluster"]["auth"]["password"]["env"], "NATS_PASSWORD");
+        assert_eq!(json["cluster"]["auth"]["user"], "pronto");
+        assert_eq!(json["cluster"]["collision_repair"], "off");
+        assert!(!json.to_string().contains("the-nats-password"), "{json}");
+        let again = load(&serde_yaml_ng::to_string(&json).unwrap());
+        assert_eq!(again.cluster, config.cluster);
     }
 }

@@ -27,6 +27,7 @@ mod effective;
 pub mod file;
 pub mod locate;
 pub mod model;
+pub mod nats;
 mod profile;
 pub mod race;
 mod reference;
@@ -175,8 +176,17 @@ impl Loaded {
     /// Parse and validate `text`, already read from the file at `path` (which becomes the
     /// config's origin and [`Config::source_path`]).
     pub fn from_file_text(path: &Path, text: &str) -> Result<Loaded, LoadError> {
+        Loaded::from_file_text_with_env(path, text, edge::process_env)
+    }
+
+    /// [`Loaded::from_file_text`], looking up `{env: NAME}` secrets with `env`.
+    pub fn from_file_text_with_env(
+        path: &Path,
+        text: &str,
+        env: edge::EnvLookup,
+    ) -> Result<Loaded, LoadError> {
         let origin = path.display().to_string();
-        let mut loaded = Loaded::from_yaml_in(text, &origin, Some(path), edge::process_env)?;
+        let mut loaded = Loaded::from_yaml_in(text, &origin, Some(path), env)?;
         loaded.config.source_path = Some(path.to_path_buf());
         Ok(loaded)
     }
@@ -208,6 +218,7 @@ impl Loaded {
         if let Some(path) = path {
             edge::resolve_keys_file(&mut file, path);
             tls::resolve_paths(&mut file, path);
+            nats::resolve_paths(&mut file, path);
             profile::resolve_paths(&mut file, path);
         }
         let located = |path: String, message: String| Diagnostic {

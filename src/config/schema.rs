@@ -590,7 +590,7 @@ fn cluster_schema() -> Value {
         "Replica sync over NATS: several Pronto replicas that route as one",
         json!({
             "nats": {
-                "description": "NATS server URL(s), nats://host:port, comma-separated",
+                "description": "NATS server URL(s), nats://host:port or tls://host:port, comma-separated",
                 "type": "string",
             },
             "subject": {
@@ -622,6 +622,52 @@ fn cluster_schema() -> Value {
                     { "const": "off" },
                 ],
             },
+            "auth": nats_auth_schema(),
+            "tls": section(
+                "TLS to NATS (present: required, as with tls:// URLs)",
+                json!({
+                    "ca": { "description": "PEM file of the CAs to trust instead of the system roots (relative to this file)", "type": "string" },
+                    "cert": { "description": "PEM client certificate chain, leaf first, when NATS verifies clients", "type": "string" },
+                    "key": { "description": "PEM private key of the client certificate", "type": "string" },
+                    "server_name": { "description": "The name NATS's certificate must be valid for (default: the URL's host)", "type": "string" },
+                }),
+            ),
+        }),
+    )
+}
+
+/// `cluster.auth`: one kind of credentials, each secret from `{env}` or `{file}`.
+fn nats_auth_schema() -> Value {
+    let source = |what: &str| {
+        json!({
+            "oneOf": [
+                {
+                    "type": "object", "additionalProperties": false, "required": ["env"],
+                    "properties": { "env": { "description": format!("Environment variable holding the {what}"), "type": "string" } },
+                },
+                {
+                    "type": "object", "additionalProperties": false, "required": ["file"],
+                    "properties": { "file": { "description": format!("File holding the {what} (trimmed; relative to this file)"), "type": "string" } },
+                },
+            ],
+        })
+    };
+    let mut user = source("user name");
+    if let Some(branches) = user["oneOf"].as_array_mut() {
+        branches.insert(0, json!({ "type": "string", "minLength": 1 }));
+    }
+    let with = |mut v: Value, description: &str| {
+        v["description"] = Value::from(description);
+        v
+    };
+    section(
+        "Credentials NATS asks of this replica: one kind (token, user + password, nkey or creds)",
+        json!({
+            "token": with(source("token"), "A token: {env: NAME} or {file: PATH}"),
+            "user": with(user, "A user name (with password): a string, {env: NAME} or {file: PATH}"),
+            "password": with(source("password"), "The user's password: {env: NAME} or {file: PATH}"),
+            "nkey": with(source("NKey seed"), "An NKey user seed (SU...): {env: NAME} or {file: PATH}"),
+            "creds": with(source("credentials"), "A .creds file's text (user JWT and NKey seed): {env: NAME} or {file: PATH}"),
         }),
     )
 }

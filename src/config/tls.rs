@@ -135,7 +135,7 @@ pub(super) fn resolve_paths(file: &mut super::file::ConfigFile, path: &Path) {
 }
 
 /// The certificates in a PEM file, or why there are none.
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(super) fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let bytes =
         std::fs::read(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
     let certs = CertificateDer::pem_slice_iter(&bytes)

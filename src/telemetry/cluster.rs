@@ -68,6 +68,40 @@ impl SyncDrop {
     }
 }
 
+/// Why NATS refused this replica, or failed it (the `reason` label of
+/// `pronto_cluster_nats_errors_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NatsError {
+    /// The server refused the credentials (`cluster.auth`), or asked for some not given.
+    Authorization,
+    /// The TLS handshake failed: the server's certificate is not trusted or not for the
+    /// expected name, or the server refused this replica's (`cluster.tls`).
+    Tls,
+    /// The server refused a publish or subscribe on the cluster's subjects (its permissions).
+    Permission,
+    /// The server could not be reached or the connection failed otherwise.
+    Connection,
+    /// Another error the server reported.
+    Server,
+}
+
+impl NatsError {
+    /// Every label value.
+    pub const LABELS: [&'static str; 5] =
+        ["authorization", "tls", "permission", "connection", "server"];
+
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            NatsError::Authorization => "authorization",
+            NatsError::Tls => "tls",
+            NatsError::Permission => "permission",
+            NatsError::Connection => "connection",
+            NatsError::Server => "server",
+        }
+    }
+}
+
 /// The `pronto_cluster_*` families.
 #[derive(Debug, Clone)]
 pub struct ClusterMetrics {
@@ -102,6 +136,9 @@ pub struct ClusterMetrics {
     /// that were routed again because another replica's dispatch to their backend, sent
     /// before them, was heard late (`cluster.collision_repair`); `moved` or `stayed`.
     pub collisions_total: IntCounterVec,
+    /// `pronto_cluster_nats_errors_total{reason}`: connection attempts NATS refused or that
+    /// failed, and refusals it sent on an open connection ([`NatsError`]).
+    pub nats_errors_total: IntCounterVec,
 }
 
 /// What collision repair did with a request (the `outcome` label).
@@ -218,6 +255,12 @@ impl ClusterMetrics {
                 "Requests waiting for their first token routed again after another replica's earlier dispatch to their backend was heard (cluster.collision_repair), by outcome",
                 &["outcome"],
             ),
+            nats_errors_total: counter(
+                r,
+                "pronto_cluster_nats_errors_total",
+                "NATS connection attempts refused or failed, and refusals on an open connection, by reason (authorization, tls, permission, connection, server)",
+                &["reason"],
+            ),
         };
         // Every series exists from the start, so dashboards and alerts see zeros.
         for d in SyncDirection::LABELS {
@@ -231,6 +274,9 @@ impl ClusterMetrics {
         }
         for o in CollisionOutcome::LABELS {
             m.collisions_total.with_label_values(&[o]);
+        }
+        for reason in NatsError::LABELS {
+            m.nats_errors_total.with_label_values(&[reason]);
         }
         m
     }

@@ -21,7 +21,7 @@ use prometheus::{
 mod cluster;
 mod labels;
 mod race;
-pub use cluster::{ClusterMetrics, CollisionOutcome, SyncDirection, SyncDrop};
+pub use cluster::{ClusterMetrics, CollisionOutcome, NatsError, SyncDirection, SyncDrop};
 pub use labels::*;
 pub use race::{FailoverReason, RaceKind, RaceMetrics};
 

@@ -35,6 +35,8 @@ pub fn find() -> Option<PathBuf> {
 /// A running `nats-server`; killed on drop.
 pub struct Nats {
     bin: PathBuf,
+    /// Its configuration file (`-c`) and environment, when started with one.
+    config: Option<(PathBuf, Vec<(String, String)>)>,
     child: Option<Child>,
     /// Its client port.
     pub port: u16,
@@ -45,9 +47,28 @@ impl Nats {
     /// outside CI.
     pub fn start() -> Option<Nats> {
         let bin = find()?;
-        let (child, port) = spawn(&bin, -1);
+        let (child, port) = spawn(&bin, None, -1);
         Some(Nats {
             bin,
+            config: None,
+            child: Some(child),
+            port,
+        })
+    }
+
+    /// Start one with the configuration file `config` (authorization, TLS, ...) and `env` in
+    /// its environment (variables the file names); it listens on loopback, on a port of its
+    /// own choosing.
+    pub fn start_with(config: PathBuf, env: &[(&str, &str)]) -> Option<Nats> {
+        let bin = find()?;
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (child, port) = spawn(&bin, Some((&config, &env)), -1);
+        Some(Nats {
+            bin,
+            config: Some((config, env)),
             child: Some(child),
             port,
         })
@@ -69,7 +90,8 @@ impl Nats {
     /// Start it again on the same port.
     pub fn restart(&mut self) {
         self.stop();
-        let (child, port) = spawn(&self.bin, i32::from(self.port));
+        let config = self.config.as_ref().map(|(c, env)| (c, env));
+        let (child, port) = spawn(&self.bin, config, i32::from(self.port));
         assert_eq!(port, self.port);
         self.child = Some(child);
     }
@@ -81,10 +103,19 @@ impl Drop for Nats {
     }
 }
 
-/// Start `bin` on `port` (-1: any) and read the port it listens on from its log.
-fn spawn(bin: &PathBuf, port: i32) -> (Child, u16) {
+/// Start `bin` on `port` (-1: any), with `config` if given, and read the port it listens on
+/// from its log.
+fn spawn(
+    bin: &PathBuf,
+    config: Option<(&PathBuf, &Vec<(String, String)>)>,
+    port: i32,
+) -> (Child, u16) {
     for attempt in 0..20 {
-        let mut child = Command::new(bin)
+        let mut cmd = Command::new(bin);
+        if let Some((c, env)) = config {
+            cmd.arg("-c").arg(c).envs(env.iter().map(|(k, v)| (k, v)));
+        }
+        let mut child = cmd
             .args(["-a", "127.0.0.1", "-p", &port.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
