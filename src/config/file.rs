@@ -36,6 +36,8 @@ pub struct ConfigFile {
     pub limits: Option<LimitsFile>,
     /// Retry policy.
     pub retry: Option<RetryFile>,
+    /// Stream migration ([`super::migration`]).
+    pub migration: Option<super::migration::MigrationFile>,
     /// Active and passive health checking.
     pub health: Option<HealthFile>,
     /// Add `x-pronto-*` explanation headers to responses.
@@ -119,6 +121,8 @@ pub struct RouteFile {
     pub first_token_deadline: Option<super::race::DeadlineFile>,
     /// Send a second copy of a slow request (bounded).
     pub hedge: Option<super::race::HedgeFile>,
+    /// Overrides the top-level `migration:`.
+    pub migration: Option<super::migration::MigrationFile>,
 }
 
 /// A route's `match:` section; every condition given must hold.
@@ -221,6 +225,8 @@ pub struct PoolFile {
     pub api_key: Option<super::edge::SecretFile>,
     /// Engine metrics scraping of the pool's backends.
     pub scrape: Option<ScrapeFile>,
+    /// Whether the pool's engines can continue a partial answer (stream migration).
+    pub continue_streams: Option<bool>,
 }
 
 /// A pool's `scrape:` section: how often its backends' `/metrics` are read.

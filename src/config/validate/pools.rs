@@ -86,6 +86,7 @@ impl Checker {
             serve_listed_models: false,
             api_key,
             scrape,
+            continue_streams: pool.continue_streams.unwrap_or(true),
         }
     }
 
