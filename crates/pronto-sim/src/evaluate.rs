@@ -94,8 +94,6 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-
 use super::engine::{Engine, EngineConfig, EngineEvent, SimRequest};
 pub use super::eval_args::{prepare_trace, EvalObjective, EvaluateArgs, Generated, SloLimit};
 use super::eval_replicas::{Replicas, Replication, Tracked};
@@ -105,7 +103,8 @@ use super::fleet_config::FleetConfig;
 use super::profile::StepWork;
 use super::reasoning::ReasoningConfig;
 use crate::workload::{self as trace, TraceRequest};
-pub use crash::{CrashCounts, CrashFault};
+pub use cli::run_evaluate;
+pub use crash::{CrashCounts, CrashFault, CrashPlan};
 use pronto_core::predict::ReasoningLengths;
 use pronto_core::request::RequestFeatures;
 use pronto_core::slo::{Objective, SloTargets};
@@ -113,6 +112,7 @@ use pronto_core::tokens::{block_hashes, BLOCK_TOKENS};
 pub use race::{DeadlineFlag, HedgeFlag, RaceConfig, RaceCounts, StallFault, SECOND};
 
 mod chooser;
+mod cli;
 mod crash;
 mod feed;
 mod oracle;
@@ -342,30 +342,6 @@ pub fn evaluate_route(
         route,
         &CrashPlan::default(),
     )
-}
-
-/// Which backends crash when (the fleet file's crash faults, one per backend, `None`: never)
-/// and the continuations a stream may be sent (`--migration`; 0: off).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct CrashPlan {
-    /// Per backend, in fleet order.
-    pub faults: Vec<Option<CrashFault>>,
-    /// The gateway's `migration.max_attempts`.
-    pub migration: u32,
-}
-
-impl CrashPlan {
-    /// The crash faults of a fleet file, with `migration` continuations per stream.
-    pub fn of(fleet: &FleetConfig, migration: u32) -> CrashPlan {
-        CrashPlan {
-            faults: fleet
-                .backends
-                .iter()
-                .map(|b| CrashFault::of(&b.faults))
-                .collect(),
-            migration,
-        }
-    }
 }
 
 /// [`evaluate_route`] with the backends crashing as `plan` says ([`crash`]).
@@ -820,51 +796,4 @@ fn features_of(model: &str, ids: &[u32], r: &TraceRequest) -> RequestFeatures {
     f.block_hashes = block_hashes(ids, BLOCK_TOKENS);
     f.session_key = r.session.map(|s| s.to_string());
     f
-}
-
-/// `pronto evaluate`: run every requested policy and print a table or JSON.
-pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
-    let fleet = load_fleet(&args.fleet)?;
-    let model = FleetConfig::load(&args.fleet)?.model;
-    let (reqs, capacity) = prepare_trace(&args, &fleet)?;
-    let mut runs = Vec::new();
-    for p in &args.policies() {
-        let started = Instant::now();
-        let route = RouteSettings {
-            slo: args.slo(),
-            objective: args.objective,
-            races: args.races(),
-        };
-        let plan = CrashPlan::of(&FleetConfig::load(&args.fleet)?, args.migration);
-        let report =
-            evaluate_crashing(&fleet, &model, &reqs, p, args.replication(), &route, &plan)?;
-        let wall = started.elapsed().as_secs_f64();
-        if !args.json {
-            eprintln!(
-                "{p}: replayed {} requests in {wall:.2} s ({:.0} requests/s)",
-                reqs.len(),
-                reqs.len() as f64 / wall.max(1e-9)
-            );
-        }
-        if let Some(dir) = &args.requests_csv {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("--requests-csv: cannot create {}", dir.display()))?;
-            let file = dir.join(format!("{p}.csv"));
-            std::fs::write(&file, super::eval_report::outcomes_csv(&report))
-                .with_context(|| format!("--requests-csv: cannot write {}", file.display()))?;
-        }
-        runs.push(report);
-    }
-    if args.json {
-        println!("{}", super::eval_report::to_json(&runs, capacity));
-    } else {
-        if let Some(c) = capacity {
-            println!(
-                "fleet capacity {c:.2} req/s; offered {:.2} req/s",
-                c * args.load.unwrap_or(0.0)
-            );
-        }
-        print!("{}", super::eval_report::table(&runs));
-    }
-    Ok(())
 }

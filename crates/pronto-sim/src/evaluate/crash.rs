@@ -61,6 +61,30 @@ impl CrashFault {
     }
 }
 
+/// Which backends crash when (the fleet file's crash faults, one per backend, `None`: never)
+/// and the continuations a stream may be sent (`--migration`; 0: off).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CrashPlan {
+    /// Per backend, in fleet order.
+    pub faults: Vec<Option<CrashFault>>,
+    /// The gateway's `migration.max_attempts`.
+    pub migration: u32,
+}
+
+impl CrashPlan {
+    /// The crash faults of a fleet file, with `migration` continuations per stream.
+    pub fn of(fleet: &crate::fleet_config::FleetConfig, migration: u32) -> CrashPlan {
+        CrashPlan {
+            faults: fleet
+                .backends
+                .iter()
+                .map(|b| CrashFault::of(&b.faults))
+                .collect(),
+            migration,
+        }
+    }
+}
+
 /// What the crashes of a run did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CrashCounts {
