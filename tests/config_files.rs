@@ -124,6 +124,7 @@ fn annotated_example_sets_every_field() {
         grace_period,
         limits,
         retry,
+        migration,
         health,
         explain_headers,
         access_log,
@@ -225,7 +226,10 @@ fn annotated_example_sets_every_field() {
         idle_timeout,
         first_token_deadline,
         hedge,
+        migration: route_migration,
     } = routes.expect("routes").remove(0);
+    assert!(route_migration.and_then(|m| m.max_attempts).is_some());
+    assert!(migration.and_then(|m| m.max_attempts).is_some());
     let pronto::config::race::DeadlineFile {
         after: _,
         factor,

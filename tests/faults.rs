@@ -131,7 +131,8 @@ async fn until_served_by(gw: &Gateway, backend: &str) -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_crash_mid_stream() {
     let fleet = fleet(3, "").await;
-    let gw = gateway(&fleet, "");
+    // Without stream migration (tests/migration.rs has it on).
+    let gw = gateway(&fleet, "migration: {max_attempts: 0}\n");
     let resp = reqwest::Client::new()
         .post(gw.url("/v1/chat/completions"))
         .json(&chat("crash", 4000, true))

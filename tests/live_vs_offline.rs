@@ -106,6 +106,7 @@ async fn live_and_offline_agree_on_a_short_trace_slice() {
         spread: pronto_sim::eval_replicas::Spread::RoundRobin,
         sync: pronto_sim::eval_replicas::SyncMode::Off,
         collision_repair: pronto_sim::eval_replicas::RepairSetting::Auto,
+        migration: 1,
         ttft_slo: pronto_sim::evaluate::SloLimit(None),
         tpot_slo: pronto_sim::evaluate::SloLimit(None),
         objective: pronto_sim::evaluate::EvalObjective::Ttft,

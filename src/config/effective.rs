@@ -41,6 +41,7 @@ impl Config {
                 "max_connections": self.limits.max_connections,
             },
             "retry": { "max_retries": self.retry.max_retries },
+            "migration": { "max_attempts": self.migration.max_attempts },
             "health": {
                 "path": self.health.path,
                 "interval": format_duration(self.health.interval),
@@ -115,6 +116,7 @@ fn pool_json(pool: &Pool) -> Value {
         "policy": policy,
         "backends": backends,
         "scrape": { "interval": format_duration(pool.scrape.interval) },
+        "continue_streams": pool.continue_streams,
     });
     if let Some(d) = &pool.discover {
         let mut dj = json!({

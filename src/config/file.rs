@@ -36,6 +36,8 @@ pub struct ConfigFile {
     pub limits: Option<LimitsFile>,
     /// Retry policy.
     pub retry: Option<RetryFile>,
+    /// Stream migration ([`super::migration`]).
+    pub migration: Option<super::migration::MigrationFile>,
     /// Active and passive health checking.
     pub health: Option<HealthFile>,
     /// Add `x-pronto-*` explanation headers to responses.
@@ -119,6 +121,8 @@ pub struct RouteFile {
     pub first_token_deadline: Option<super::race::DeadlineFile>,
     /// Send a second copy of a slow request (bounded).
     pub hedge: Option<super::race::HedgeFile>,
+    /// Overrides the top-level `migration:`.
+    pub migration: Option<super::migration::MigrationFile>,
 }
 
 /// A route's `match:` section; every condition given must hold.
@@ -224,6 +228,8 @@ pub struct PoolFile {
     /// What the pool's backends call its model, when not the pool's name: a name, or
     /// `discover` (ask each backend's `GET /v1/models`).
     pub served_model_name: Option<String>,
+    /// Whether the pool's engines can continue a partial answer (stream migration).
+    pub continue_streams: Option<bool>,
 }
 
 /// A pool's `scrape:` section: how often its backends' `/metrics` are read.

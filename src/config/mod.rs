@@ -26,6 +26,7 @@ pub mod edge;
 mod effective;
 pub mod file;
 pub mod locate;
+pub mod migration;
 pub mod model;
 pub mod nats;
 mod profile;

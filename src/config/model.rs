@@ -104,6 +104,8 @@ pub struct Config {
     pub limits: Limits,
     /// Retry policy.
     pub retry: Retry,
+    /// Stream migration, for routes that set none ([`super::migration`]).
+    pub migration: super::migration::Migration,
     /// Health checking.
     pub health: Health,
     /// Add the `x-pronto-*` explanation headers (backend, reason, prediction, runner-up,
@@ -267,6 +269,9 @@ pub struct Pool {
     pub api_key: Option<UpstreamKey>,
     /// Engine metrics scraping of the pool's backends (`scrape:`).
     pub scrape: Scrape,
+    /// The pool's engines can continue a partial answer (`continue_streams:`): its streams
+    /// may be migrated, and it may take migrated streams ([`super::migration`]).
+    pub continue_streams: bool,
 }
 
 impl Pool {

@@ -142,6 +142,8 @@ pub struct Route {
     pub hedge: Option<super::race::Hedge>,
     /// Routing policy for this route's requests (the pool's when absent).
     pub policy: Option<PolicySpec>,
+    /// Overrides the top-level `migration:` ([`super::migration`]).
+    pub migration: Option<super::migration::Migration>,
 }
 
 /// A route's `objective:` (see the module docs).
@@ -555,6 +557,10 @@ impl Checker {
         });
         let first_token_deadline = self.first_token_deadline(path, r.first_token_deadline.as_ref());
         let hedge = self.hedge(path, r.hedge.as_ref());
+        let migration = r
+            .migration
+            .as_ref()
+            .map(|m| self.migration(&format!("{path}.migration"), Some(m), Default::default()));
         let race_on = match r.race_on.as_deref() {
             None | Some("ttft") => RaceOn::Ttft,
             Some("ttfa") => RaceOn::Ttfa,
@@ -589,6 +595,7 @@ impl Checker {
             first_token_deadline,
             hedge,
             policy,
+            migration,
         })
     }
 

@@ -104,6 +104,12 @@ pub(super) fn schema_value() -> Value {
                     "type": "integer", "minimum": 0, "default": DEFAULT_MAX_RETRIES,
                 },
             })),
+            "migration": section(
+                "Stream migration: a stream whose backend fails after its first token is continued on the next-best backend with the text so far, spliced into the same client stream",
+                json!({
+                    "max_attempts": { "description": "Continuations one stream may be sent, each on another backend (0: off)", "type": "integer", "minimum": 0, "maximum": 8, "default": 1 },
+                }),
+            ),
             "health": section("Active and passive health checking", json!({
                 "path": {
                     "description": "HTTP path probed with GET on each backend",
@@ -295,6 +301,12 @@ pub(super) fn schema_value() -> Value {
                                 DEFAULT_SCRAPE_INTERVAL
                             ),
                         },
+                    },
+                    "continue_streams": {
+                        "description": "The pool's engines can continue a partial answer \
+                                        (vLLM, SGLang: continue_final_message): its streams \
+                                        may be migrated, and it may take migrated streams",
+                        "type": "boolean", "default": true,
                     },
                     "tokenizer": {
                         "description": "The model's tokenizer: a Hugging Face tokenizer.json or \
@@ -548,6 +560,12 @@ fn route_schema() -> Value {
                     "after": { "description": "Absolute deadline from sending the request", "$ref": "#/$defs/duration" },
                     "factor": { "description": "Deadline as this many times the decision's predicted TTFT", "type": "number", "minimum": 1 },
                     "floor": { "description": "With factor: the shortest deadline, and the deadline without a prediction", "$ref": "#/$defs/duration", "default": "250ms" },
+                }),
+            ),
+            "migration": section(
+                "Overrides the top-level migration for this route. Stream migration: a stream whose backend fails after its first token is continued on the next-best backend with the text so far, spliced into the same client stream",
+                json!({
+                    "max_attempts": { "description": "Continuations one stream may be sent, each on another backend (0: off)", "type": "integer", "minimum": 0, "maximum": 8, "default": 1 },
                 }),
             ),
             "hedge": section(

@@ -216,6 +216,7 @@ impl Checker {
                 DEFAULT_MAX_RETRIES,
             ),
         };
+        let migration = self.migration("migration", f.migration.as_ref(), Default::default());
         let health = self.health(f);
         let reload = self.reload(f);
         let pools = self.pools(f, retry);
@@ -246,6 +247,7 @@ impl Checker {
             grace_period,
             limits,
             retry,
+            migration,
             health,
             explain_headers: f.explain_headers.unwrap_or(false),
             access_log: self.access_log(f),

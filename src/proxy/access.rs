@@ -74,6 +74,10 @@ pub(super) struct Access {
     pub race: Option<super::race::Raced>,
     /// The backend collision repair first moved the request from ([`super::repair`]).
     pub moved_from: Option<Arc<str>>,
+    /// How a stream whose backend failed went on ([`crate::telemetry::MigrationOutcome`]).
+    pub migration: Option<&'static str>,
+    /// Continuations the stream was sent (`super::migrate`).
+    pub migrations: u32,
 }
 
 impl Access {
@@ -103,6 +107,8 @@ impl Access {
             end: None,
             race: None,
             moved_from: None,
+            migration: None,
+            migrations: 0,
         }
     }
 
@@ -155,6 +161,8 @@ impl Access {
                 .as_ref()
                 .map(|r| if r.second_won { "second" } else { "first" }),
             moved_from = self.moved_from.as_deref(),
+            migration = self.migration,
+            migrations = self.migrations,
             "access"
         );
     }

@@ -23,7 +23,7 @@ use super::relay::{client_response_head, Relay, RelayEnd, RelayOutcome};
 use super::repair;
 use super::retry::{Next, Retries};
 use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
-use super::{request_id, tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
+use super::{migrate, request_id, tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
 use crate::config::route::RouteObjective;
 use crate::config::Route;
 use crate::error::GatewayError;
@@ -32,6 +32,7 @@ use crate::request::{parse_request, Endpoint, RequestFeatures};
 use pronto_core::cluster::repair::MAX_MOVES;
 use pronto_core::ids::BackendId;
 use pronto_core::slo::Objective;
+use pronto_core::splice::Splicer;
 
 /// A failed request: the pool it reached (for the metric label) and the client's error.
 pub(super) type Failure = (Option<Arc<str>>, GatewayError);
@@ -448,6 +449,14 @@ impl Proxy {
                         // The backend did not take the prompt: it holds no new prefix.
                         pool.undo_record(i, features, attempted.held_blocks);
                     }
+                    let is_sse = features.stream
+                        && head
+                            .headers
+                            .get(http::header::CONTENT_TYPE)
+                            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+                    let migration =
+                        migrate::plan(state, *route, &pool.model, features.endpoint, is_sse);
+                    let mut splicer = migration.map(|(api, _)| Splicer::new(api));
                     let mut extra = pass.headers();
                     extra.push((request_id::HEADER, access.id.clone()));
                     if state.config.explain_headers {
@@ -459,16 +468,15 @@ impl Proxy {
                         if let Some(from) = &access.moved_from {
                             extra.push(("x-pronto-moved-from", from.to_string()));
                         }
+                        if is_sse {
+                            let n = migration.map_or(0, |(_, n)| n);
+                            extra.push(("x-pronto-migration-max-attempts", n.to_string()));
+                        }
                     }
                     let client_head = client_response_head(head, &extra)
                         .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
-                    let is_sse = features.stream
-                        && head
-                            .headers
-                            .get(http::header::CONTENT_TYPE)
-                            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
                     let outcome = Relay {
-                        head: client_head,
+                        head: Some(client_head),
                         unrename: pool.answer_for(i, body, features),
                         first_chunk,
                         body_done,
@@ -485,6 +493,7 @@ impl Proxy {
                             arrived,
                         },
                         request_id: &access.id,
+                        splice: splicer.as_mut(),
                     }
                     .run(session, &mut upstream)
                     .await;
@@ -522,6 +531,22 @@ impl Proxy {
                     } else {
                         upstream.shutdown().await;
                     }
+                    if let (Some(splicer), Some((_, max_attempts)), RelayEnd::UpstreamFailed) =
+                        (splicer.as_mut(), migration, outcome.end)
+                    {
+                        retries.tried.push(backend.id());
+                        let m = migrate::Migration {
+                            parsed,
+                            body,
+                            splicer,
+                            tried: &mut retries.tried,
+                            deadlines,
+                            max_attempts,
+                            arrived,
+                        };
+                        // Boxed: only a failed stream pays for the continuation's future.
+                        Box::pin(self.migrate(session, state, pass, m, access)).await;
+                    }
                     return Ok(());
                 }
             }
@@ -531,7 +556,7 @@ impl Proxy {
     /// After the relay: latency windows, usage (rate-limit settlement and the token ratio),
     /// and how it ended.
     #[allow(clippy::too_many_arguments)]
-    fn finish(
+    pub(super) fn finish(
         &self,
         state: &GatewayState,
         pass: &mut Pass<'_>,
@@ -648,7 +673,7 @@ pub const MAX_ROUTED_BLOCKS: usize = 1 << 15;
 pub const INLINE_PARSE_MAX_BYTES: usize = 256 * 1024;
 
 /// [`parse_request`], off the proxy thread for a large body.
-async fn parse_off_thread(
+pub(super) async fn parse_off_thread(
     endpoint: Endpoint,
     body: &Bytes,
     session: Option<&str>,
@@ -668,7 +693,7 @@ async fn parse_off_thread(
     Ok(features)
 }
 
-fn session_key(session: &ServerSession) -> Option<&str> {
+pub(super) fn session_key(session: &ServerSession) -> Option<&str> {
     session
         .get_header("x-session-id")
         .and_then(|v| v.to_str().ok())

@@ -21,6 +21,7 @@ mod budget;
 mod gate;
 mod lifecycle;
 mod local;
+mod migrate;
 mod observe;
 mod race;
 mod relay;

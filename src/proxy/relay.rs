@@ -5,7 +5,10 @@
 //! hang-up drops the upstream session at once, which closes its connection so the backend
 //! stops generating. An upstream failure after the first byte cannot be retried: a stream ends
 //! with an SSE error event, then a clean end of body; other bodies are cut off (the client sees
-//! a truncated body, never a hang).
+//! a truncated body, never a hang). A stream that may migrate passes through a
+//! [`Splicer`](pronto_core::splice::Splicer) (whole events only; an error event, or an end
+//! without `[DONE]` or a finish, is a failure) and its failure is left to
+//! [`super::migrate`], which may continue it on another backend.
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +26,7 @@ use crate::coalesce;
 use crate::error::GatewayError;
 use crate::models::rename::Unrename;
 use crate::sse::{usage_from_body, SseScanner, Usage};
+use pronto_core::splice::Splicer;
 
 /// How a relay ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,8 +92,9 @@ pub fn client_response_head(
 
 /// Everything the relay needs besides the two sessions.
 pub struct Relay<'a> {
-    /// Response head to send the client.
-    pub head: ResponseHeader,
+    /// Response head to send the client (`None`: sent already, by the stream this one
+    /// continues).
+    pub head: Option<ResponseHeader>,
     /// Rewrites the backend's model name back to the client's in the body, when they differ
     /// ([`crate::models::rename`]); the head then loses its `Content-Length`.
     pub unrename: Option<Unrename>,
@@ -109,6 +114,9 @@ pub struct Relay<'a> {
     pub observer: FirstTokenObserver<'a>,
     /// The request's id, for the log.
     pub request_id: &'a str,
+    /// A stream that may migrate: its events pass through the splicer, and a failure is left
+    /// to the caller (no error event).
+    pub splice: Option<&'a mut Splicer>,
 }
 
 impl Relay<'_> {
@@ -124,6 +132,7 @@ impl Relay<'_> {
             idle,
             mut observer,
             request_id,
+            mut splice,
         } = self;
         let mut scanner = SseScanner::new();
         let mut out = RelayOutcome {
@@ -138,26 +147,26 @@ impl Relay<'_> {
             usage: None,
         };
         // A non-streamed body of known, small length is kept to read its `usage` at the end.
-        let mut kept: Option<Vec<u8>> = (!sse)
-            .then(|| head.headers.get(header::CONTENT_LENGTH))
-            .flatten()
+        let mut kept: Option<Vec<u8>> = head
+            .as_ref()
+            .filter(|_| !sse)
+            .and_then(|h| h.headers.get(header::CONTENT_LENGTH))
             .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
             .filter(|&n| n <= USAGE_BODY_LIMIT)
             .map(Vec::with_capacity);
         let mut head = head;
-        if unrename.is_some() && head.headers.get(header::CONTENT_LENGTH).is_some() {
-            // The body's length changes with the name: chunked (h2: pingora frames it).
-            head.remove_header(&header::CONTENT_LENGTH);
-            if head
-                .insert_header(header::TRANSFER_ENCODING, "chunked")
-                .is_err()
-            {
-                out.end = RelayEnd::UpstreamFailed;
-                return out;
+        if let Some(h) = head.as_mut().filter(|_| unrename.is_some()) {
+            if h.headers.get(header::CONTENT_LENGTH).is_some() {
+                // The body's length changes with the name: chunked (h2: pingora frames it).
+                h.remove_header(&header::CONTENT_LENGTH);
+                if h.insert_header(header::TRANSFER_ENCODING, "chunked").is_err() {
+                    out.end = RelayEnd::UpstreamFailed;
+                    return out;
+                }
             }
         }
+        let splice_set = splice.is_some();
         // The head goes out with the first chunk (or the end of the body), in one write.
-        let mut head = Some(head);
         let mut pending = first_chunk;
         loop {
             if let Some(chunk) = pending.take() {
@@ -198,15 +207,30 @@ impl Relay<'_> {
                     }
                 }
                 let more = pending.is_some() || body_done;
+                let chunk = match splice.as_deref_mut() {
+                    None => chunk,
+                    Some(s) => {
+                        let fed = s.feed(&chunk);
+                        if let Some(e) = fed.error {
+                            tracing::warn!(request_id, error = %e, "backend sent an error event mid-stream");
+                            failed = Some(pingora_core::Error::explain(
+                                pingora_core::ErrorType::ReadError,
+                                "error event",
+                            ));
+                            pending = None;
+                        }
+                        Bytes::from(fed.out)
+                    }
+                };
                 let chunk = match unrename.as_mut() {
                     Some(u) => u.feed(chunk),
                     None => chunk,
                 };
-                // All of it held by the rewriter (an empty chunk would end the body).
+                // An empty chunk (all of it held by the splicer or the rewriter) would end
+                // the body: only the head goes out then, and only once there are bytes.
                 let len = chunk.len() as u64;
-                if len > 0
-                    && (write_head(client, &mut head, true).await.is_err()
-                        || write_chunk(client, chunk, more).await.is_err())
+                if write_head(client, &mut head, len > 0).await.is_err()
+                    || (len > 0 && write_chunk(client, chunk, more).await.is_err())
                 {
                     out.end = RelayEnd::ClientGone;
                     return out;
@@ -249,6 +273,32 @@ impl Relay<'_> {
                 }
             }
         }
+        if let Some(s) = splice {
+            if out.end == RelayEnd::Complete {
+                let rest = Bytes::from(s.finish());
+                let rest = match unrename.as_mut() {
+                    Some(u) => u.feed(rest),
+                    None => rest,
+                };
+                if !rest.is_empty() {
+                    let len = rest.len() as u64;
+                    if write_head(client, &mut head, true).await.is_err()
+                        || write_chunk(client, rest, true).await.is_err()
+                    {
+                        out.end = RelayEnd::ClientGone;
+                        return out;
+                    }
+                    out.bytes_sent += len;
+                }
+                if !s.done() && !s.finished() {
+                    tracing::warn!(
+                        request_id,
+                        "backend ended the stream without [DONE] or a finish"
+                    );
+                    out.end = RelayEnd::UpstreamFailed;
+                }
+            }
+        }
         // What the rewriter still holds was the backend's: it goes out as it came.
         if let Some(tail) = unrename.as_mut().map(Unrename::finish) {
             let len = tail.len() as u64;
@@ -261,6 +311,13 @@ impl Relay<'_> {
             }
             out.bytes_sent += len;
         }
+        if splice_set && out.end == RelayEnd::UpstreamFailed {
+            // The migration decides how the client's stream goes on.
+            if write_head(client, &mut head, false).await.is_err() {
+                out.end = RelayEnd::ClientGone;
+            }
+            return out;
+        }
         // A head still unsent: the body ended (or failed) before its first byte.
         let ends_now = out.end == RelayEnd::Complete || sse;
         if write_head(client, &mut head, ends_now).await.is_err() {
@@ -269,14 +326,7 @@ impl Relay<'_> {
         }
         if out.end == RelayEnd::UpstreamFailed {
             if sse {
-                let e = GatewayError::Internal(
-                    "the backend failed while streaming the response".into(),
-                );
-                let event = e.to_sse_event();
-                let len = event.len() as u64;
-                if client.write_response_body(event, true).await.is_ok() {
-                    out.bytes_sent += len;
-                }
+                out.bytes_sent += end_with_error_event(client).await;
             } else {
                 // A fixed-length or chunked body cannot be ended cleanly without lying about
                 // its completeness.
@@ -300,6 +350,26 @@ impl Relay<'_> {
         };
         out
     }
+}
+
+/// End a stream whose backend failed with an SSE error event; returns the bytes written.
+pub async fn end_with_error_event(client: &mut ServerSession) -> u64 {
+    let e = GatewayError::Internal("the backend failed while streaming the response".into());
+    let event = e.to_sse_event();
+    let len = event.len() as u64;
+    match client.write_response_body(event, true).await {
+        Ok(_) => len,
+        Err(_) => 0,
+    }
+}
+
+/// End a stream the gateway completes itself (`data: [DONE]`, then the end of the body);
+/// returns the bytes written, `None` when the client is gone.
+pub async fn end_with_done(client: &mut ServerSession) -> Option<u64> {
+    let done = Bytes::from_static(b"data: [DONE]\n\n");
+    let len = done.len() as u64;
+    client.write_response_body(done, true).await.ok()?;
+    Some(len)
 }
 
 /// Close the client's connection mid-answer so that it sees a truncation: after the relay

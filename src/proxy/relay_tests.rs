@@ -113,7 +113,7 @@ async fn relay_with(
     let mut guard = backend.start_request(RequestLoad::default(), Instant::now(), true, None);
     let now = Instant::now();
     Relay {
-        head: client_response_head(&head, &[]).unwrap(),
+        head: Some(client_response_head(&head, &[]).unwrap()),
         unrename,
         held_first_token_at: None,
         first_chunk: first,
@@ -130,6 +130,7 @@ async fn relay_with(
             arrived: now,
         },
         request_id: "r",
+        splice: None,
     }
     .run(&mut e.client, &mut e.up)
     .await

@@ -20,9 +20,11 @@ use prometheus::{
 
 mod cluster;
 mod labels;
+mod migrate;
 mod race;
 pub use cluster::{ClusterMetrics, CollisionOutcome, NatsError, SyncDirection, SyncDrop};
 pub use labels::*;
+pub use migrate::{MigrationMetrics, MigrationOutcome};
 pub use race::{FailoverReason, RaceKind, RaceMetrics};
 
 /// The version and git revision this binary was built from (`build.rs`).
@@ -157,6 +159,8 @@ pub struct Metrics {
     pub cluster: ClusterMetrics,
     /// The failover and hedge families.
     pub race: RaceMetrics,
+    /// The stream migration families.
+    pub migration: MigrationMetrics,
 }
 
 /// A family with a `backend` label: removes every series of one backend, whatever its other
@@ -607,6 +611,7 @@ impl Metrics {
             ),
             cluster: ClusterMetrics::new(&r),
             race: RaceMetrics::new(&r),
+            migration: MigrationMetrics::new(&r),
             per_backend: Arc::new(r.per_backend.take()),
             registry: r.registry,
         }

@@ -26,6 +26,7 @@ pub mod request;
 pub mod routing;
 pub mod seq_cell;
 pub mod slo;
+pub mod splice;
 pub mod sse;
 pub mod state;
 pub mod time;

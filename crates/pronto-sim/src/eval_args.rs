@@ -76,6 +76,11 @@ pub struct EvaluateArgs {
     /// gateway's default margin (0.2) wherever the run can repair; `off`; or a margin.
     #[arg(long, value_name = "auto|off|MARGIN", default_value = "auto")]
     pub collision_repair: RepairSetting,
+    /// Stream migration: continuations a stream cut by a crashing backend (the fleet file's
+    /// `crash_after` / `crash_every`) may be sent, as the gateway's `migration.max_attempts`;
+    /// 0: off (the stream ends with an error event).
+    #[arg(long, default_value_t = 1)]
+    pub migration: u32,
     /// Every request's TTFT objective (a route's `ttft_slo`), for goodput; `off`: none.
     #[arg(long, default_value = "1s")]
     pub ttft_slo: SloLimit,

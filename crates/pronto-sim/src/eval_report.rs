@@ -68,6 +68,8 @@ pub struct RunReport {
     pub collision_repair_margin: Option<f64>,
     /// Requests collision repair moved to another backend.
     pub collision_repairs: u64,
+    /// What the fleet file's crash faults did.
+    pub crashes: crate::evaluate::CrashCounts,
     /// Every request's outcome, in trace order (written by `--requests-csv`).
     #[serde(skip)]
     pub outcomes: Vec<RequestOutcome>,
@@ -228,6 +230,25 @@ pub fn table(runs: &[RunReport]) -> String {
                 c.hedges,
                 c.hedges_won,
                 c.extra_prefill * 100.0
+            );
+        }
+    }
+    if runs.iter().any(|r| r.crashes.crashes > 0) {
+        s += &format!(
+            "\n{:<16} {:>8} {:>6} {:>8} {:>10} {:>7} {:>10}\n",
+            "policy", "crashes", "cut", "retries", "migrations", "errors", "reprefill%"
+        );
+        for r in runs {
+            let c = &r.crashes;
+            s += &format!(
+                "{:<16} {:>8} {:>6} {:>8} {:>10} {:>7} {:>10.2}\n",
+                r.policy,
+                c.crashes,
+                c.cut,
+                c.retries,
+                c.migrations,
+                c.errors,
+                c.reprefill_tokens as f64 * 100.0 / c.prompt_tokens.max(1) as f64
             );
         }
     }
@@ -392,6 +413,7 @@ mod tests {
             sync: "off".into(),
             sync_bytes_per_request: 0.0,
             races: RaceReport::default(),
+            crashes: Default::default(),
             collision_repair_margin: None,
             collision_repairs: 0,
             outcomes: vec![],

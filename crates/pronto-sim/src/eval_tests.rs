@@ -208,6 +208,7 @@ fn conversation_slice(load: f64, limit: usize) -> Option<EvaluateArgs> {
         spread: crate::eval_replicas::Spread::RoundRobin,
         sync: crate::eval_replicas::SyncMode::Off,
         collision_repair: crate::eval_replicas::RepairSetting::Auto,
+        migration: 1,
         ttft_slo: SloLimit(None),
         tpot_slo: SloLimit(None),
         objective: crate::evaluate::EvalObjective::Ttft,

@@ -79,6 +79,13 @@
 //! at once. `--first-token-deadline` / `--hedge` race a second backend as the gateway's routes
 //! do; the loser is aborted and released. Details in [`race`]; without them a run is unchanged.
 //!
+//! ## Crash faults and stream migration
+//! A fleet file's `crash_after` / `crash_every` / `restart_after` crash a backend on the
+//! virtual clock; the requests it held are retried (before their first token), continued on
+//! another backend with the tokens generated so far as the gateway's stream migration does
+//! (`--migration N`, after their first token; a new prefill of prompt + generated), or lost
+//! (an error event). Details in [`crash`]; without crash faults a run is unchanged.
+//!
 //! Mooncake's conversation trace is quantised to 3 s; ties are spread over each bucket
 //! ([`crate::workload::spread_ties`]) before anything else; `--arrival-seed` then re-draws the
 //! gaps ([`crate::eval_args::redraw_gaps`]).
@@ -86,8 +93,6 @@
 use std::collections::VecDeque;
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-use anyhow::Context;
 
 use super::engine::{Engine, EngineConfig, EngineEvent, SimRequest};
 pub use super::eval_args::{prepare_trace, EvalObjective, EvaluateArgs, Generated, SloLimit};
@@ -98,6 +103,8 @@ use super::fleet_config::FleetConfig;
 use super::profile::StepWork;
 use super::reasoning::ReasoningConfig;
 use crate::workload::{self as trace, TraceRequest};
+pub use cli::run_evaluate;
+pub use crash::{CrashCounts, CrashFault, CrashPlan};
 use pronto_core::predict::ReasoningLengths;
 use pronto_core::request::RequestFeatures;
 use pronto_core::slo::{Objective, SloTargets};
@@ -105,6 +112,8 @@ use pronto_core::tokens::{block_hashes, BLOCK_TOKENS};
 pub use race::{DeadlineFlag, HedgeFlag, RaceConfig, RaceCounts, StallFault, SECOND};
 
 mod chooser;
+mod cli;
+mod crash;
 mod feed;
 mod oracle;
 pub mod race;
@@ -324,6 +333,27 @@ pub fn evaluate_route(
     rep: Replication,
     route: &RouteSettings,
 ) -> anyhow::Result<RunReport> {
+    evaluate_crashing(
+        fleet,
+        model,
+        reqs,
+        policy,
+        rep,
+        route,
+        &CrashPlan::default(),
+    )
+}
+
+/// [`evaluate_route`] with the backends crashing as `plan` says ([`crash`]).
+pub fn evaluate_crashing(
+    fleet: &[SimBackend],
+    model: &str,
+    reqs: &[TraceRequest],
+    policy: &str,
+    rep: Replication,
+    route: &RouteSettings,
+    plan: &CrashPlan,
+) -> anyhow::Result<RunReport> {
     let RouteSettings {
         ref slo,
         objective,
@@ -368,6 +398,17 @@ pub fn evaluate_route(
     let reasoning = ReasoningLengths::default();
     let mut race = race::Races::new(*races, fleet, matches!(chooser, Chooser::Policy(..)));
     let mut repair = repair::Repair::new(&rep, &chooser, hold, races, fleet)?;
+    let mut faults = plan.faults.clone();
+    faults.resize(fleet.len(), None);
+    let mut crashes = crash::Crashes::new(faults, plan.migration);
+    anyhow::ensure!(
+        !crashes.any()
+            || (matches!(chooser, Chooser::Policy(..))
+                && *races == RaceConfig::default()
+                && rep.replicas <= 1),
+        "{policy}: crash faults are modelled for one router running a gateway policy, without \
+         first-token races (not the oracle)"
+    );
     if repair.is_some() {
         router.collect_collisions();
     }
@@ -408,6 +449,17 @@ pub fn evaluate_route(
             _ => step_end,
         };
         let arrival = reqs.get(next).map(|r| r.arrival_s);
+        // A crash due before the next event (and while work remains) happens first.
+        let due = crashes.next_at().filter(|&(c, _)| {
+            let work = step_end.is_some() || arrival.is_some();
+            work && step_end.is_none_or(|s| c <= s.0) && arrival.is_none_or(|a| c <= a)
+        });
+        if let Some((c, b)) = due {
+            clock = c;
+            crashes.crash(b, c, reqs, model, &mut world!());
+            let _ = clock;
+            continue;
+        }
         match (step_end, arrival) {
             (None, None) => break,
             (Some((t, b, raced)), a) if a.is_none_or(|a| t <= a) => {
@@ -421,6 +473,15 @@ pub fn evaluate_route(
                 race.admit(b, t, &mut events, &mut w);
                 for ev in events {
                     match ev {
+                        EngineEvent::FirstToken { id, .. } if crashes.is_continuation(id) => {
+                            // A migrated stream's continuation: one more token for the client,
+                            // the end of its booking's prefill for the router.
+                            let tr = &mut tracks[id as usize];
+                            tr.produced += 1;
+                            if let Some(d) = dispatched[id as usize].as_mut() {
+                                router.on_first_token(d, b, t - tr.dispatched_s, t);
+                            }
+                        }
                         EngineEvent::FirstToken {
                             id, cached_tokens, ..
                         } => {
@@ -454,6 +515,11 @@ pub fn evaluate_route(
                         }
                         EngineEvent::Finished { id, output_tokens } => {
                             let tr = &mut tracks[id as usize];
+                            // A continuation's output comes after what was relayed before it.
+                            let output_tokens = match crashes.is_continuation(id) {
+                                true if output_tokens > 0 => tr.produced,
+                                _ => output_tokens,
+                            };
                             tr.tpot_s = match tr.first_token_s {
                                 Some(f) if output_tokens >= 2 => {
                                     Some((t - f) / f64::from(output_tokens - 1))
@@ -540,7 +606,11 @@ pub fn evaluate_route(
                 Chooser::Oracle => true,
             };
             let replica = router.pick(i);
-            let views = router.router(replica).views(features, now, residency);
+            let down = crashes.down_at(t);
+            let views = match down.is_empty() {
+                true => router.router(replica).views(features, now, residency),
+                false => router.views_excluding(replica, features, t, residency, &down),
+            };
             if hold && pronto_core::routing::should_hold(features, views) {
                 break;
             }
@@ -588,6 +658,7 @@ pub fn evaluate_route(
             (tr.backend, tr.predicted_ttft_s, tr.reason) = (b, predicted, reason);
             tr.reasoning_tokens = thinking;
             tr.dispatched_s = t;
+            crashes.dispatched(tr.prompt_tokens);
             per_backend[b] += 1;
             dispatched[i] = Some(router.on_dispatch(replica, b, predicted, &view, &features, t));
             let expected = reasoning.expected(None);
@@ -697,6 +768,7 @@ pub fn evaluate_route(
         races: race.counts.into(),
         collision_repair_margin: repair.as_ref().map(|rp| rp.margin()),
         collision_repairs: repair.map_or(0, |rp| rp.moves),
+        crashes: crashes.counts,
         outcomes,
     })
 }
@@ -724,50 +796,4 @@ fn features_of(model: &str, ids: &[u32], r: &TraceRequest) -> RequestFeatures {
     f.block_hashes = block_hashes(ids, BLOCK_TOKENS);
     f.session_key = r.session.map(|s| s.to_string());
     f
-}
-
-/// `pronto evaluate`: run every requested policy and print a table or JSON.
-pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
-    let fleet = load_fleet(&args.fleet)?;
-    let model = FleetConfig::load(&args.fleet)?.model;
-    let (reqs, capacity) = prepare_trace(&args, &fleet)?;
-    let mut runs = Vec::new();
-    for p in &args.policies() {
-        let started = Instant::now();
-        let route = RouteSettings {
-            slo: args.slo(),
-            objective: args.objective,
-            races: args.races(),
-        };
-        let report = evaluate_route(&fleet, &model, &reqs, p, args.replication(), &route)?;
-        let wall = started.elapsed().as_secs_f64();
-        if !args.json {
-            eprintln!(
-                "{p}: replayed {} requests in {wall:.2} s ({:.0} requests/s)",
-                reqs.len(),
-                reqs.len() as f64 / wall.max(1e-9)
-            );
-        }
-        if let Some(dir) = &args.requests_csv {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("--requests-csv: cannot create {}", dir.display()))?;
-            let file = dir.join(format!("{p}.csv"));
-            std::fs::write(&file, super::eval_report::outcomes_csv(&report))
-                .with_context(|| format!("--requests-csv: cannot write {}", file.display()))?;
-        }
-        runs.push(report);
-    }
-    if args.json {
-        println!("{}", super::eval_report::to_json(&runs, capacity));
-    } else {
-        if let Some(c) = capacity {
-            println!(
-                "fleet capacity {c:.2} req/s; offered {:.2} req/s",
-                c * args.load.unwrap_or(0.0)
-            );
-        }
-        print!("{}", super::eval_report::table(&runs));
-        print!("{}", super::eval_report::legend(&runs));
-    }
-    Ok(())
 }

@@ -266,8 +266,9 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
         return error(ApiError::bad_request("the prompt must not be empty"));
     }
     // A reasoning model reasons before it answers (chat only; see crate::reasoning).
+    // A continued final message goes on with its answer: no reasoning first.
     let reasoning = match (kind, &s.reasoning) {
-        (ApiKind::Chat, Some(r)) => r.tokens_for(&prompt),
+        (ApiKind::Chat, Some(r)) if !req.continue_final => r.tokens_for(&prompt),
         _ => 0,
     };
     let generated = req.max_tokens.saturating_add(reasoning);
@@ -315,6 +316,7 @@ async fn generate(s: Shared, kind: ApiKind, body: &[u8]) -> Response {
             SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            req.seed,
         ),
         stall: s.faults.roll_stall(),
         shared: s,
@@ -382,7 +384,7 @@ impl SseState {
                 )));
             }
         };
-        let r = &self.flight.responder;
+        let r = &mut self.flight.responder;
         let mut frame = Vec::new();
         if p.first.is_some() {
             if let Some(role) = r.role_chunk() {
@@ -392,9 +394,8 @@ impl SseState {
         let base = self.flight.usage.completion_tokens;
         for i in 0..p.tokens {
             let last = p.finished && i + 1 == p.tokens;
-            let index = base + i;
-            let reasoning = index < self.flight.usage.reasoning_tokens;
-            r.push_token_chunk(index, last, reasoning, &mut frame);
+            let reasoning = base + i < self.flight.usage.reasoning_tokens;
+            r.push_token_chunk(last, reasoning, &mut frame);
         }
         self.flight.usage.completion_tokens += p.tokens;
         if p.finished {

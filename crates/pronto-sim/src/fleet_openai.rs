@@ -90,6 +90,10 @@ pub(crate) struct GenRequest {
     pub max_tokens: u32,
     /// The canonical prompt.
     pub prompt: String,
+    /// `continue_final_message`: the last (assistant) message is continued, not answered.
+    pub continue_final: bool,
+    /// The hash of the text the answer continues ([`context_seed`]): its words follow from it.
+    pub seed: u64,
 }
 
 fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
@@ -148,12 +152,31 @@ pub(crate) fn parse_generation(kind: ApiKind, body: &[u8]) -> Result<GenRequest,
         Some(0) => return Err(ApiError::bad_request("max_tokens must be an integer >= 1")),
         Some(n) => n,
     };
+    #[derive(serde::Deserialize)]
+    struct Flags {
+        #[serde(default)]
+        continue_final_message: Option<bool>,
+    }
+    let continue_final = kind == ApiKind::Chat
+        && serde_json::from_slice::<Flags>(body)
+            .ok()
+            .and_then(|f| f.continue_final_message)
+            .unwrap_or(false);
+    let seed = match kind {
+        // The generation prompt, as a chat template adds it; a continued final message is
+        // the text so far itself (its canonical line's newline is no part of it).
+        ApiKind::Chat if continue_final => context_seed(0, f.prompt.trim_end_matches('\n')),
+        ApiKind::Chat => context_seed(context_seed(0, &f.prompt), "assistant:"),
+        ApiKind::Completion => context_seed(0, &f.prompt),
+    };
     Ok(GenRequest {
         model: Some(f.model),
         stream: f.stream,
         include_usage: f.include_usage,
         max_tokens,
         prompt: f.prompt,
+        continue_final,
+        seed,
     })
 }
 
@@ -189,11 +212,37 @@ const WORDS: [&str; 32] = [
     "irure", "in", "velit", "esse", "cillum", "fugiat", "nulla", "sunt", "culpa",
 ];
 
-/// The deterministic word emitted as output token `index` of request `id` (with a leading
-/// space, like a BPE token).
-pub(crate) fn word(id: u64, index: u32) -> String {
-    let w = WORDS[(mix64(id ^ (u64::from(index) << 40)) % WORDS.len() as u64) as usize];
-    format!(" {w}")
+/// The hash of `text` continuing a context hashed `seed`: folded over its whitespace-separated
+/// words, so `context_seed(context_seed(s, a), b) == context_seed(s, a + b)` whenever `b`
+/// starts with whitespace — as every generated word does. A continuation request (the prompt
+/// plus the text so far) therefore reaches exactly the state the uninterrupted generation was
+/// in, and goes on with exactly the words it would have produced.
+pub(crate) fn context_seed(seed: u64, text: &str) -> u64 {
+    text.split_whitespace().fold(seed, |h, w| {
+        let fnv = w.bytes().fold(0xcbf2_9ce4_8422_2325u64, |a, b| {
+            (a ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        mix64(h ^ fnv)
+    })
+}
+
+/// The next output word after a context hashed `seed` (with a leading space, like a BPE
+/// token), and the context's hash once it is appended: a deterministic language model.
+pub(crate) fn next_word(seed: u64) -> (&'static str, u64) {
+    let w = WORDS[(mix64(seed) % WORDS.len() as u64) as usize];
+    (w, context_seed(seed, w))
+}
+
+/// The words a context hashed `seed` generates next, `n` of them, concatenated.
+pub(crate) fn words(mut seed: u64, n: u32) -> String {
+    let mut out = String::new();
+    for _ in 0..n {
+        let (w, next) = next_word(seed);
+        out.push(' ');
+        out.push_str(w);
+        seed = next;
+    }
+    out
 }
 
 /// Token usage of one finished (or in-progress) request.
@@ -229,19 +278,22 @@ pub(crate) struct Responder {
     id: u64,
     model: String,
     created: u64,
+    /// The hash of the context so far: the prompt, then every word sent ([`next_word`]).
+    seed: u64,
     /// `data: {"id":…,"object":…,"created":…,"model":…,"choices":[{"index":0,` — the
     /// per-request head of every token chunk, rendered once (token chunks are the hot path).
     head: String,
 }
 
 impl Responder {
-    /// A responder for request `id` of `model`.
-    pub fn new(kind: ApiKind, id: u64, model: String, created: u64) -> Responder {
+    /// A responder for request `id` of `model`, its answer following a context hashed `seed`.
+    pub fn new(kind: ApiKind, id: u64, model: String, created: u64, seed: u64) -> Responder {
         let mut r = Responder {
             kind,
             id,
             model,
             created,
+            seed,
             head: String::new(),
         };
         let obj = json!({"id": r.id_str(), "object": r.object(true), "created": created,
@@ -286,20 +338,22 @@ impl Responder {
         })
     }
 
-    /// The chunk of output token `index`; `last` puts `finish_reason: "length"` on it.
+    /// The chunk of the next output token; `last` puts `finish_reason: "length"` on it.
     #[cfg(test)]
-    pub fn token_chunk(&self, index: u32, last: bool) -> Bytes {
+    pub fn token_chunk(&mut self, last: bool) -> Bytes {
         let mut out = Vec::new();
-        self.push_token_chunk(index, last, false, &mut out);
+        self.push_token_chunk(last, false, &mut out);
         Bytes::from(out)
     }
 
-    /// Append the chunk of output token `index` to `out` (words need no JSON escaping);
+    /// Append the chunk of the next output token to `out` (words need no JSON escaping);
     /// `reasoning`: it is a reasoning token (chat: `delta.reasoning_content`).
-    pub fn push_token_chunk(&self, index: u32, last: bool, reasoning: bool, out: &mut Vec<u8>) {
+    pub fn push_token_chunk(&mut self, last: bool, reasoning: bool, out: &mut Vec<u8>) {
         let finish = if last { "\"length\"" } else { "null" };
         out.extend_from_slice(self.head.as_bytes());
-        let w = word(self.id, index);
+        let (w, next) = next_word(self.seed);
+        self.seed = next;
+        let w = format!(" {w}");
         let field = if reasoning {
             "reasoning_content"
         } else {
@@ -332,12 +386,17 @@ impl Responder {
     /// The whole non-streaming answer.
     pub fn full(&self, usage: Usage) -> Value {
         let thought = usage.reasoning_tokens.min(usage.completion_tokens);
-        let words = |r: std::ops::Range<u32>| r.map(|i| word(self.id, i)).collect::<String>();
-        let text = words(thought..usage.completion_tokens);
+        let all = words(self.seed, usage.completion_tokens);
+        // Every word is one space and its letters: the reasoning is the first `thought`.
+        let split = all
+            .match_indices(' ')
+            .nth(thought as usize)
+            .map_or(all.len(), |(i, _)| i);
+        let (reasoning, text) = all.split_at(split);
         let choice = match self.kind {
             ApiKind::Chat if thought > 0 => json!({"index": 0,
                 "message": {"role": "assistant", "content": text,
-                            "reasoning_content": words(0..thought)},
+                            "reasoning_content": reasoning},
                 "logprobs": null, "finish_reason": "length"}),
             ApiKind::Chat => json!({"index": 0,
                 "message": {"role": "assistant", "content": text},
@@ -422,14 +481,14 @@ mod tests {
 
     #[test]
     fn chunks_have_vllm_shape() {
-        let r = Responder::new(ApiKind::Chat, 7, "m \"q\"".into(), 1);
+        let mut r = Responder::new(ApiKind::Chat, 7, "m \"q\"".into(), 1, 42);
         let role = r.role_chunk().unwrap();
         let v: Value = serde_json::from_slice(&role[6..role.len() - 2]).unwrap();
         assert_eq!(v["choices"][0]["delta"]["role"], "assistant");
-        let last = r.token_chunk(2, true);
+        let last = r.token_chunk(true);
         let v: Value = serde_json::from_slice(&last[6..last.len() - 2]).unwrap();
         assert_eq!(v["choices"][0]["finish_reason"], "length");
-        assert_eq!(v["choices"][0]["delta"]["content"], word(7, 2).as_str());
+        assert_eq!(v["choices"][0]["delta"]["content"], words(42, 1).as_str());
         let full = r.full(Usage {
             prompt_tokens: 5,
             completion_tokens: 3,
@@ -442,24 +501,60 @@ mod tests {
         assert_eq!(text.split(' ').filter(|w| !w.is_empty()).count(), 3);
         assert_eq!(v["model"], "m \"q\"");
         assert_eq!(v["id"], "chatcmpl-sim-7");
-        let mid: Value = serde_json::from_slice(&r.token_chunk(1, false)[6..]).unwrap();
+        let mid: Value = serde_json::from_slice(&r.token_chunk(false)[6..]).unwrap();
         assert!(mid["choices"][0]["finish_reason"].is_null());
         assert_eq!(mid["object"], "chat.completion.chunk");
-        let c = Responder::new(ApiKind::Completion, 7, "m".into(), 1);
+        let mut c = Responder::new(ApiKind::Completion, 7, "m".into(), 1, 0);
         assert!(c.role_chunk().is_none());
-        let v: Value = serde_json::from_slice(&c.token_chunk(0, false)[6..]).unwrap();
+        let v: Value = serde_json::from_slice(&c.token_chunk(false)[6..]).unwrap();
         assert!(v["choices"][0]["text"].is_string());
     }
 
     #[test]
+    fn a_continuation_generates_what_the_uninterrupted_answer_would() {
+        let chat = br#"{"model":"m","messages":[{"role":"user","content":"why?"}],"max_tokens":9}"#;
+        let whole = parse_generation(ApiKind::Chat, chat).unwrap();
+        let answer = words(whole.seed, 9);
+        for cut in [1, 4, 8] {
+            // Whole words only: `so_far` ends before the space that starts the next word.
+            let so_far = &answer[..answer
+                .match_indices(' ')
+                .nth(cut)
+                .map_or(answer.len(), |m| m.0)];
+            let body = serde_json::to_vec(&json!({"model": "m", "max_tokens": 9 - cut,
+                "messages": [{"role": "user", "content": "why?"},
+                             {"role": "assistant", "content": so_far}],
+                "continue_final_message": true, "add_generation_prompt": false}))
+            .unwrap();
+            let cont = parse_generation(ApiKind::Chat, &body).unwrap();
+            assert!(cont.continue_final);
+            assert_eq!(
+                format!("{so_far}{}", words(cont.seed, 9 - cut as u32)),
+                answer
+            );
+            let comp =
+                parse_generation(ApiKind::Completion, br#"{"model":"m","prompt":"p q"}"#).unwrap();
+            let text = words(comp.seed, 6);
+            let body = serde_json::to_vec(&json!({"model": "m", "prompt": format!("p q{}",
+                &text[..text.match_indices(' ').nth(2).unwrap().0])}))
+            .unwrap();
+            let cont = parse_generation(ApiKind::Completion, &body).unwrap();
+            assert_eq!(
+                words(cont.seed, 4),
+                text[text.match_indices(' ').nth(2).unwrap().0..]
+            );
+        }
+    }
+
+    #[test]
     fn reasoning_tokens_come_first_as_reasoning_content() {
-        let r = Responder::new(ApiKind::Chat, 9, "m".into(), 1);
+        let r = Responder::new(ApiKind::Chat, 9, "m".into(), 1, 5);
         let mut out = Vec::new();
-        r.push_token_chunk(0, false, true, &mut out);
+        r.clone().push_token_chunk(false, true, &mut out);
         let v: Value = serde_json::from_slice(&out[6..]).unwrap();
         assert_eq!(
             v["choices"][0]["delta"]["reasoning_content"],
-            word(9, 0).as_str()
+            words(5, 1).as_str()
         );
         assert!(v["choices"][0]["delta"].get("content").is_none());
         let full = r.full(Usage {

@@ -104,6 +104,7 @@ impl Checker {
             api_key,
             scrape,
             served_model_name,
+            continue_streams: pool.continue_streams.unwrap_or(true),
         }
     }
 

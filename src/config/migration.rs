@@ -1,0 +1,119 @@
+//! Stream migration (`src/proxy/migrate.rs`): the file struct, the typed model and their
+//! validation with field paths.
+//!
+//! ```yaml
+//! migration: {max_attempts: 1}     # the default for every stream; 0 turns migration off
+//! routes:
+//!   - name: agents
+//!     pool: llama
+//!     migration: {max_attempts: 2} # this route's streams may be continued twice
+//! pools:
+//!   legacy:
+//!     continue_streams: false      # its engines cannot continue a partial answer
+//! ```
+//!
+//! `max_attempts` bounds the continuations one stream may be sent (each on another backend):
+//! when the backend relaying a stream fails after its first token, the gateway sends the
+//! request with the text so far to the next-best backend and splices that backend's stream
+//! into the client's. It is on by default (one attempt): a client whose stream would end in
+//! an error event gets the rest of its answer instead. Requests that cannot be continued
+//! honestly (`n` > 1, logprobs, a tool call or reasoning in progress) are never migrated, and
+//! a pool with `continue_streams: false` (an engine without vLLM's and SGLang's
+//! `continue_final_message`) neither sends nor receives continuations.
+
+use serde::Deserialize;
+
+use super::validate::Checker;
+
+/// Continuations one stream may be sent when no `migration:` section says otherwise.
+pub const DEFAULT_MIGRATION_ATTEMPTS: u32 = 1;
+
+/// The most continuations one stream may be sent.
+pub const MAX_MIGRATION_ATTEMPTS: u64 = 8;
+
+/// `migration:` as written (top level or on a route).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigrationFile {
+    /// Continuations one stream may be sent (0: off).
+    pub max_attempts: Option<u64>,
+}
+
+/// Stream migration settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Migration {
+    /// Continuations one stream may be sent, each on another backend (0: off).
+    pub max_attempts: u32,
+}
+
+impl Default for Migration {
+    fn default() -> Migration {
+        Migration {
+            max_attempts: DEFAULT_MIGRATION_ATTEMPTS,
+        }
+    }
+}
+
+impl Checker {
+    /// A `migration:` section at `path`; `default` when absent (errors recorded).
+    pub(super) fn migration(
+        &mut self,
+        path: &str,
+        f: Option<&MigrationFile>,
+        default: Migration,
+    ) -> Migration {
+        let Some(f) = f else {
+            return default;
+        };
+        let field = format!("{path}.max_attempts");
+        let max_attempts = match f.max_attempts {
+            None => default.max_attempts,
+            Some(n) if n > MAX_MIGRATION_ATTEMPTS => {
+                self.error(
+                    &field,
+                    format!("must be at most {MAX_MIGRATION_ATTEMPTS}, got {n}"),
+                );
+                default.max_attempts
+            }
+            Some(n) => n as u32,
+        };
+        Migration { max_attempts }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn parse(yaml: &str) -> Result<Config, String> {
+        Config::from_yaml_str(yaml, "m.yaml").map_err(|e| e.to_string())
+    }
+
+    const POOLS: &str = "pools:\n  m:\n    backends:\n      - {name: a, url: 'http://127.0.0.1:1'}\n      - {name: b, url: 'http://127.0.0.1:2'}\n";
+
+    #[test]
+    fn defaults_overrides_and_bad_values() {
+        let c = parse(POOLS).unwrap();
+        assert_eq!(c.migration.max_attempts, 1);
+        assert!(c.pools[0].continue_streams);
+        let yaml = format!(
+            "migration: {{max_attempts: 0}}\nroutes:\n  - {{name: r, pool: m, migration: {{max_attempts: 3}}}}\n{POOLS}    continue_streams: false\n"
+        );
+        let c = parse(&yaml).unwrap();
+        assert_eq!(c.migration.max_attempts, 0);
+        assert_eq!(c.routes[0].migration.map(|m| m.max_attempts), Some(3));
+        assert!(!c.pools[0].continue_streams);
+        let e = parse(&format!("migration: {{max_attempts: 9}}\n{POOLS}")).unwrap_err();
+        assert!(
+            e.contains("migration.max_attempts: must be at most 8, got 9"),
+            "{e}"
+        );
+        let e = parse(&format!(
+            "routes:\n  - {{name: r, pool: m, migration: {{max_attempts: -1}}}}\n{POOLS}"
+        ))
+        .unwrap_err();
+        assert!(e.contains("migration"), "{e}");
+        let e = parse(&format!("migration: {{attempts: 1}}\n{POOLS}")).unwrap_err();
+        assert!(e.contains("attempts"), "{e}");
+    }
+}
