@@ -22,7 +22,7 @@ use super::race;
 use super::relay::{client_response_head, Relay, RelayEnd, RelayOutcome};
 use super::repair;
 use super::retry::{Next, Retries};
-use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
+use super::upstream::{attempt, client_key_is_ours, upstream_request_head, Attempt, Deadlines};
 use super::{request_id, tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
 use crate::config::route::RouteObjective;
 use crate::config::Route;
@@ -283,12 +283,11 @@ impl Proxy {
             access.attempts = retries.attempts();
             access.reason = Some(routed.decision.reason);
             access.predicted_ttft_s = routed.decision.predicted_ttft_s;
-            let client_auth_is_ours = state.config.auth.is_some();
             let head = upstream_request_head(
                 session.req_header(),
                 backend,
                 body.len(),
-                client_auth_is_ours,
+                client_key_is_ours(state.config.auth.is_some(), *route),
                 &access.id,
             )
             .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use pingora_http::RequestHeader;
 
-use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
+use super::upstream::{attempt, client_key_is_ours, upstream_request_head, Attempt, Deadlines};
 use super::Proxy;
 use crate::config::route::RaceOn;
 use crate::config::Route;
@@ -319,7 +319,7 @@ impl Race<'_> {
             self.client_head,
             backend,
             self.body.len(),
-            self.state.config.auth.is_some(),
+            client_key_is_ours(self.state.config.auth.is_some(), Some(self.route)),
             self.request_id,
         )
         .ok()?;
