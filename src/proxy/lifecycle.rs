@@ -545,6 +545,12 @@ impl Proxy {
                     .with_label_values(&[&pool.model])
                     .inc();
             }
+            RelayEnd::ClientStalled => {
+                self.metrics
+                    .client_stalled_total
+                    .with_label_values(&[&pool.model])
+                    .inc();
+            }
             RelayEnd::UpstreamFailed => {
                 self.record_failure(pool, i, &state.config.health);
                 self.metrics

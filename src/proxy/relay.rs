@@ -3,7 +3,14 @@
 //! While relaying, three things race: the next upstream chunk (bounded by the idle timeout),
 //! and the client hanging up (`read_body_or_idle`: a FIN on HTTP/1.1, a reset on h2). A client
 //! hang-up drops the upstream session at once, which closes its connection so the backend
-//! stops generating. An upstream failure after the first byte cannot be retried: a stream ends
+//! stops generating.
+//!
+//! A client that stops reading is released the same way: a write that makes no progress
+//! within `limits.write_timeout` (or the time `limits.min_send_rate` allows for its size) —
+//! the end of the body included, which pingora leaves unbounded — ends the relay as
+//! [`RelayEnd::ClientStalled`]. Its connection is then reset, not closed gracefully
+//! ([`abort`]): what is still queued for it in the kernel is dropped at once, and the
+//! upstream connection is closed (never pooled), so the engine aborts the request. An upstream failure after the first byte cannot be retried: a stream ends
 //! with an SSE error event, then a clean end of body; other bodies are cut off (the client sees
 //! a truncated body, never a hang).
 
@@ -13,6 +20,7 @@ use bytes::Bytes;
 use http::header;
 use pingora_core::protocols::http::client::HttpSession;
 use pingora_core::protocols::http::ServerSession;
+use pingora_core::{Error, ErrorType};
 use pingora_http::ResponseHeader;
 
 use futures::FutureExt;
@@ -32,6 +40,9 @@ pub enum RelayEnd {
     UpstreamFailed,
     /// The client hung up.
     ClientGone,
+    /// The client stopped reading: a write made no progress within the write deadline. Its
+    /// connection was made to reset ([`abort`]): drop it without another write.
+    ClientStalled,
 }
 
 /// Observations from one relay.
@@ -182,10 +193,12 @@ impl Relay<'_> {
                 }
                 let more = pending.is_some() || body_done;
                 let len = chunk.len() as u64;
-                if write_head(client, &mut head, true).await.is_err()
-                    || write_chunk(client, chunk, more).await.is_err()
-                {
-                    out.end = RelayEnd::ClientGone;
+                let written = match write_head(client, &mut head, true).await {
+                    Ok(()) => write_chunk(client, chunk, more).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = written {
+                    out.end = client_failed(client, &e).await;
                     return out;
                 }
                 out.bytes_sent += len;
@@ -228,8 +241,8 @@ impl Relay<'_> {
         }
         // A head still unsent: the body ended (or failed) before its first byte.
         let ends_now = out.end == RelayEnd::Complete || sse;
-        if write_head(client, &mut head, ends_now).await.is_err() {
-            out.end = RelayEnd::ClientGone;
+        if let Err(e) = write_head(client, &mut head, ends_now).await {
+            out.end = client_failed(client, &e).await;
             return out;
         }
         if out.end == RelayEnd::UpstreamFailed {
@@ -239,8 +252,11 @@ impl Relay<'_> {
                 );
                 let event = e.to_sse_event();
                 let len = event.len() as u64;
-                if client.write_response_body(event, true).await.is_ok() {
-                    out.bytes_sent += len;
+                match write_last(client, event).await {
+                    Ok(()) => out.bytes_sent += len,
+                    // The backend's failure is what this relay records; a stalled client is
+                    // still released.
+                    Err(e) => drop(client_failed(client, &e).await),
                 }
             } else {
                 // A fixed-length or chunked body cannot be ended cleanly without lying about
@@ -249,12 +265,8 @@ impl Relay<'_> {
             }
             return out;
         }
-        if client
-            .write_response_body(Bytes::new(), true)
-            .await
-            .is_err()
-        {
-            out.end = RelayEnd::ClientGone;
+        if let Err(e) = write_last(client, Bytes::new()).await {
+            out.end = client_failed(client, &e).await;
             return out;
         }
         out.reusable = up.response_done();
@@ -269,9 +281,66 @@ impl Relay<'_> {
 
 /// Close the client's connection mid-answer so that it sees a truncation: after the relay
 /// returns, pingora would otherwise end a chunked body cleanly (and reuse the connection).
+/// The close flushes what is buffered: within the write deadline, else it is a reset.
 async fn cut(client: &mut ServerSession) {
     client.set_keepalive(None);
-    let _ = client.shutdown().await;
+    let deadline = client.get_write_timeout();
+    let shutdown = client.shutdown();
+    let done = match deadline {
+        Some(t) => tokio::time::timeout(t, shutdown).await.is_ok(),
+        None => {
+            shutdown.await;
+            true
+        }
+    };
+    if !done {
+        abort(client).await;
+    }
+}
+
+/// Whether a failed write to the client is a stall (no progress within the write deadline)
+/// rather than a broken connection.
+fn stalled(e: &Error) -> bool {
+    e.etype == ErrorType::WriteTimedout
+}
+
+/// A write to the client failed with `e`: a stalled client's connection is aborted.
+async fn client_failed(client: &mut ServerSession, e: &Error) -> RelayEnd {
+    if stalled(e) {
+        abort(client).await;
+        RelayEnd::ClientStalled
+    } else {
+        RelayEnd::ClientGone
+    }
+}
+
+/// Release a client that stopped reading: on HTTP/1.1 its connection is made to reset when
+/// it is dropped (`SO_LINGER` 0, [`coalesce::abort`]) and is never reused; on h2 its stream
+/// is reset (flow control bounds what the connection holds for it).
+async fn abort(client: &mut ServerSession) {
+    client.set_keepalive(None);
+    if client.is_http2() {
+        client.shutdown().await;
+    } else if !coalesce::abort(client.stream()) {
+        tracing::debug!("client connection cannot be reset; it is closed instead");
+    }
+}
+
+/// Write the last of the body, `data`, and its end, within the client's write deadline:
+/// pingora bounds a body write, but not the end of a chunked body (its terminator and flush).
+async fn write_last(client: &mut ServerSession, data: Bytes) -> pingora_core::Result<()> {
+    let deadline = client.get_write_timeout();
+    let write = client.write_response_body(data, true);
+    match deadline {
+        None => write.await,
+        Some(t) => match tokio::time::timeout(t, write).await {
+            Ok(r) => r,
+            Err(_) => Error::e_explain(
+                ErrorType::WriteTimedout,
+                format!("writing the end of the body, timeout: {t:?}"),
+            ),
+        },
+    }
 }
 
 /// Write the response head if it is still unsent. `more_now`: another write follows at once
