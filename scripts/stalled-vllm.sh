@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A stalled reader against a REAL vLLM on CPU (issue 42, item 2): Pronto (write_timeout 2s) in
-# front of one vLLM server; a raw-socket client (4 KiB receive buffer) opens a long stream and
-# never reads it. Checks that the gateway releases it (`pronto_client_stalled_total` 1), that
-# the client's connection is reset, and that vLLM's `vllm:num_requests_running` is back to 0
+# front of one vLLM server; a raw-socket client (4 KiB receive buffer, 536-byte MSS) opens a
+# long stream and never reads it. Checks that the gateway releases it
+# (`pronto_client_stalled_total` 1), that the client's connection is reset, and that vLLM's
+# `vllm:num_requests_running` is back to 0
 # within one second of the release — while the request would have generated for much longer
 # (its max_tokens at vLLM's measured rate). Not part of CI (vLLM on CPU starts in 45-95 s);
 # docs/reliability.md records one run.
@@ -75,6 +76,10 @@ would_run = MAX_TOKENS / rate
 
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+# A small MSS keeps the gateway's send buffer for this connection small (Linux sizes it from
+# the MSS and the congestion window): the reader stalls within tens of KB, long before the
+# generation could end, instead of after the ~3 MB a loopback connection buffers.
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 536)
 s.connect(("127.0.0.1", port))
 body = chat(MAX_TOKENS, True)
 s.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
@@ -108,7 +113,8 @@ ok = running_seen is not None and lag is not None and lag <= 1.0 and seen == "re
 print("| measure | value |")
 print("|---|---|")
 print(f"| vLLM decode rate (direct, 200 tokens) | {rate:.1f} tokens/s: {MAX_TOKENS} tokens would take {would_run:.0f} s |")
-print(f"| stream opened → gateway released the stalled reader | {(stalled_at or 0) - opened:.1f} s |")
+released = "never" if stalled_at is None else f"{stalled_at - opened:.1f} s"
+print(f"| stream opened → gateway released the stalled reader | {released} |")
 print(f"| release → `vllm:num_requests_running` 0 | {'never' if lag is None else f'{lag:.2f} s'} (bound: 1 s) |")
 print(f"| the reader's connection | {seen} |")
 print(f"\n{'as expected' if ok else 'NOT as expected'}")
