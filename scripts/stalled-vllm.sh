@@ -3,10 +3,9 @@
 # front of one vLLM server; a raw-socket client (4 KiB receive buffer, 536-byte MSS) opens a
 # long stream and never reads it. Checks that the gateway releases it
 # (`pronto_client_stalled_total` 1), that the client's connection is reset, and that vLLM's
-# `vllm:num_requests_running` is back to 0
-# within one second of the release — while the request would have generated for much longer
-# (its max_tokens at vLLM's measured rate). Not part of CI (vLLM on CPU starts in 45-95 s);
-# docs/reliability.md records one run.
+# `vllm:num_requests_running` is back to 0 within one second of the release — while the request
+# would have generated for much longer (its max_tokens at vLLM's measured rate). Not part of
+# CI (vLLM on CPU starts in 45-95 s); docs/reliability.md records one run.
 #
 #   scripts/stalled-vllm.sh        env: PRONTO (default target/release/pronto), PEERS,
 #                                  VLLM_PORT (default 8131), OUT
