@@ -508,6 +508,59 @@ def _():
     seen = (f"no credentials: {last(none)}; wrong password: {last(wrong)}; replica connected "
             f"{connected}, peers {peers:.0f}, messages heard {heard:.0f}")
     return seen, 0, connected and refused and heard == 0 and peers == 0
+# === issue 42: stalled readers released, /health says only up or down ===
+# (self-contained: the fast fleet, and the down fleet the case above left stopped)
+
+
+@case("client stops reading: reset and counted",
+      f"connection reset at write_timeout ({L['write_timeout']}), upstream closed, stall counted")
+def _():
+    stalls = f'pronto_client_stalled_total{{pool="{FAST}"}}'
+    before = metric(stalls) or 0
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(GW)
+    body = chat(FAST, "stalled reader", max_tokens=200000, stream=True)
+    s.sendall(head(len(body)) + body)
+    t = time.monotonic()
+    counted = wait_until(lambda: (metric(stalls) or 0) > before, 30)
+    took = time.monotonic() - t
+    s.settimeout(5)
+    try:
+        while s.recv(1 << 20):
+            pass
+        seen = "closed"
+    except ConnectionResetError:
+        seen = "reset"
+    except socket.timeout:
+        seen = "still open"
+    s.close()
+    def inflight():
+        return sum(metric(f'pronto_backend_inflight{{backend="fast-b{i}"}}') or 0 for i in (0, 1))
+    freed = wait_until(lambda: inflight() == 0, 5)
+    ok = counted and seen == "reset" and freed
+    return f"counted after {took:.1f} s; the client saw its connection {seen}", 0, ok
+
+
+@case("GET /health with a pool down", "503 {\"status\":\"unavailable\"}, no pool named; admin /readyz names it")
+def _():
+    def health():
+        c = http.client.HTTPConnection(*GW, timeout=5)
+        c.request("GET", "/health")
+        r = c.getresponse()
+        out = r.status, r.read()
+        c.close()
+        return out
+    down = wait_until(lambda: health()[0] == 503, 10)
+    st, body = health()
+    c = http.client.HTTPConnection(*ADMIN, timeout=5)
+    c.request("GET", "/readyz")
+    ready = c.getresponse().read()
+    c.close()
+    named = CFG["down_model"].encode() in body
+    ok = down and json.loads(body) == {"status": "unavailable"} and not named \
+        and CFG["down_model"].encode() in ready
+    return f"{st} {body.decode()}; /readyz names {CFG['down_model']}: {CFG['down_model'].encode() in ready}", 0, ok
 
 
 print("| case | expected | seen | requests lost | peak RSS MiB |")

@@ -43,6 +43,8 @@
 //! The queue is a `Vec` under a `std::sync::Mutex`, held only for short scans, never across an
 //! await; an atomic count lets every [`Departure`] skip the lock while the queue is empty.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;

@@ -11,6 +11,8 @@
 //! neither which key matched nor how much of a key was right. Only digests are held in
 //! memory. The admin listener uses the same comparison for its optional `admin.token`.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use crate::config::edge::{sha256, AdminSettings, ApiKey, Auth, Digest};
 use crate::config::route::constant_time_eq;
 use crate::config::Route;

@@ -16,8 +16,17 @@
 //! flushes on its own, never holds it).
 //!
 //! At most [`MAX_HELD`] bytes are kept: a larger held write goes out as if unheld.
+//!
+//! A client connection's wrapper also keeps a second descriptor of its socket
+//! ([`Coalesce::abortable`]), so that the proxy can close a client that stopped reading
+//! abortively ([`abort`]): `SO_LINGER` 0, then the drop of the connection resets it, and the
+//! kernel discards what is still queued for the client instead of keeping it (and the socket)
+//! until the client reads or its probes time out (nginx's `reset_timedout_connection`).
+
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{self, IoSlice};
+use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -47,6 +56,10 @@ pub struct Coalesce<T = Stream> {
     kept: Vec<u8>,
     sent: usize,
     hold: AtomicBool,
+    /// Another descriptor of the client socket, for [`abort`]; closed after `inner`.
+    abortable: Option<OwnedFd>,
+    /// [`abort`] armed the reset: the connection must be dropped, not finished.
+    aborted: AtomicBool,
 }
 
 impl<T: std::fmt::Debug> std::fmt::Debug for Coalesce<T> {
@@ -66,6 +79,18 @@ impl<T> Coalesce<T> {
             kept: Vec::new(),
             sent: 0,
             hold: AtomicBool::new(false),
+            abortable: None,
+            aborted: AtomicBool::new(false),
+        }
+    }
+
+    /// `inner`, unheld, that [`abort`] can reset through `socket` (a duplicate descriptor of
+    /// the socket under `inner`). The socket stays open until both are dropped: `inner`
+    /// first, then `socket`.
+    pub fn abortable(inner: T, socket: OwnedFd) -> Coalesce<T> {
+        Coalesce {
+            abortable: Some(socket),
+            ..Coalesce::new(inner)
         }
     }
 
@@ -162,6 +187,30 @@ pub fn hold(stream: Option<&Stream>, on: bool) -> bool {
         }
         None => false,
     }
+}
+
+/// Make the close of `stream`'s connection abortive: with `SO_LINGER` 0 the drop of the
+/// connection sends a reset and the kernel drops whatever is still queued for the peer.
+/// Returns whether it could (a client connection, see [`Coalesce::abortable`]); the caller
+/// must then drop the connection without another write.
+pub fn abort(stream: Option<&Stream>) -> bool {
+    let Some(c) = stream.and_then(|s| (**s).as_any().downcast_ref::<Coalesce>()) else {
+        return false;
+    };
+    c.aborted.store(true, Ordering::Relaxed);
+    c.abortable.as_ref().is_some_and(|socket| {
+        socket2::SockRef::from(socket)
+            .set_linger(Some(Duration::ZERO))
+            .is_ok()
+    })
+}
+
+/// Whether [`abort`] was called on `stream`: its connection must be dropped at once, without
+/// finishing the response (a write to a client that does not read would wait).
+pub fn aborted(stream: Option<&Stream>) -> bool {
+    stream
+        .and_then(|s| (**s).as_any().downcast_ref::<Coalesce>())
+        .is_some_and(|c| c.aborted.load(Ordering::Relaxed))
 }
 
 /// Whether `stream`'s writes are held now (for tests and assertions).

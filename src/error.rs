@@ -5,6 +5,8 @@
 //! (`{"error":{"message","type","code"}}`), and [`GatewayError::retry_after`] an optional
 //! `Retry-After`. Nothing else in the crate chooses a status code for an error.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use bytes::Bytes;
 
 /// An error answered to the client.

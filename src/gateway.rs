@@ -29,6 +29,8 @@
 //! - **Policy** object (round-robin cursor, seeded random stream, hash ring): kept when the
 //!   policy spec is equal and the backend list is identical, else built fresh.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -25,6 +25,8 @@
 //! JSON error ([`GatewayError::to_http1_close`]) — a 431 when the head had more header lines
 //! than pingora accepts, a 501 for pingora's refusal of a transfer coding, a 400 otherwise.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use std::future::Future;
 use std::io;
 use std::pin::Pin;

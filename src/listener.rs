@@ -12,6 +12,8 @@
 //! answered a 503 JSON error with `Retry-After` and closed — and each request head must
 //! arrive within `limits.header_timeout` ([`crate::head_deadline`]).
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -128,6 +130,8 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<(std::net::TcpListener, SocketA
     Ok((l, local))
 }
 
+/// Serve one connection until the app lets it go. `head_timeout`: the client listener's head
+/// deadline; `None` on the admin listener, whose connections need no abortive close either.
 async fn serve<A: ServerApp + Send + Sync + 'static>(
     app: Arc<A>,
     tls: Option<Arc<Acceptor>>,
@@ -136,6 +140,12 @@ async fn serve<A: ServerApp + Send + Sync + 'static>(
     head_timeout: Option<Duration>,
 ) {
     let _ = tcp.set_nodelay(true);
+    // A client connection keeps a second descriptor of its socket, so that the proxy can
+    // reset a client that stopped reading (`coalesce::abort`).
+    let abortable = match head_timeout {
+        Some(_) => std::os::fd::AsFd::as_fd(&tcp).try_clone_to_owned().ok(),
+        None => None,
+    };
     let l4 = L4Stream::from(tcp);
     let stream: Stream = match tls {
         Some(acceptor) => {
@@ -164,7 +174,10 @@ async fn serve<A: ServerApp + Send + Sync + 'static>(
     };
     // Lets the proxy send a response head with its first chunk, and the last chunk with the
     // end of the body, in one write.
-    let stream: Stream = Box::new(Coalesce::new(stream));
+    let stream: Stream = match abortable {
+        Some(socket) => Box::new(Coalesce::abortable(stream, socket)),
+        None => Box::new(Coalesce::new(stream)),
+    };
     let mut next = app.process_new(stream, &shutdown).await;
     while let Some(s) = next {
         next = app.process_new(s, &shutdown).await;

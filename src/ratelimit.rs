@@ -21,6 +21,8 @@
 //! survives config reloads; an entry whose configured limits changed starts afresh. The clock
 //! is passed in (`now`) so tests run without sleeping. Nothing here awaits.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

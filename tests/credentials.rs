@@ -127,3 +127,56 @@ async fn without_auth_or_backend_keys_the_client_talks_to_the_backend_with_its_o
         vec![Some("Bearer backend-native-key".to_string())]
     );
 }
+
+/// `send` for `model` with `key` (if any): the status.
+async fn send_model(gw: &Gateway, model: &str, key: Option<&str>) -> u16 {
+    let body = serde_json::json!({"model": model, "max_tokens": 4,
+        "messages": [{"role": "user", "content": "hello"}]});
+    let mut r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&body);
+    if let Some(k) = key {
+        r = r.bearer_auth(k);
+    }
+    r.send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_a_route_matched_stays_with_the_gateway_and_others_pass_through() {
+    // With `auth:` off, a route's `match.api_keys` (or a `match.headers` condition on
+    // `authorization`) is the gateway's use of the client's key: it must not reach the
+    // backend. A key no route used is the client's own business with its backend.
+    let keyed = TestBackend::start("keyed", Behavior::default()).await;
+    let by_header = TestBackend::start("by-header", Behavior::default()).await;
+    let open = TestBackend::start("open", Behavior::default()).await;
+    let pools = [
+        common::pool("pk", "round_robin", &[keyed.url()]),
+        common::pool("ph", "round_robin", &[by_header.url()]),
+        common::pool("po", "round_robin", &[open.url()]),
+    ]
+    .concat();
+    let routes = "routes:\n  \
+        - {name: keyed, match: {api_keys: [sk-route-gold-0123]}, pool: pk}\n  \
+        - {name: pinned, match: {model: pinned, headers: {authorization: Bearer sk-pinned-0123}}, pool: ph}\n  \
+        - {name: rest, pool: po}\n";
+    let gw = Gateway::start(&config_yaml(&pools, routes));
+    assert_eq!(send_model(&gw, "m", Some("sk-route-gold-0123")).await, 200);
+    assert_eq!(send_model(&gw, "pinned", Some("sk-pinned-0123")).await, 200);
+    // Not the route's key: it falls through to `rest`, which uses no key.
+    assert_eq!(send_model(&gw, "m", Some("sk-not-a-route-key")).await, 200);
+    assert_eq!(send_model(&gw, "m", None).await, 200);
+    assert_eq!(
+        seen_auth(&keyed),
+        vec![None],
+        "the matched key was forwarded"
+    );
+    assert_eq!(
+        seen_auth(&by_header),
+        vec![None],
+        "the matched header was forwarded"
+    );
+    assert_eq!(
+        seen_auth(&open),
+        vec![Some("Bearer sk-not-a-route-key".to_string()), None]
+    );
+}

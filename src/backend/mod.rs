@@ -10,6 +10,8 @@
 //! Engine-side load scraped from each backend's `/metrics` ([`EngineScraper`]) is kept in
 //! the backend's [`EngineState`] and enters the routing view only while it is fresh.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 mod health;
 pub mod latency;
 pub mod lifecycle;

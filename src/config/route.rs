@@ -198,6 +198,17 @@ impl RouteMatch {
             .fold(false, |found, key| found | constant_time_eq(key, &digest))
     }
 
+    /// Whether matching reads the client's `Authorization` header (`api_keys`, or a
+    /// `headers` condition on it): the gateway then uses that credential, and it is never
+    /// forwarded to a backend.
+    pub fn uses_authorization(&self) -> bool {
+        !self.api_keys.is_empty()
+            || self
+                .headers
+                .iter()
+                .any(|(name, _)| name.eq_ignore_ascii_case("authorization"))
+    }
+
     /// Whether this matcher accepts every request.
     pub fn is_catch_all(&self) -> bool {
         self.model.as_ref().is_none_or(Glob::is_match_all)

@@ -8,6 +8,8 @@
 //! would be refused; `GET /v1/models/{id}` of a model outside the list is a 404
 //! `model_not_found`, the same as a model nobody serves. Listing costs no rate-limit quota.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod discover;
 pub mod rename;
 pub mod served;

@@ -25,7 +25,7 @@
 //! | `reason`, `predicted_ttft_ms` | the last attempt's routing decision: its reason and prediction |
 //! | `race`, `race_winner` | a failover or hedge raced a second backend before the first token (`failover`, `hedge`), and which copy was relayed (`first`, `second`); `backend` is the one relayed |
 //! | `error` | the error code of a response Pronto wrote itself (`model_not_found`, …) |
-//! | `end` | how a relayed response ended: `complete`, `client_gone`, `upstream_failed` |
+//! | `end` | how a relayed response ended: `complete`, `client_gone`, `client_stalled` (it stopped reading: released at the write deadline), `upstream_failed` |
 //!
 //! `access_log.sample_rate` keeps a share of requests, chosen by a hash of the request id: a
 //! client's id is kept or dropped alike on every gateway replica.
@@ -186,6 +186,7 @@ fn end_str(end: RelayEnd) -> &'static str {
     match end {
         RelayEnd::Complete => "complete",
         RelayEnd::ClientGone => "client_gone",
+        RelayEnd::ClientStalled => "client_stalled",
         RelayEnd::UpstreamFailed => "upstream_failed",
     }
 }

@@ -12,6 +12,9 @@
 //!   breaks or times out before a head is closed without an answer;
 //! - `CONNECT` gets a 405 the same way and the connection is closed: its framing (a tunnel
 //!   after the head) is not HTTP's;
+//! - a connection the proxy aborted (a client that stopped reading, see [`super::relay`])
+//!   is dropped without finishing its answer, which resets it; finishing any other answer is
+//!   bounded by the write deadline;
 //! - once the service shuts down ([`HttpServerApp::http_cleanup`], called when the listener
 //!   stops accepting: a drain or pingora's shutdown), keep-alive connections waiting for their
 //!   next head are closed, and an answer in progress is the connection's last.
@@ -90,8 +93,17 @@ impl HttpServerApp for App {
             session.set_keepalive(None);
         }
         self.proxy.handle(&mut session).await;
+        if crate::coalesce::aborted(session.stream()) {
+            // A client that stopped reading: dropped now, which resets its connection.
+            return None;
+        }
         let settings = HttpPersistentSettings::for_session(&session);
-        let reusable = session.finish().await.ok().flatten()?;
+        // Ending a chunked body writes (its terminator); pingora does not bound that write.
+        let finish = match session.get_write_timeout() {
+            Some(t) => tokio::time::timeout(t, session.finish()).await.ok()?,
+            None => session.finish().await,
+        };
+        let reusable = finish.ok().flatten()?;
         Some(ReusedHttpStream::from_reusable_stream(reusable, settings))
     }
 

@@ -126,8 +126,7 @@ async fn read_all(
         parts.push(chunk);
     }
     Ok(match parts.len() {
-        0 => Bytes::new(),
-        1 => parts.pop().expect("one part"),
+        0 | 1 => parts.pop().unwrap_or_default(),
         _ => {
             let mut b = BytesMut::with_capacity(total as usize);
             for p in &parts {

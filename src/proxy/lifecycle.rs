@@ -22,7 +22,7 @@ use super::race;
 use super::relay::{client_response_head, Relay, RelayEnd, RelayOutcome};
 use super::repair;
 use super::retry::{Next, Retries};
-use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
+use super::upstream::{attempt, client_key_is_ours, upstream_request_head, Attempt, Deadlines};
 use super::{migrate, request_id, tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
 use crate::config::route::RouteObjective;
 use crate::config::Route;
@@ -284,14 +284,13 @@ impl Proxy {
             access.attempts = retries.attempts();
             access.reason = Some(routed.decision.reason);
             access.predicted_ttft_s = routed.decision.predicted_ttft_s;
-            let client_auth_is_ours = state.config.auth.is_some();
             // The body as this backend names the model (models::rename).
             let sent = pool.body_for(i, body, features);
             let head = upstream_request_head(
                 session.req_header(),
                 backend,
                 sent.len(),
-                client_auth_is_ours,
+                client_key_is_ours(state.config.auth.is_some(), *route),
                 &access.id,
             )
             .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
@@ -582,6 +581,12 @@ impl Proxy {
             RelayEnd::ClientGone => {
                 self.metrics
                     .client_disconnects_total
+                    .with_label_values(&[&pool.model])
+                    .inc();
+            }
+            RelayEnd::ClientStalled => {
+                self.metrics
+                    .client_stalled_total
                     .with_label_values(&[&pool.model])
                     .inc();
             }

@@ -1,8 +1,9 @@
 //! Answers the gateway gives itself on the client listener, without a backend:
 //!
 //! - `GET /health`: 200 `{"status":"ok"}` when every pool has a backend eligible for routing,
-//!   else 503 `{"status":"unavailable","pools_without_healthy_backend":[...]}` — what load
-//!   balancers and peer routers probe on the port they send traffic to. Never needs a key.
+//!   else 503 `{"status":"unavailable"}` — what load balancers and peer routers probe on the
+//!   port they send traffic to. Never needs a key, so it says only up or down: which pools are
+//!   down (models a caller may not be allowed to use) is the admin listener's `/readyz`.
 //! - `GET /v1/models` and `GET /v1/models/{id}` ([`crate::models`]): authenticated like
 //!   inference (401 without a valid key when `auth:` is on), listing only what the key may use,
 //!   and charged to no rate limit.
@@ -29,21 +30,14 @@ impl Proxy {
         access: &mut Access,
     ) {
         let now = Instant::now();
-        let mut down: Vec<&str> = state
+        let up = state
             .pools
             .values()
-            .filter(|p| !p.backends.iter().any(|b| b.is_healthy(now)))
-            .map(|p| &*p.model)
-            .collect();
-        down.sort_unstable();
-        let (status, body) = if down.is_empty() {
+            .all(|p| p.backends.iter().any(|b| b.is_healthy(now)));
+        let (status, body) = if up {
             (200, serde_json::json!({ "status": "ok" }))
         } else {
-            let v = serde_json::json!({
-                "status": "unavailable",
-                "pools_without_healthy_backend": down,
-            });
-            (503, v)
+            (503, serde_json::json!({ "status": "unavailable" }))
         };
         self.answer(session, access, status, body).await;
     }

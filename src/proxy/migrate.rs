@@ -288,7 +288,7 @@ impl Proxy {
             }
             match outcome.end {
                 RelayEnd::Complete => return Some(MigrationOutcome::Continued),
-                RelayEnd::ClientGone => return None,
+                RelayEnd::ClientGone | RelayEnd::ClientStalled => return None,
                 RelayEnd::UpstreamFailed => {}
             }
         }

@@ -13,6 +13,10 @@
 //! retried on another backend (at most `retry.max_retries` times, the full body sent again)
 //! while nothing has reached the client. Once the client has a byte, never.
 
+// No panics on the request path: every module below answers requests (their tests may
+// unwrap: clippy.toml allows it in tests).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 mod access;
 mod admit;
 mod app;

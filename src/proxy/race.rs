@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use pingora_http::RequestHeader;
 
-use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
+use super::upstream::{attempt, client_key_is_ours, upstream_request_head, Attempt, Deadlines};
 use super::Proxy;
 use crate::config::route::RaceOn;
 use crate::config::Route;
@@ -124,14 +124,22 @@ pub(super) struct HedgeBudgets {
 impl HedgeBudgets {
     /// A request arrived on `route`, which hedges with `budget`.
     pub fn earn(&self, route: &Arc<str>, budget: f64) {
-        let mut c = self.credit.lock().expect("hedge budget lock");
-        c.entry(Arc::clone(route)).or_default().earn(budget);
+        self.credit()
+            .entry(Arc::clone(route))
+            .or_default()
+            .earn(budget);
     }
 
     /// Spend one hedge of `route`, if it has one.
     pub fn take(&self, route: &str) -> bool {
-        let mut c = self.credit.lock().expect("hedge budget lock");
-        c.get_mut(route).is_some_and(HedgeBucket::take)
+        self.credit().get_mut(route).is_some_and(HedgeBucket::take)
+    }
+
+    /// The credit map. A thread that panicked while holding the lock cannot have left a
+    /// bucket worse than a count off by one hedge: the map is used as it is, rather than
+    /// every later hedging request panicking on the poison.
+    fn credit(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, HedgeBucket>> {
+        self.credit.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -316,7 +324,7 @@ impl Race<'_> {
             self.client_head,
             backend,
             body.len(),
-            self.state.config.auth.is_some(),
+            client_key_is_ours(self.state.config.auth.is_some(), Some(self.route)),
             self.request_id,
         )
         .ok()?;
@@ -426,6 +434,29 @@ mod tests {
             .unwrap()
             .routes[0]
             .clone()
+    }
+
+    #[test]
+    fn a_poisoned_hedge_budget_still_hedges() {
+        let budgets = std::sync::Arc::new(HedgeBudgets::default());
+        let r: Arc<str> = Arc::from("r");
+        // A new bucket holds one hedge; spend it, then earn one.
+        budgets.earn(&r, 0.0);
+        assert!(budgets.take("r"));
+        budgets.earn(&r, 1.0);
+        let poisoner = std::sync::Arc::clone(&budgets);
+        let panicked = std::thread::spawn(move || {
+            let _held = poisoner.credit.lock();
+            panic!("poison the hedge budget lock");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(budgets.credit.is_poisoned());
+        // Neither call panics, and the credit banked before is still there.
+        assert!(budgets.take("r"));
+        assert!(!budgets.take("r"));
+        budgets.earn(&r, 1.0);
+        assert!(budgets.take("r"));
     }
 
     #[test]

@@ -3,7 +3,14 @@
 //! While relaying, three things race: the next upstream chunk (bounded by the idle timeout),
 //! and the client hanging up (`read_body_or_idle`: a FIN on HTTP/1.1, a reset on h2). A client
 //! hang-up drops the upstream session at once, which closes its connection so the backend
-//! stops generating. An upstream failure after the first byte cannot be retried: a stream ends
+//! stops generating.
+//!
+//! A client that stops reading is released the same way: a write that makes no progress
+//! within `limits.write_timeout` (or the time `limits.min_send_rate` allows for its size) —
+//! the end of the body included, which pingora leaves unbounded — ends the relay as
+//! [`RelayEnd::ClientStalled`]. Its connection is then reset, not closed gracefully
+//! ([`abort`]): what is still queued for it in the kernel is dropped at once, and the
+//! upstream connection is closed (never pooled), so the engine aborts the request. An upstream failure after the first byte cannot be retried: a stream ends
 //! with an SSE error event, then a clean end of body; other bodies are cut off (the client sees
 //! a truncated body, never a hang). A stream that may migrate passes through a
 //! [`Splicer`](pronto_core::splice::Splicer) (whole events only; an error event, or an end
@@ -16,6 +23,7 @@ use bytes::Bytes;
 use http::header;
 use pingora_core::protocols::http::client::HttpSession;
 use pingora_core::protocols::http::ServerSession;
+use pingora_core::{Error, ErrorType};
 use pingora_http::ResponseHeader;
 
 use futures::FutureExt;
@@ -37,6 +45,9 @@ pub enum RelayEnd {
     UpstreamFailed,
     /// The client hung up.
     ClientGone,
+    /// The client stopped reading: a write made no progress within the write deadline. Its
+    /// connection was made to reset ([`abort`]): drop it without another write.
+    ClientStalled,
 }
 
 /// Observations from one relay.
@@ -229,10 +240,12 @@ impl Relay<'_> {
                 // An empty chunk (all of it held by the splicer or the rewriter) would end
                 // the body: only the head goes out then, and only once there are bytes.
                 let len = chunk.len() as u64;
-                if write_head(client, &mut head, len > 0).await.is_err()
-                    || (len > 0 && write_chunk(client, chunk, more).await.is_err())
-                {
-                    out.end = RelayEnd::ClientGone;
+                let written = match write_head(client, &mut head, len > 0).await {
+                    Ok(()) if len > 0 => write_chunk(client, chunk, more).await,
+                    r => r,
+                };
+                if let Err(e) = written {
+                    out.end = client_failed(client, &e).await;
                     return out;
                 }
                 out.bytes_sent += len;
@@ -282,10 +295,8 @@ impl Relay<'_> {
                 };
                 if !rest.is_empty() {
                     let len = rest.len() as u64;
-                    if write_head(client, &mut head, true).await.is_err()
-                        || write_chunk(client, rest, true).await.is_err()
-                    {
-                        out.end = RelayEnd::ClientGone;
+                    if let Err(e) = write_both(client, &mut head, rest).await {
+                        out.end = client_failed(client, &e).await;
                         return out;
                     }
                     out.bytes_sent += len;
@@ -302,26 +313,25 @@ impl Relay<'_> {
         // What the rewriter still holds was the backend's: it goes out as it came.
         if let Some(tail) = unrename.as_mut().map(Unrename::finish) {
             let len = tail.len() as u64;
-            if len > 0
-                && (write_head(client, &mut head, true).await.is_err()
-                    || write_chunk(client, tail, true).await.is_err())
-            {
-                out.end = RelayEnd::ClientGone;
-                return out;
+            if len > 0 {
+                if let Err(e) = write_both(client, &mut head, tail).await {
+                    out.end = client_failed(client, &e).await;
+                    return out;
+                }
             }
             out.bytes_sent += len;
         }
         if splice_set && out.end == RelayEnd::UpstreamFailed {
             // The migration decides how the client's stream goes on.
-            if write_head(client, &mut head, false).await.is_err() {
-                out.end = RelayEnd::ClientGone;
+            if let Err(e) = write_head(client, &mut head, false).await {
+                out.end = client_failed(client, &e).await;
             }
             return out;
         }
         // A head still unsent: the body ended (or failed) before its first byte.
         let ends_now = out.end == RelayEnd::Complete || sse;
-        if write_head(client, &mut head, ends_now).await.is_err() {
-            out.end = RelayEnd::ClientGone;
+        if let Err(e) = write_head(client, &mut head, ends_now).await {
+            out.end = client_failed(client, &e).await;
             return out;
         }
         if out.end == RelayEnd::UpstreamFailed {
@@ -334,12 +344,8 @@ impl Relay<'_> {
             }
             return out;
         }
-        if client
-            .write_response_body(Bytes::new(), true)
-            .await
-            .is_err()
-        {
-            out.end = RelayEnd::ClientGone;
+        if let Err(e) = write_last(client, Bytes::new()).await {
+            out.end = client_failed(client, &e).await;
             return out;
         }
         out.reusable = up.response_done();
@@ -352,31 +358,107 @@ impl Relay<'_> {
     }
 }
 
-/// End a stream whose backend failed with an SSE error event; returns the bytes written.
+/// End a stream whose backend failed with an SSE error event, within the client's write
+/// deadline; returns the bytes written (0 when the client is gone, or stalled: then released).
 pub async fn end_with_error_event(client: &mut ServerSession) -> u64 {
     let e = GatewayError::Internal("the backend failed while streaming the response".into());
     let event = e.to_sse_event();
     let len = event.len() as u64;
-    match client.write_response_body(event, true).await {
-        Ok(_) => len,
-        Err(_) => 0,
+    match write_last(client, event).await {
+        Ok(()) => len,
+        // The backend's failure is what the caller records; a stalled client is still released.
+        Err(e) => {
+            client_failed(client, &e).await;
+            0
+        }
     }
 }
 
-/// End a stream the gateway completes itself (`data: [DONE]`, then the end of the body);
-/// returns the bytes written, `None` when the client is gone.
+/// End a stream the gateway completes itself (`data: [DONE]`, then the end of the body),
+/// within the client's write deadline; returns the bytes written, `None` when the client is
+/// gone (a stalled one released).
 pub async fn end_with_done(client: &mut ServerSession) -> Option<u64> {
     let done = Bytes::from_static(b"data: [DONE]\n\n");
     let len = done.len() as u64;
-    client.write_response_body(done, true).await.ok()?;
+    if let Err(e) = write_last(client, done).await {
+        client_failed(client, &e).await;
+        return None;
+    }
     Some(len)
+}
+
+/// Write the head if still unsent, then `chunk` (more follows at once).
+async fn write_both(
+    client: &mut ServerSession,
+    head: &mut Option<ResponseHeader>,
+    chunk: Bytes,
+) -> pingora_core::Result<()> {
+    write_head(client, head, true).await?;
+    write_chunk(client, chunk, true).await
 }
 
 /// Close the client's connection mid-answer so that it sees a truncation: after the relay
 /// returns, pingora would otherwise end a chunked body cleanly (and reuse the connection).
+/// The close flushes what is buffered: within the write deadline, else it is a reset.
 async fn cut(client: &mut ServerSession) {
     client.set_keepalive(None);
-    let _ = client.shutdown().await;
+    let deadline = client.get_write_timeout();
+    let shutdown = client.shutdown();
+    let done = match deadline {
+        Some(t) => tokio::time::timeout(t, shutdown).await.is_ok(),
+        None => {
+            shutdown.await;
+            true
+        }
+    };
+    if !done {
+        abort(client).await;
+    }
+}
+
+/// Whether a failed write to the client is a stall (no progress within the write deadline)
+/// rather than a broken connection.
+fn stalled(e: &Error) -> bool {
+    e.etype == ErrorType::WriteTimedout
+}
+
+/// A write to the client failed with `e`: a stalled client's connection is aborted.
+async fn client_failed(client: &mut ServerSession, e: &Error) -> RelayEnd {
+    if stalled(e) {
+        abort(client).await;
+        RelayEnd::ClientStalled
+    } else {
+        RelayEnd::ClientGone
+    }
+}
+
+/// Release a client that stopped reading: on HTTP/1.1 its connection is made to reset when
+/// it is dropped (`SO_LINGER` 0, [`coalesce::abort`]) and is never reused; on h2 its stream
+/// is reset (flow control bounds what the connection holds for it).
+async fn abort(client: &mut ServerSession) {
+    client.set_keepalive(None);
+    if client.is_http2() {
+        client.shutdown().await;
+    } else if !coalesce::abort(client.stream()) {
+        tracing::debug!("client connection cannot be reset; it is closed instead");
+    }
+}
+
+/// Write the last of the body, `data`, and its end, within the client's write deadline:
+/// pingora bounds a body write, but not the end of a chunked body (its terminator and flush).
+async fn write_last(client: &mut ServerSession, data: Bytes) -> pingora_core::Result<()> {
+    let deadline = client.get_write_timeout();
+    let write = client.write_response_body(data, true);
+    match deadline {
+        None => write.await,
+        Some(t) => match tokio::time::timeout(t, write).await {
+            Ok(r) => r,
+            Err(_) => Error::e_explain(
+                ErrorType::WriteTimedout,
+                format!("writing the end of the body, timeout: {t:?}"),
+            ),
+        },
+    }
 }
 
 /// Write the response head if it is still unsent. `more_now`: another write follows at once

@@ -64,8 +64,10 @@ impl RequestIds {
             bytes[..8].copy_from_slice(&t.to_le_bytes());
             bytes[8..].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
         }
-        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
-        RequestIds::new(word(&bytes[..8]), mix(word(&bytes[8..])))
+        let [a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7] = bytes;
+        let prefix = u64::from_le_bytes([a0, a1, a2, a3, a4, a5, a6, a7]);
+        let key = u64::from_le_bytes([b0, b1, b2, b3, b4, b5, b6, b7]);
+        RequestIds::new(prefix, mix(key))
     }
 
     /// A fresh id.

@@ -92,10 +92,18 @@ impl Deadlines {
     }
 }
 
+/// Whether the client's `Authorization` is a credential the gateway used: checked by `auth:`
+/// (`auth_on`), or matched by the request's route (`match.api_keys`, or a `match.headers`
+/// condition on `authorization`). Such a key stays with the gateway; a client's key passes
+/// through only when the gateway does not use it.
+pub fn client_key_is_ours(auth_on: bool, route: Option<&crate::config::Route>) -> bool {
+    auth_on || route.is_some_and(|r| r.matcher.uses_authorization())
+}
+
 /// The request head sent upstream: the client's end-to-end headers, our `Host` and framing,
 /// and the request's id as `x-request-id` (replacing the client's, which it equals when that
-/// was valid). The client's `Authorization` is its credential for the gateway: it is dropped
-/// when the gateway checks keys (`client_auth_is_ours`) or the backend has a key of its own,
+/// was valid). The client's `Authorization` is dropped when it is the gateway's credential
+/// (`client_auth_is_ours`, see [`client_key_is_ours`]) or the backend has a key of its own,
 /// which is sent instead.
 pub fn upstream_request_head(
     client: &RequestHeader,

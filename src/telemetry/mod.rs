@@ -64,6 +64,9 @@ pub struct Metrics {
     pub client_ttfa_seconds: HistogramVec,
     /// `pronto_client_disconnects_total{pool}`: clients that hung up before the response ended.
     pub client_disconnects_total: IntCounterVec,
+    /// `pronto_client_stalled_total{pool}`: clients that stopped reading mid-response, released
+    /// at the write deadline (connection reset, upstream request cancelled).
+    pub client_stalled_total: IntCounterVec,
     /// `pronto_upstream_errors_total{backend,kind}`: failures talking to a backend.
     pub upstream_errors_total: IntCounterVec,
     /// `pronto_backend_queue_depth{backend}`: requests waiting in the engine, as last scraped.
@@ -401,6 +404,12 @@ impl Metrics {
                 "Clients that hung up before their response ended",
                 &["pool"],
             ),
+            client_stalled_total: counter(
+                &r,
+                "pronto_client_stalled_total",
+                "Clients that stopped reading mid-response, released at the write deadline",
+                &["pool"],
+            ),
             upstream_errors_total: counter(
                 &r,
                 "pronto_upstream_errors_total",
@@ -671,6 +680,7 @@ impl Metrics {
             }
             self.client_disconnects_total
                 .with_label_values(&[&*pool.model]);
+            self.client_stalled_total.with_label_values(&[&*pool.model]);
             for b in &pool.backends {
                 self.register_backend(&b.name);
                 if b.kv_events.is_some() {

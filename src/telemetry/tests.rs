@@ -159,6 +159,7 @@ pools:
         "pronto_upstream_errors_total{backend=\"a\",kind=\"mid_stream\"} 0",
         "pronto_retries_total{pool=\"m\",reason=\"status_5xx\"} 0",
         "pronto_client_disconnects_total{pool=\"m\"} 0",
+        "pronto_client_stalled_total{pool=\"m\"} 0",
         "pronto_admission_queue_length{route=\"chat\"} 0",
         "pronto_admission_queue_wait_seconds_count{route=\"chat\"} 0",
         "pronto_engine_scrape_errors_total{backend=\"a\"} 0",

@@ -2,6 +2,9 @@
 //! also run on stable, in ordinary tests (`tests/fuzz_smoke.rs`: seeded random and mutated
 //! inputs). Each takes the fuzzer's raw bytes and panics only when its property fails.
 
+// Panicking is how a property fails here (never on a request path).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use crate::kv_index::{decode_message, encode_message, Encoding, ExactIndex};
 use crate::request::{parse_request, Endpoint};
 use crate::sse::SseScanner;

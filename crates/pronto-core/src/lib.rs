@@ -12,6 +12,8 @@
 
 #![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
+// Reached from every request: no panics (tests may unwrap, clippy.toml).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod affinity;
 pub mod cluster;

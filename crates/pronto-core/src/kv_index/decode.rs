@@ -213,6 +213,7 @@ pub enum Encoding {
 
 /// Encode one batch as `[topic, seq, payload]` frames (the simulator's publisher and the
 /// fixtures use it). Integer hashes; `medium: "GPU"` and `lora_id: nil` as vLLM writes them.
+#[allow(clippy::expect_used)] // publishers only, never a request; a Vec write cannot fail
 pub fn encode_message(
     topic: &[u8],
     seq: u64,
