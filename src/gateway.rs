@@ -373,6 +373,7 @@ impl GatewayState {
                     }),
                     sync_refs,
                     cluster: previous.and_then(|prev| prev.cluster.clone()),
+                    stall: config.health.stall,
                     backends,
                 },
             );

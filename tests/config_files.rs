@@ -206,7 +206,9 @@ fn annotated_example_sets_every_field() {
         idle_timeout,
         first_token_deadline,
         hedge,
+        keepalive,
     } = routes.expect("routes").remove(0);
+    assert!(keepalive.is_some());
     let pronto::config::race::DeadlineFile {
         after: _,
         factor,
@@ -270,7 +272,14 @@ fn annotated_example_sets_every_field() {
         timeout,
         eject_after_failures,
         readmit_after,
+        stall,
     } = health.expect("health");
+    let pronto::config::progress::StallFile {
+        enabled,
+        floor,
+        factor,
+    } = stall.expect("stall");
+    assert!(enabled.is_some() && floor.is_some() && factor.is_some());
     assert!(path.is_some() && interval.is_some() && timeout.is_some());
     assert!(eject_after_failures.is_some() && readmit_after.is_some());
     let pools = pools.expect("pools").0;

@@ -162,6 +162,7 @@ fn the_metrics_reference_lists_every_registered_family() {
         "src/telemetry/mod.rs",
         "src/telemetry/cluster.rs",
         "src/telemetry/race.rs",
+        "src/telemetry/progress.rs",
     ]
     .iter()
     .map(|f| {

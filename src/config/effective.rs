@@ -44,6 +44,14 @@ impl Config {
                 "timeout": format_duration(self.health.timeout),
                 "eject_after_failures": self.health.eject_after_failures,
                 "readmit_after": format_duration(self.health.readmit_after),
+                "stall": match &self.health.stall {
+                    Some(r) => json!({
+                        "enabled": true,
+                        "floor": format_duration(r.floor),
+                        "factor": r.factor,
+                    }),
+                    None => json!({ "enabled": false }),
+                },
             },
             "explain_headers": self.explain_headers,
             "access_log": {

@@ -119,6 +119,8 @@ pub struct RouteFile {
     pub first_token_deadline: Option<super::race::DeadlineFile>,
     /// Send a second copy of a slow request (bounded).
     pub hedge: Option<super::race::HedgeFile>,
+    /// SSE comment keep-alives this often while a stream waits for its first token.
+    pub keepalive: Option<Quantity>,
 }
 
 /// A route's `match:` section; every condition given must hold.
@@ -187,6 +189,8 @@ pub struct HealthFile {
     pub eject_after_failures: Option<u64>,
     /// Delay before an ejected backend is probed again.
     pub readmit_after: Option<Quantity>,
+    /// Progress-based exclusion of a backend that produces no token.
+    pub stall: Option<super::progress::StallFile>,
 }
 
 /// `reload:` section.

@@ -28,6 +28,7 @@ pub mod file;
 pub mod locate;
 pub mod model;
 mod profile;
+pub mod progress;
 pub mod race;
 mod resources;
 pub mod route;

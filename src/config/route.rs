@@ -142,6 +142,9 @@ pub struct Route {
     pub hedge: Option<super::race::Hedge>,
     /// Routing policy for this route's requests (the pool's when absent).
     pub policy: Option<PolicySpec>,
+    /// SSE comment keep-alives this often while a stream waits for its first token
+    /// ([`super::progress`]); `None`: none.
+    pub keepalive: Option<Duration>,
 }
 
 /// A route's `objective:` (see the module docs).
@@ -555,6 +558,7 @@ impl Checker {
         });
         let first_token_deadline = self.first_token_deadline(path, r.first_token_deadline.as_ref());
         let hedge = self.hedge(path, r.hedge.as_ref());
+        let keepalive = self.keepalive(path, r.keepalive.as_ref());
         let race_on = match r.race_on.as_deref() {
             None | Some("ttft") => RaceOn::Ttft,
             Some("ttfa") => RaceOn::Ttfa,
@@ -589,6 +593,7 @@ impl Checker {
             first_token_deadline,
             hedge,
             policy,
+            keepalive,
         })
     }
 

@@ -74,6 +74,8 @@ pub(super) struct Access {
     pub race: Option<super::race::Raced>,
     /// The backend collision repair first moved the request from ([`super::repair`]).
     pub moved_from: Option<Arc<str>>,
+    /// Keep-alives sent before the first token (the first committed a 200 head).
+    pub keepalives: u32,
 }
 
 impl Access {
@@ -103,6 +105,7 @@ impl Access {
             end: None,
             race: None,
             moved_from: None,
+            keepalives: 0,
         }
     }
 

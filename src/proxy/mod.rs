@@ -19,6 +19,7 @@ mod app;
 mod body;
 mod budget;
 mod gate;
+mod keepalive;
 mod lifecycle;
 mod local;
 mod observe;
@@ -168,8 +169,22 @@ impl Proxy {
                     // The rest of the body was not read: the connection cannot be reused.
                     session.set_keepalive(None);
                 }
-                let len = respond::error(session, &err, &access.id).await;
+                let len = if access.keepalives > 0 {
+                    // Keep-alives committed a 200 stream: the error is its last event.
+                    let route = access.route.as_deref().unwrap_or(NONE);
+                    self.metrics
+                        .progress
+                        .keepalive_errors_total
+                        .with_label_values(&[route])
+                        .inc();
+                    keepalive::error_event(session, &err).await
+                } else {
+                    respond::error(session, &err, &access.id).await
+                };
                 access.failed(&err, len);
+                if access.keepalives > 0 {
+                    access.status = 200;
+                }
                 Some((None, access.status))
             }
         };

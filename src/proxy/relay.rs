@@ -87,8 +87,9 @@ pub fn client_response_head(
 
 /// Everything the relay needs besides the two sessions.
 pub struct Relay<'a> {
-    /// Response head to send the client.
-    pub head: ResponseHeader,
+    /// Response head to send the client; `None` when it is out already (keep-alives sent
+    /// before the first token, `super::keepalive`).
+    pub head: Option<ResponseHeader>,
     /// First body chunk already read by the attempt.
     pub first_chunk: Option<Bytes>,
     /// The upstream body already ended.
@@ -134,13 +135,13 @@ impl Relay<'_> {
         };
         // A non-streamed body of known, small length is kept to read its `usage` at the end.
         let mut kept: Option<Vec<u8>> = (!sse)
-            .then(|| head.headers.get(header::CONTENT_LENGTH))
+            .then(|| head.as_ref()?.headers.get(header::CONTENT_LENGTH))
             .flatten()
             .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
             .filter(|&n| n <= USAGE_BODY_LIMIT)
             .map(Vec::with_capacity);
         // The head goes out with the first chunk (or the end of the body), in one write.
-        let mut head = Some(head);
+        let mut head = head;
         let mut pending = first_chunk;
         loop {
             if let Some(chunk) = pending.take() {
@@ -148,6 +149,7 @@ impl Relay<'_> {
                     let update = scanner.feed(&chunk);
                     if update.output_events > 0 {
                         let at = Instant::now();
+                        observer.progressed(at);
                         out.last_token_at = Some(at);
                         out.output_events += update.output_events;
                         out.reasoning_events += update.reasoning_events;

@@ -101,7 +101,7 @@ async fn relay(e: &mut Ends, metrics: &Metrics, backend: &Arc<Backend>) -> Relay
     let mut guard = backend.start_request(RequestLoad::default(), Instant::now(), true, None);
     let now = Instant::now();
     Relay {
-        head: client_response_head(&head, &[]).unwrap(),
+        head: Some(client_response_head(&head, &[]).unwrap()),
         held_first_token_at: None,
         first_chunk: first,
         body_done,

@@ -20,9 +20,11 @@ use prometheus::{
 
 mod cluster;
 mod labels;
+mod progress;
 mod race;
 pub use cluster::{ClusterMetrics, CollisionOutcome, SyncDirection, SyncDrop};
 pub use labels::*;
+pub use progress::ProgressMetrics;
 pub use race::{FailoverReason, RaceKind, RaceMetrics};
 
 /// The version and git revision this binary was built from (`build.rs`).
@@ -157,6 +159,8 @@ pub struct Metrics {
     pub cluster: ClusterMetrics,
     /// The failover and hedge families.
     pub race: RaceMetrics,
+    /// Progress-based exclusion and first-token keep-alives.
+    pub progress: ProgressMetrics,
 }
 
 /// A family with a `backend` label: removes every series of one backend, whatever its other
@@ -607,6 +611,7 @@ impl Metrics {
             ),
             cluster: ClusterMetrics::new(&r),
             race: RaceMetrics::new(&r),
+            progress: ProgressMetrics::new(&r),
             per_backend: Arc::new(r.per_backend.take()),
             registry: r.registry,
         }
@@ -645,6 +650,7 @@ impl Metrics {
         self.route_ttft_slo_seconds.reset();
         for route in &config.routes {
             self.race.publish_route(route);
+            self.progress.publish_route(route);
             if let Some(slo) = &route.slo {
                 self.route_ttft_slo_seconds
                     .with_label_values(&[&*route.name, &*route.pool])
@@ -714,6 +720,7 @@ impl Metrics {
     /// (`Backend::new`), else its series appear at its first failure.
     pub fn register_backend(&self, backend: &str) {
         self.backend_ejections_total.with_label_values(&[backend]);
+        self.progress.register_backend(backend);
         self.engine_scrape_errors_total
             .with_label_values(&[backend]);
         for reason in crate::backend::CheckFailure::LABELS {

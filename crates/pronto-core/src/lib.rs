@@ -27,6 +27,7 @@ pub mod routing;
 pub mod seq_cell;
 pub mod slo;
 pub mod sse;
+pub mod stall;
 pub mod state;
 pub mod time;
 pub mod tokens;

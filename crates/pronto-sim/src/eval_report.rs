@@ -90,6 +90,8 @@ pub struct RaceReport {
     pub extra_prefill_tokens: u64,
     /// `extra_prefill_tokens` / the uncached prompt tokens of the relayed first tokens.
     pub extra_prefill: f64,
+    /// Times a backend was taken out of routing for making no progress (a wedge fault).
+    pub stall_exclusions: u64,
 }
 
 impl From<crate::evaluate::RaceCounts> for RaceReport {
@@ -100,6 +102,7 @@ impl From<crate::evaluate::RaceCounts> for RaceReport {
             hedges: c.hedges,
             hedges_won: c.hedges_won,
             stalled: c.stalled,
+            stall_exclusions: c.stall_exclusions,
             extra_prefill_tokens: c.extra_prefill_tokens,
             extra_prefill: if c.relayed_prefill_tokens > 0 {
                 c.extra_prefill_tokens as f64 / c.relayed_prefill_tokens as f64
