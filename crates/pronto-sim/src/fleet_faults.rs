@@ -274,6 +274,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_wedge_is_held_until_let_go_and_its_changes_are_told() {
+        let (c, mut rx) = control(&FaultConfig::default());
+        assert!(!c.is_wedged());
+        let mut changes = c.wedge_changes();
+        c.set_wedged(true);
+        assert!(c.is_wedged() && !c.is_down(), "alive while wedged");
+        changes.changed().await.unwrap();
+        assert!(*changes.borrow_and_update());
+        c.set_wedged(false);
+        changes.changed().await.unwrap();
+        assert!(!*changes.borrow_and_update() && !c.is_wedged());
+        assert!(
+            rx.try_recv().is_err(),
+            "no command: the engine keeps its requests"
+        );
+        let bad = FaultConfig {
+            wedge_for: Some(Duration::from_secs(1)),
+            ..FaultConfig::default()
+        };
+        assert_eq!(bad.validate(), Err(("wedge_for", "needs wedge_after")));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn crash_is_down_for_restart_after() {
         let (c, mut rx) = control(&FaultConfig::default());
         c.set_restart_after(Duration::from_secs(2));
