@@ -234,6 +234,13 @@ pub fn table(runs: &[RunReport]) -> String {
             );
         }
     }
+    if runs.iter().any(|r| r.races.stall_exclusions > 0) {
+        // A wedge fault: how often the progress rule took a backend out (health.stall).
+        s += &format!("\n{:<16} {:>16}\n", "policy", "stall_exclusions");
+        for r in runs {
+            s += &format!("{:<16} {:>16}\n", r.policy, r.races.stall_exclusions);
+        }
+    }
     if runs.iter().any(|r| r.reasoning_tokens_mean > 0.0) {
         s += &format!(
             "\n{:<16} {:>9} {:>9} {:>10}\n",
@@ -405,6 +412,7 @@ mod tests {
             "hedges",
             "hedges_won",
             "extra_prefill",
+            "stall_exclusions",
         ] {
             assert!(run.get(k).is_some(), "missing {k}");
         }

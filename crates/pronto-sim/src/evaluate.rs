@@ -631,10 +631,7 @@ pub fn evaluate_route(
         }
     }
     // An engine wedged for good keeps what it held past its first token (lost streams).
-    let wedged_for_good = backends
-        .iter()
-        .any(|b| b.wedge.is_some_and(|w| w.until_s.is_none()));
-    if cfg!(debug_assertions) && rep.replicas <= 1 && !wedged_for_good {
+    if cfg!(debug_assertions) && rep.replicas <= 1 && !Wedge::for_good(fleet) {
         race::assert_drained(&backends, &mut router, last_finish);
     }
     let preemptions = backends

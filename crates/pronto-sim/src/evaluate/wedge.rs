@@ -21,6 +21,13 @@ impl Wedge {
         })
     }
 
+    /// Whether a backend of `fleet` is wedged until the end of any run.
+    pub fn for_good(fleet: &[super::SimBackend]) -> bool {
+        fleet
+            .iter()
+            .any(|b| b.wedge.is_some_and(|w| w.until_s.is_none()))
+    }
+
     /// Whether it holds at `t`; `Some(end)` when it does (`f64::INFINITY`: for good).
     pub fn holds_at(&self, t: f64) -> Option<f64> {
         let end = self.until_s.unwrap_or(f64::INFINITY);
