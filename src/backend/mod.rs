@@ -532,6 +532,7 @@ impl Drop for InflightGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::log_capture;
     use std::collections::BTreeMap;
 
     fn backend() -> Arc<Backend> {
@@ -690,5 +691,43 @@ mod tests {
         assert!(b.is_healthy(t0 + Duration::from_secs(11)));
         b.record_active_check(false, t0 + Duration::from_secs(11));
         assert!(!b.is_healthy(t0 + Duration::from_secs(12)));
+    }
+
+    /// A routing decision that marks the backend stalled logs one line and sets the gauge; a
+    /// token from it clears both, once; a token from a backend not marked logs nothing.
+    #[test]
+    fn a_stall_is_logged_and_published_on_enter_and_leave() {
+        let (log, _guard) = log_capture::capture();
+        let b = backend();
+        let now = Instant::now();
+        let gauge = |b: &Backend| {
+            b.metrics
+                .progress
+                .backend_stalled
+                .with_label_values(&["b0"])
+                .get()
+        };
+        b.progressed(now);
+        assert_eq!(log.count(&["backend"]), 0, "no stall, no line");
+        let mut g = b.start_request(RequestLoad::default(), now, true, None);
+        let rule = pronto_core::stall::StallRule::default();
+        let later = now + Duration::from_secs(11);
+        assert!(b.state.ledger.mark_stalled(later));
+        b.marked_stalled(&b.view(later), &rule);
+        assert_eq!(gauge(&b), 1);
+        assert_eq!(log.count(&["backend stalled", "b0", "bound_s=10"]), 1);
+        let excluded = b
+            .metrics
+            .progress
+            .stall_exclusions_total
+            .with_label_values(&["b0"])
+            .get();
+        assert_eq!(excluded, 1);
+        b.progressed(later);
+        b.progressed(later);
+        assert_eq!(gauge(&b), 0);
+        assert_eq!(log.count(&["backend producing again", "b0"]), 1, "once");
+        g.end_prefill();
+        drop(g);
     }
 }
