@@ -402,7 +402,8 @@ impl Proxy {
             let waited = match keepalive.as_mut() {
                 None => waited.await,
                 Some(k) => {
-                    let w = k.wait(session, waited).await;
+                    // Boxed: only keep-alive routes' requests pay for the timer.
+                    let w = Box::pin(k.wait(session, waited)).await;
                     access.keepalives = k.sent();
                     w.map_err(pool_err)?
                 }
