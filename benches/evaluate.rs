@@ -16,6 +16,7 @@ fn bench(c: &mut Criterion) {
             config: cfg.clone(),
             reasoning: None,
             stall: None,
+            wedge: None,
         })
         .collect();
     let mut reqs = SyntheticWorkload {

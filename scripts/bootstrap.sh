@@ -3,7 +3,8 @@
 # toolchain and Python: cmake (pingora builds zlib-ng with it), the OpenAI Python SDK (the
 # end-to-end client test), and for the deployment tests: Prometheus and promtool (alert rule
 # unit tests, the dashboard's queries against a real server), headless Chromium (the status
-# page), kubernetes-validate (the manifests under deploy/k8s) and nats-server (replica sync).
+# page), kubernetes-validate (the manifests under deploy/k8s), nats-server (replica sync) and
+# nginx (keep-alives behind a proxy with a short read timeout).
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 
@@ -15,6 +16,8 @@ command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 # NATS for the replica-sync tests and scripts (`cluster:`); Debian installs it in /usr/sbin.
 { command -v nats-server || [[ -x /usr/sbin/nats-server ]]; } >/dev/null 2>&1 || need_apt+=(nats-server)
+# nginx in front of Pronto (the keep-alive test: a short proxy_read_timeout); in /usr/sbin.
+{ command -v nginx || [[ -x /usr/sbin/nginx ]]; } >/dev/null 2>&1 || need_apt+=(nginx)
 # `script` (a pseudo-terminal for the log colour test).
 command -v script >/dev/null 2>&1 || need_apt+=(bsdutils)
 if ((${#need_apt[@]})); then

@@ -386,6 +386,7 @@ impl GatewayState {
                     unnamed,
                     sync_refs,
                     cluster: previous.and_then(|prev| prev.cluster.clone()),
+                    stall: config.health.stall,
                     backends,
                 },
             );

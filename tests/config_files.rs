@@ -227,9 +227,11 @@ fn annotated_example_sets_every_field() {
         first_token_deadline,
         hedge,
         migration: route_migration,
+        keepalive,
     } = routes.expect("routes").remove(0);
     assert!(route_migration.and_then(|m| m.max_attempts).is_some());
     assert!(migration.and_then(|m| m.max_attempts).is_some());
+    assert!(keepalive.is_some());
     let pronto::config::race::DeadlineFile {
         after: _,
         factor,
@@ -293,7 +295,14 @@ fn annotated_example_sets_every_field() {
         timeout,
         eject_after_failures,
         readmit_after,
+        stall,
     } = health.expect("health");
+    let pronto::config::progress::StallFile {
+        enabled,
+        floor,
+        factor,
+    } = stall.expect("stall");
+    assert!(enabled.is_some() && floor.is_some() && factor.is_some());
     assert!(path.is_some() && interval.is_some() && timeout.is_some());
     assert!(eject_after_failures.is_some() && readmit_after.is_some());
     let pools = pools.expect("pools").0;

@@ -114,6 +114,9 @@ async fn live_and_offline_agree_on_a_short_trace_slice() {
         hedge: None,
         race_on: pronto_sim::eval_args::EvalRaceOn::Ttft,
         failover_oracle: false,
+        stall_floor: pronto_core::stall::DEFAULT_FLOOR,
+        stall_factor: pronto_core::stall::DEFAULT_FACTOR,
+        no_stall: false,
     };
     let fleet = load_fleet(&fleet_file).unwrap();
     let (reqs, _) = prepare_trace(&args, &fleet).unwrap();

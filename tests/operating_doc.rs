@@ -163,6 +163,7 @@ fn the_metrics_reference_lists_every_registered_family() {
         "src/telemetry/cluster.rs",
         "src/telemetry/race.rs",
         "src/telemetry/migrate.rs",
+        "src/telemetry/progress.rs",
     ]
     .iter()
     .map(|f| {

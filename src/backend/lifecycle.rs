@@ -8,6 +8,7 @@
 //! | active health check ([`HealthTracker`]) | `backend down` (warn, with the [`CheckFailure`]), `backend up` (info), `backend ejected` (warn, with the passive failure count), `backend re-admitted` (info) |
 //! | engine scraper ([`Condition`]) | `engine metrics scrape failing` (warn, with the error), `engine metrics scrape recovered` (info) |
 //! | KV-event subscriber ([`KvLink`]) | `KV events connected` (info, the first time), `KV events lost` / `KV events connect failing` (warn, with the reason), `KV events resumed` (info) |
+//! | progress ([`StallChange`], [`pronto_core::stall`]) | `backend stalled: no token on any stream` (warn, with its silence and bound), `backend producing again` (info) |
 //!
 //! While a condition persists, a repeat is logged at most once per [`REPEAT_EVERY`] (30 s)
 //! with the number of failures since the first and how many were not logged since the last
@@ -405,6 +406,46 @@ impl KvChange {
             KvChange::Resumed { failures } => {
                 tracing::info!(backend, endpoint, failures, "KV events resumed")
             }
+        }
+    }
+}
+
+// === progress ===
+
+/// A backend entered or left the stalled state ([`pronto_core::stall`]). Routing marks it
+/// (one decision sees it first), a token from it clears it: each transition is one line.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StallChange {
+    /// Marked stalled: it held streams and produced no token for `silent_s`, past its
+    /// `bound_s`; no new requests until it produces.
+    Entered {
+        /// Seconds without a token on any of its streams.
+        silent_s: f64,
+        /// The bound it passed (`max(floor, factor × booked prefill)`).
+        bound_s: f64,
+        /// Requests it holds.
+        inflight: u32,
+    },
+    /// A token arrived from it: routed to again.
+    Left,
+}
+
+impl StallChange {
+    /// One log line for `backend`.
+    pub fn log(self, backend: &str) {
+        match self {
+            StallChange::Entered {
+                silent_s,
+                bound_s,
+                inflight,
+            } => tracing::warn!(
+                backend,
+                silent_s,
+                bound_s,
+                inflight,
+                "backend stalled: no token on any stream; no new requests until it produces"
+            ),
+            StallChange::Left => tracing::info!(backend, "backend producing again"),
         }
     }
 }

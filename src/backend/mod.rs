@@ -27,7 +27,7 @@ use pingora_core::upstreams::peer::HttpPeer;
 
 pub use health::HealthChecker;
 pub use latency::LatencyStats;
-pub use lifecycle::{CheckFailure, HealthChange};
+pub use lifecycle::{CheckFailure, HealthChange, StallChange};
 pub use pronto_core::engine::metrics as engine_metrics;
 pub use pronto_core::engine::{
     EngineFlavor, EngineMetricsError, EngineSample, EngineState, Scraped, STALE_AFTER_FAILURES,
@@ -254,6 +254,35 @@ impl Backend {
         false
     }
 
+    /// The backend produced at `at`: a token on one of its streams, or a whole non-streamed
+    /// answer. Ends a stall ([`pronto_core::stall`]): logged, and the gauge cleared.
+    pub fn progressed(&self, at: Instant) {
+        if self.state.ledger.progressed(at) {
+            self.metrics
+                .progress
+                .backend_stalled
+                .with_label_values(&[self.name()])
+                .set(0);
+            StallChange::Left.log(self.name());
+        }
+    }
+
+    /// A routing decision marked the backend stalled, seeing `view` under `rule`: logged and
+    /// counted (it stays out of routing until [`Backend::progressed`]).
+    pub fn marked_stalled(&self, view: &BackendView, rule: &pronto_core::stall::StallRule) {
+        let p = &self.metrics.progress;
+        p.backend_stalled.with_label_values(&[self.name()]).set(1);
+        p.stall_exclusions_total
+            .with_label_values(&[self.name()])
+            .inc();
+        StallChange::Entered {
+            silent_s: view.silent_s,
+            bound_s: rule.bound_s(view),
+            inflight: view.inflight,
+        }
+        .log(self.name());
+    }
+
     /// A request to this backend succeeded.
     pub fn record_success(&self) {
         self.consecutive_failures.store(0, Ordering::Relaxed);
@@ -373,6 +402,9 @@ impl Backend {
             "outstanding_prefill_tokens": load.outstanding_prefill_tokens,
             "running_decodes": load.running_decodes,
             "kv_reserved_tokens": load.kv_reserved_tokens,
+            "streams": load.streams,
+            "silent_s": load.silent_s,
+            "stalled": load.stalled,
             "engine": self.state.engine.admin_json(now),
             "latency": self.latency.admin_json(now),
         })
@@ -431,6 +463,11 @@ impl InflightGuard {
         &self.booking
     }
 
+    /// The backend produced at `at` ([`Backend::progressed`]).
+    pub fn progressed(&self, at: Instant) {
+        self.backend.progressed(at);
+    }
+
     /// The request's prefill is over without a first token to learn from (a non-streamed
     /// response head, or its predicted TTFT passed). Idempotent.
     pub fn end_prefill(&mut self) {
@@ -446,6 +483,7 @@ impl InflightGuard {
     /// this sample at the next [`InflightGuard::first_token`] (which has the inputs). The
     /// other replicas see the prefill end but not the sample.
     pub fn first_token_held(&mut self, actual_s: f64, at: Instant) {
+        self.backend.progressed(at);
         if self
             .backend
             .state
@@ -484,7 +522,11 @@ impl InflightGuard {
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        self.backend.state.ledger.release(&mut self.booking);
+        // Drop takes no clock: the release is now.
+        self.backend
+            .state
+            .ledger
+            .release_at(&mut self.booking, Instant::now());
         self.backend.publish_inflight();
     }
 }
@@ -492,6 +534,7 @@ impl Drop for InflightGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::log_capture;
     use std::collections::BTreeMap;
 
     fn backend() -> Arc<Backend> {
@@ -651,5 +694,43 @@ mod tests {
         assert!(b.is_healthy(t0 + Duration::from_secs(11)));
         b.record_active_check(false, t0 + Duration::from_secs(11));
         assert!(!b.is_healthy(t0 + Duration::from_secs(12)));
+    }
+
+    /// A routing decision that marks the backend stalled logs one line and sets the gauge; a
+    /// token from it clears both, once; a token from a backend not marked logs nothing.
+    #[test]
+    fn a_stall_is_logged_and_published_on_enter_and_leave() {
+        let (log, _guard) = log_capture::capture();
+        let b = backend();
+        let now = Instant::now();
+        let gauge = |b: &Backend| {
+            b.metrics
+                .progress
+                .backend_stalled
+                .with_label_values(&["b0"])
+                .get()
+        };
+        b.progressed(now);
+        assert_eq!(log.count(&["backend"]), 0, "no stall, no line");
+        let mut g = b.start_request(RequestLoad::default(), now, true, None);
+        let rule = pronto_core::stall::StallRule::default();
+        let later = now + Duration::from_secs(11);
+        assert!(b.state.ledger.mark_stalled(later));
+        b.marked_stalled(&b.view(later), &rule);
+        assert_eq!(gauge(&b), 1);
+        assert_eq!(log.count(&["backend stalled", "b0", "bound_s=10"]), 1);
+        let excluded = b
+            .metrics
+            .progress
+            .stall_exclusions_total
+            .with_label_values(&["b0"])
+            .get();
+        assert_eq!(excluded, 1);
+        b.progressed(later);
+        b.progressed(later);
+        assert_eq!(gauge(&b), 0);
+        assert_eq!(log.count(&["backend producing again", "b0"]), 1, "once");
+        g.end_prefill();
+        drop(g);
     }
 }

@@ -48,6 +48,14 @@ impl Config {
                 "timeout": format_duration(self.health.timeout),
                 "eject_after_failures": self.health.eject_after_failures,
                 "readmit_after": format_duration(self.health.readmit_after),
+                "stall": match &self.health.stall {
+                    Some(r) => json!({
+                        "enabled": true,
+                        "floor": format_duration(r.floor),
+                        "factor": r.factor,
+                    }),
+                    None => json!({ "enabled": false }),
+                },
             },
             "explain_headers": self.explain_headers,
             "access_log": {
@@ -194,7 +202,7 @@ mod tests {
         let yaml = "
 threads: 3
 limits: {max_body_bytes: 2MiB, first_token_timeout: 1500ms}
-health: {interval: 2s, readmit_after: 1m}
+health: {interval: 2s, readmit_after: 1m, stall: {floor: 3s}}
 reload: {watch: false}
 pools:
   \"meta/llama\":
@@ -216,6 +224,8 @@ pools:
         let json = config.to_json();
         assert_eq!(json["limits"]["max_body_bytes"], "2MiB");
         assert_eq!(json["health"]["readmit_after"], "1m");
+        assert_eq!(json["health"]["stall"]["floor"], "3s");
+        assert_eq!(json["health"]["stall"]["factor"], 4.0);
         assert_eq!(json["pools"]["meta/llama"]["policy"]["name"], "cache_aware");
         assert_eq!(
             json["pools"]["meta/llama"]["backends"][1]["url"],

@@ -123,6 +123,8 @@ pub struct RouteFile {
     pub hedge: Option<super::race::HedgeFile>,
     /// Overrides the top-level `migration:`.
     pub migration: Option<super::migration::MigrationFile>,
+    /// SSE comment keep-alives this often while a stream waits for its first token.
+    pub keepalive: Option<Quantity>,
 }
 
 /// A route's `match:` section; every condition given must hold.
@@ -191,6 +193,8 @@ pub struct HealthFile {
     pub eject_after_failures: Option<u64>,
     /// Delay before an ejected backend is probed again.
     pub readmit_after: Option<Quantity>,
+    /// Progress-based exclusion of a backend that produces no token.
+    pub stall: Option<super::progress::StallFile>,
 }
 
 /// `reload:` section.

@@ -30,6 +30,7 @@ pub mod migration;
 pub mod model;
 pub mod nats;
 mod profile;
+pub mod progress;
 pub mod race;
 mod reference;
 mod resources;

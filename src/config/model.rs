@@ -188,7 +188,7 @@ pub struct Retry {
 }
 
 /// Health checking.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Health {
     /// HTTP path probed on each backend; starts with `/`.
     pub path: String,
@@ -200,6 +200,8 @@ pub struct Health {
     pub eject_after_failures: u32,
     /// Delay before an ejected backend is probed again.
     pub readmit_after: Duration,
+    /// Progress-based exclusion ([`pronto_core::stall`]); `None`: off.
+    pub stall: Option<super::progress::StallRule>,
 }
 
 /// The access log: one line per request, target `pronto::access` (see
@@ -561,6 +563,7 @@ impl Default for Health {
             timeout: DEFAULT_HEALTH_TIMEOUT,
             eject_after_failures: DEFAULT_EJECT_AFTER_FAILURES,
             readmit_after: DEFAULT_READMIT_AFTER,
+            stall: Some(super::progress::StallRule::default()),
         }
     }
 }

@@ -144,6 +144,9 @@ pub struct Route {
     pub policy: Option<PolicySpec>,
     /// Overrides the top-level `migration:` ([`super::migration`]).
     pub migration: Option<super::migration::Migration>,
+    /// SSE comment keep-alives this often while a stream waits for its first token
+    /// ([`super::progress`]); `None`: none.
+    pub keepalive: Option<Duration>,
 }
 
 /// A route's `objective:` (see the module docs).
@@ -572,6 +575,7 @@ impl Checker {
             .migration
             .as_ref()
             .map(|m| self.migration(&format!("{path}.migration"), Some(m), Default::default()));
+        let keepalive = self.keepalive(path, r.keepalive.as_ref());
         let race_on = match r.race_on.as_deref() {
             None | Some("ttft") => RaceOn::Ttft,
             Some("ttfa") => RaceOn::Ttfa,
@@ -607,6 +611,7 @@ impl Checker {
             hedge,
             policy,
             migration,
+            keepalive,
         })
     }
 

@@ -125,6 +125,17 @@ pub(super) fn schema_value() -> Value {
                     "Delay before an ejected backend may return",
                     DEFAULT_READMIT_AFTER
                 ),
+                "stall": section(
+                    "Progress-based exclusion: a backend with streams in flight and no token on any of them for max(floor, factor x the predicted time of its booked prefill) gets no new requests until it produces again (not ejected)",
+                    json!({
+                        "enabled": { "description": "Judge backends on their progress", "type": "boolean", "default": true },
+                        "floor": duration("The shortest silence that counts (100ms..=1h)", super::progress::DEFAULT_FLOOR),
+                        "factor": {
+                            "description": "Multiple of the predicted time of the booked prefill work",
+                            "type": "number", "minimum": 1, "maximum": 1000, "default": super::progress::DEFAULT_FACTOR,
+                        },
+                    }),
+                ),
             })),
             "explain_headers": {
                 "description": "Add x-pronto-* headers to responses: the backend, the decision's reason and prediction, the runner-up and its prediction, the attempts",
@@ -568,6 +579,10 @@ fn route_schema() -> Value {
                     "max_attempts": { "description": "Continuations one stream may be sent, each on another backend (0: off)", "type": "integer", "minimum": 0, "maximum": 8, "default": 1 },
                 }),
             ),
+            "keepalive": {
+                "description": "Streams: send an SSE comment (: keep-alive) this often while waiting for the first token, so idle timeouts in front of Pronto do not cut a long prefill (100ms..=10m; off when absent)",
+                "$ref": "#/$defs/duration",
+            },
             "hedge": section(
                 "Streams: send a second copy to the next-best backend after a delay (after, or quantile of the predicted TTFT); the first to answer is relayed, the other cancelled",
                 json!({

@@ -421,6 +421,7 @@ impl Checker {
                 "health.readmit_after",
                 DEFAULT_READMIT_AFTER,
             ),
+            stall: self.stall(h.stall.as_ref()),
         };
         if health.interval > health.readmit_after {
             self.warn(

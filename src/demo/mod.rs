@@ -117,6 +117,7 @@ fn sim_backends(cfg: &FleetConfig) -> anyhow::Result<Vec<SimBackend>> {
             config,
             reasoning: cfg.reasoning,
             stall: None,
+            wedge: None,
         })
         .collect())
 }

@@ -219,6 +219,7 @@ mod tests {
                 config,
                 reasoning: fleet_cfg.reasoning,
                 stall: None,
+                wedge: None,
             })
             .collect();
         let window = Duration::from_secs(10);

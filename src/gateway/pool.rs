@@ -10,6 +10,7 @@ use bytes::Bytes;
 use pronto_core::cluster::BackendRef;
 use pronto_core::ids::BackendId;
 use pronto_core::routing::views::{self, PoolRouting, Scratch};
+use pronto_core::stall::StallRule;
 
 use crate::affinity::PrefixIndex;
 use crate::backend::{Backend, InflightGuard};
@@ -89,6 +90,8 @@ pub struct Pool {
     pub sync_refs: Vec<BackendRef>,
     /// Where dispatches are told to the other replicas (with `cluster:`).
     pub cluster: Option<Arc<Link>>,
+    /// Progress-based exclusion (`health.stall`, [`pronto_core::stall`]); `None`: off.
+    pub stall: Option<StallRule>,
 }
 
 impl Pool {
@@ -98,6 +101,7 @@ impl Pool {
             slots: &self.slots,
             index: &self.index,
             token_ratio: self.token_ratio.ratio(),
+            stall: self.stall,
         }
     }
 
@@ -180,7 +184,13 @@ impl Pool {
         let tried = self.and_unnamed(tried, &mut joined);
         SCRATCH.with_borrow_mut(|scratch| {
             let limit = policy.limits_prefix_credit_to_residency();
-            let views = views::build(&self.routing(), features, now, limit, tried, scratch);
+            views::build(&self.routing(), features, now, limit, tried, scratch);
+            if let Some(rule) = &self.stall {
+                for &i in scratch.newly_stalled() {
+                    self.backends[i].marked_stalled(&scratch.views()[i], rule);
+                }
+            }
+            let views = scratch.views();
             let decision = decide(policy, features, views, now)?;
             let others_left = views
                 .iter()

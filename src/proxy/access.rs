@@ -78,6 +78,8 @@ pub(super) struct Access {
     pub migration: Option<&'static str>,
     /// Continuations the stream was sent (`super::migrate`).
     pub migrations: u32,
+    /// Keep-alives sent before the first token (the first committed a 200 head).
+    pub keepalives: u32,
 }
 
 impl Access {
@@ -109,6 +111,7 @@ impl Access {
             moved_from: None,
             migration: None,
             migrations: 0,
+            keepalives: 0,
         }
     }
 

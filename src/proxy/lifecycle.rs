@@ -17,6 +17,7 @@ use pingora_core::protocols::http::ServerSession;
 
 use super::access::Access;
 use super::gate::Pass;
+use super::keepalive::KeepAlive;
 use super::observe::{self, FirstTokenObserver};
 use super::race;
 use super::relay::{client_response_head, Relay, RelayEnd, RelayOutcome};
@@ -27,7 +28,7 @@ use super::{migrate, request_id, tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
 use crate::config::route::RouteObjective;
 use crate::config::Route;
 use crate::error::GatewayError;
-use crate::gateway::{GatewayState, Pool, Routed, Target};
+use crate::gateway::{Attempted, GatewayState, Pool, Routed, Target};
 use crate::request::{parse_request, Endpoint, RequestFeatures};
 use pronto_core::cluster::repair::MAX_MOVES;
 use pronto_core::ids::BackendId;
@@ -36,6 +37,17 @@ use pronto_core::splice::Splicer;
 
 /// A failed request: the pool it reached (for the metric label) and the client's error.
 pub(super) type Failure = (Option<Arc<str>>, GatewayError);
+
+/// What waiting on one dispatched attempt (alone, raced, or watched by collision repair)
+/// came to. Matched at once and never stored: the large variant costs no allocation.
+#[allow(clippy::large_enum_variant)]
+enum Waited {
+    /// Its outcome, on the entrant whose outcome is final; `Some(raced)` when it ran as a
+    /// race (what the access log records of it).
+    Done(Routed, Attempted, Attempt, Option<Option<race::Raced>>),
+    /// Collision repair moves the request: route it again as decided here.
+    Moves(Box<Routed>),
+}
 
 /// A parsed request matched to its pool.
 pub(super) struct Parsed<'s> {
@@ -259,6 +271,10 @@ impl Proxy {
         if let Some((r, h)) = route.and_then(|r| Some((r, r.hedge?))) {
             self.hedges.earn(&r.name, h.budget);
         }
+        // A stream on a route with keep-alives: SSE comments until its first token.
+        let mut keepalive = route
+            .filter(|_| features.stream)
+            .and_then(|r| KeepAlive::new(r, &self.metrics, arrived, &access.id));
         loop {
             let now = Instant::now();
             let routed = match admitted.take() {
@@ -306,81 +322,108 @@ impl Proxy {
                 .flatten();
             let mut attempted = pool.dispatch(&routed, features, features.stream, now);
             let may_retry = retries.may_retry(max_retries, routed.others_left);
-            let (routed, mut attempted, outcome) = match (plan, route) {
-                (Some(plan), Some(r)) => {
-                    let race = race::Race {
-                        proxy: self,
-                        state,
-                        pool,
-                        route: r,
-                        policy: &**policy,
-                        features,
-                        body,
-                        client_head: session.req_header(),
-                        request_id: &access.id,
-                        deadlines,
-                        may_retry,
-                    };
-                    let entrant = race::Entrant {
-                        routed,
-                        attempted,
-                        at: now,
-                    };
-                    // Boxed: a race holds two attempts, and inline it would size the future
-                    // of every request (raced or not) for as long as its stream is open.
-                    let f = Box::pin(race.run(entrant, head, plan, &mut retries.tried)).await;
-                    access.race = f.raced;
-                    (f.entrant.routed, f.entrant.attempted, f.outcome)
-                }
-                _ => {
-                    let (own, held_blocks) =
-                        (attempted.guard.booking().load(), attempted.held_blocks);
-                    let attempt = attempt(
-                        &self.connectors,
-                        backend,
-                        head,
-                        &sent,
-                        features.stream,
-                        false,
-                        deadlines,
-                        may_retry,
-                        &mut attempted.guard,
-                    );
-                    let outcome = match watch {
-                        None => attempt.await,
-                        Some(watch) => {
-                            let watched = repair::Attempting {
-                                pool,
-                                policy: &**policy,
-                                features,
-                                tried: &retries.tried,
-                                explain: state.config.explain_headers,
-                                metrics: &self.metrics,
-                                request_id: &access.id,
-                                index: i,
-                                own,
-                                held_blocks,
-                                at: now,
-                                inputs: &mut attempted.inputs,
-                            };
-                            // Boxed: only a replicated gateway's requests pay for it.
-                            match Box::pin(watched.run(attempt, watch)).await {
-                                repair::Watched::Done(outcome) => outcome,
-                                repair::Watched::Moves(next) => {
-                                    // Its attempt is dropped (the upstream connection closed),
-                                    // its record already undone; the booking goes with it.
-                                    drop(attempted);
-                                    moves += 1;
-                                    access
-                                        .moved_from
-                                        .get_or_insert_with(|| backend.config.name.clone());
-                                    admitted = Some(*next);
-                                    continue;
+            // A race may take the decision again: it builds the second backend's head from the
+            // client's (a copy, so that keep-alives may write to the client meanwhile).
+            let client_head = plan.is_some().then(|| session.req_header().clone());
+            let request_id = access.id.as_str();
+            let waited = async {
+                match (plan, route, &client_head) {
+                    (Some(plan), Some(r), Some(client_head)) => {
+                        let race = race::Race {
+                            proxy: self,
+                            state,
+                            pool,
+                            route: r,
+                            policy: &**policy,
+                            features,
+                            body,
+                            client_head,
+                            request_id,
+                            deadlines,
+                            may_retry,
+                        };
+                        let entrant = race::Entrant {
+                            routed,
+                            attempted,
+                            at: now,
+                        };
+                        // Boxed: a race holds two attempts, and inline it would size the future
+                        // of every request (raced or not) for as long as its stream is open.
+                        let f = Box::pin(race.run(entrant, head, plan, &mut retries.tried)).await;
+                        let raced = Some(f.raced);
+                        Waited::Done(f.entrant.routed, f.entrant.attempted, f.outcome, raced)
+                    }
+                    _ => {
+                        let (own, held_blocks) =
+                            (attempted.guard.booking().load(), attempted.held_blocks);
+                        let attempt = attempt(
+                            &self.connectors,
+                            backend,
+                            head,
+                            &sent,
+                            features.stream,
+                            false,
+                            deadlines,
+                            may_retry,
+                            &mut attempted.guard,
+                        );
+                        let outcome = match watch {
+                            None => attempt.await,
+                            Some(watch) => {
+                                let watched = repair::Attempting {
+                                    pool,
+                                    policy: &**policy,
+                                    features,
+                                    tried: &retries.tried,
+                                    explain: state.config.explain_headers,
+                                    metrics: &self.metrics,
+                                    request_id,
+                                    index: i,
+                                    own,
+                                    held_blocks,
+                                    at: now,
+                                    inputs: &mut attempted.inputs,
+                                };
+                                // Boxed: only a replicated gateway's requests pay for it.
+                                match Box::pin(watched.run(attempt, watch)).await {
+                                    repair::Watched::Done(outcome) => outcome,
+                                    repair::Watched::Moves(next) => {
+                                        // Its attempt is dropped (the upstream connection closed),
+                                        // its record already undone; the booking goes with it.
+                                        drop(attempted);
+                                        return Waited::Moves(next);
+                                    }
                                 }
                             }
-                        }
-                    };
+                        };
+                        Waited::Done(routed, attempted, outcome, None)
+                    }
+                }
+            };
+            // With keep-alives, the client hears from us while the attempt waits.
+            let waited = match keepalive.as_mut() {
+                None => waited.await,
+                Some(k) => {
+                    // Boxed: only keep-alive routes' requests pay for the timer.
+                    let w = Box::pin(k.wait(session, waited)).await;
+                    access.keepalives = k.sent();
+                    w.map_err(pool_err)?
+                }
+            };
+            let (routed, mut attempted, outcome) = match waited {
+                Waited::Done(routed, attempted, outcome, raced) => {
+                    if let Some(r) = raced {
+                        access.race = r;
+                    }
                     (routed, attempted, outcome)
+                }
+                Waited::Moves(next) => {
+                    moves += 1;
+                    access
+                        .moved_from
+                        .get_or_insert_with(|| backend.config.name.clone());
+                    admitted = Some(*next);
+                    continue;
                 }
             };
             let i = routed.decision.index;
@@ -474,8 +517,19 @@ impl Proxy {
                     }
                     let client_head = client_response_head(head, &extra)
                         .map_err(|e| pool_err(GatewayError::Internal(e.to_string())))?;
+                    let head_sent = access.keepalives > 0;
+                    if head_sent && !(is_sse && (200..300).contains(&status)) {
+                        // The keep-alives' 200 is out: what the backend answered instead
+                        // reaches the client as an SSE error event (super::keepalive).
+                        let err =
+                            super::keepalive::upstream_error(&mut upstream, status, deadlines.idle)
+                                .await;
+                        drop(attempted);
+                        upstream.shutdown().await;
+                        return Err(pool_err(err));
+                    }
                     let outcome = Relay {
-                        head: Some(client_head),
+                        head: (!head_sent).then_some(client_head),
                         unrename: pool.answer_for(i, body, features),
                         first_chunk,
                         body_done,

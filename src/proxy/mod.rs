@@ -23,6 +23,7 @@ mod app;
 mod body;
 mod budget;
 mod gate;
+mod keepalive;
 mod lifecycle;
 mod local;
 mod migrate;
@@ -183,8 +184,22 @@ impl Proxy {
                     // connection cannot be reused. The answer says `Connection: close`.
                     session.set_keepalive(None);
                 }
-                let len = respond::error(session, &err, &access.id).await;
+                let len = if access.keepalives > 0 {
+                    // Keep-alives committed a 200 stream: the error is its last event.
+                    let route = access.route.as_deref().unwrap_or(NONE);
+                    self.metrics
+                        .progress
+                        .keepalive_errors_total
+                        .with_label_values(&[route])
+                        .inc();
+                    keepalive::error_event(session, &err).await
+                } else {
+                    respond::error(session, &err, &access.id).await
+                };
                 access.failed(&err, len);
+                if access.keepalives > 0 {
+                    access.status = 200;
+                }
                 Some((None, access.status))
             }
         };

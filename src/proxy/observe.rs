@@ -54,6 +54,11 @@ impl FirstTokenObserver<'_> {
             .observe(at.saturating_duration_since(self.arrived).as_secs_f64());
     }
 
+    /// Output passed through at `at`: the backend is producing ([`pronto_core::stall`]).
+    pub fn progressed(&self, at: Instant) {
+        self.guard.progressed(at);
+    }
+
     /// The first answer token (content or a tool call, after any reasoning) passed through
     /// at `at`: the time to first answer, upstream and as the client saw it.
     pub fn first_answer(&mut self, at: Instant) {

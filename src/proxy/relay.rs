@@ -103,8 +103,8 @@ pub fn client_response_head(
 
 /// Everything the relay needs besides the two sessions.
 pub struct Relay<'a> {
-    /// Response head to send the client (`None`: sent already, by the stream this one
-    /// continues).
+    /// Response head to send the client; `None` when it is out already (by the stream this
+    /// one continues, or by keep-alives sent before the first token, `super::keepalive`).
     pub head: Option<ResponseHeader>,
     /// Rewrites the backend's model name back to the client's in the body, when they differ
     /// ([`crate::models::rename`]); the head then loses its `Content-Length`.
@@ -185,6 +185,7 @@ impl Relay<'_> {
                     let update = scanner.feed(&chunk);
                     if update.output_events > 0 {
                         let at = Instant::now();
+                        observer.progressed(at);
                         out.last_token_at = Some(at);
                         out.output_events += update.output_events;
                         out.reasoning_events += update.reasoning_events;

@@ -271,6 +271,10 @@ pub async fn attempt(
     };
     if !stream {
         guard.end_prefill();
+        if (200..300).contains(&status) {
+            // A non-streamed answer's head comes with its whole generation: progress.
+            guard.progressed(Instant::now());
+        }
     }
     if may_retry_status {
         if let Some((reason, backend_fault)) = retryable_status(status) {

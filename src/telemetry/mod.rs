@@ -21,10 +21,12 @@ use prometheus::{
 mod cluster;
 mod labels;
 mod migrate;
+mod progress;
 mod race;
 pub use cluster::{ClusterMetrics, CollisionOutcome, NatsError, SyncDirection, SyncDrop};
 pub use labels::*;
 pub use migrate::{MigrationMetrics, MigrationOutcome};
+pub use progress::ProgressMetrics;
 pub use race::{FailoverReason, RaceKind, RaceMetrics};
 
 /// The version and git revision this binary was built from (`build.rs`).
@@ -164,6 +166,8 @@ pub struct Metrics {
     pub race: RaceMetrics,
     /// The stream migration families.
     pub migration: MigrationMetrics,
+    /// Progress-based exclusion and first-token keep-alives.
+    pub progress: ProgressMetrics,
 }
 
 /// A family with a `backend` label: removes every series of one backend, whatever its other
@@ -621,6 +625,7 @@ impl Metrics {
             cluster: ClusterMetrics::new(&r),
             race: RaceMetrics::new(&r),
             migration: MigrationMetrics::new(&r),
+            progress: ProgressMetrics::new(&r),
             per_backend: Arc::new(r.per_backend.take()),
             registry: r.registry,
         }
@@ -659,6 +664,7 @@ impl Metrics {
         self.route_ttft_slo_seconds.reset();
         for route in &config.routes {
             self.race.publish_route(route);
+            self.progress.publish_route(route);
             if let Some(slo) = &route.slo {
                 self.route_ttft_slo_seconds
                     .with_label_values(&[&*route.name, &*route.pool])
@@ -729,6 +735,7 @@ impl Metrics {
     /// (`Backend::new`), else its series appear at its first failure.
     pub fn register_backend(&self, backend: &str) {
         self.backend_ejections_total.with_label_values(&[backend]);
+        self.progress.register_backend(backend);
         self.engine_scrape_errors_total
             .with_label_values(&[backend]);
         for reason in crate::backend::CheckFailure::LABELS {

@@ -59,6 +59,14 @@ fn touch_every_backend_family(m: &Metrics, backend: &str) {
         .with_label_values(&[backend])
         .inc();
     m.count_ejection(backend);
+    m.progress
+        .backend_stalled
+        .with_label_values(&[backend])
+        .set(1);
+    m.progress
+        .stall_exclusions_total
+        .with_label_values(&[backend])
+        .inc();
 }
 
 /// Families (by name) with a series for `backend` in the text exposition.
@@ -86,7 +94,7 @@ fn forgetting_a_backend_removes_every_series_with_its_label() {
         .with_label_values(&["p", NONE, "404"])
         .inc();
     let before = families_with(&m.render(), "b1");
-    assert_eq!(before.len(), 20, "{before:?}");
+    assert_eq!(before.len(), 22, "{before:?}");
     assert_eq!(
         m.per_backend_families(),
         before.len(),

@@ -30,6 +30,7 @@ pub mod seq_cell;
 pub mod slo;
 pub mod splice;
 pub mod sse;
+pub mod stall;
 pub mod state;
 pub mod time;
 pub mod tokens;

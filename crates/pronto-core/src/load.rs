@@ -28,6 +28,16 @@
 //!
 //! Every transition checks the booking's phase, so none is counted twice; a counter never goes
 //! below zero.
+//!
+//! ## Progress
+//! The ledger also knows whether a backend is *producing*: the streams this router sent it
+//! and holds in flight ([`LoadView::streams`]; another replica's bookings are not counted,
+//! their tokens are not seen here) and how long they have gone without a token
+//! ([`LoadView::silent_s`]): the time since the last [`Ledger::progressed`] during which it
+//! held streams — idle gaps pause the clock, so streams that each wait a short while (raced
+//! away before a token) add up. A stream released without a time ([`Ledger::release`]) ends
+//! its stretch uncounted. [`crate::stall`] judges a backend wedged on these and marks it
+//! ([`Ledger::mark_stalled`]) until it produces again.
 
 use std::cell::Cell;
 use std::fmt::Debug;
@@ -213,6 +223,8 @@ pub struct Booking {
     phase: Phase,
     booked_at: Instant,
     prefill_ends_by: Option<Instant>,
+    /// Watched for progress: counted in [`LoadView::streams`] until released.
+    watched: bool,
     /// A first token held back from the client, not learnt yet: `(seconds after sending,
     /// when)` ([`crate::state::BackendState::hold_first_token`]).
     pub(crate) held_first_token: Option<(f64, Instant)>,
@@ -256,6 +268,15 @@ pub struct LoadView {
     pub kv_reserved_tokens: u64,
     /// KV-cache tokens allocated per second (time-averaged; evaluated on demand).
     pub kv_alloc: AllocRate,
+    /// Watched streams booked and not released (see the module docs).
+    pub streams: u32,
+    /// Seconds the backend has held streams without a token on any of them since its last
+    /// token (0 without a stream; see the module docs).
+    pub silent_s: f64,
+    /// Marked stalled ([`Ledger::mark_stalled`]) and not producing since.
+    pub stalled: bool,
+    /// While marked: seconds since the mark or the last request sent since (a probe).
+    pub since_probe_s: f64,
 }
 
 /// One backend's ledger (see the module docs).
@@ -269,6 +290,18 @@ pub struct Ledger<S: Storage> {
     decoding: S::Counter,
     kv_reserved: S::Counter,
     alloc: S::Alloc,
+    /// Watched (streamed, own) bookings not released.
+    streams: S::Counter,
+    /// Nanoseconds since `epoch` of the last progress, or of the stream booking that found
+    /// the backend holding no stream: where the current silent stretch started.
+    quiet_since_ns: S::Counter,
+    /// Silence of earlier stretches since the last progress, nanoseconds.
+    silent_acc_ns: S::Counter,
+    /// 1 while marked stalled ([`Ledger::mark_stalled`]).
+    stalled: S::Counter,
+    /// Nanoseconds since `epoch` of the mark, or of the last request booked while marked (a
+    /// probe).
+    probed_ns: S::Counter,
     epoch: Instant,
 }
 
@@ -287,12 +320,49 @@ impl<S: Storage> Ledger<S> {
             decoding: S::Counter::default(),
             kv_reserved: S::Counter::default(),
             alloc: S::Alloc::new(epoch),
+            streams: S::Counter::default(),
+            quiet_since_ns: S::Counter::default(),
+            silent_acc_ns: S::Counter::default(),
+            stalled: S::Counter::default(),
+            probed_ns: S::Counter::default(),
             epoch,
         }
     }
 
+    fn ns(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
+    /// The backend produced at `at`: a token on one of its streams (or a whole non-streamed
+    /// answer). Ends a stall; returns whether it did.
+    pub fn progressed(&self, at: Instant) -> bool {
+        let ns = self.ns(at);
+        // Progress reported out of order (two proxy threads) keeps the later one.
+        if ns > self.quiet_since_ns.get() {
+            self.quiet_since_ns.set(ns);
+        }
+        self.silent_acc_ns.set(0);
+        let was = self.stalled.get() != 0;
+        if was {
+            self.stalled.set(0);
+        }
+        was
+    }
+
+    /// Mark the backend stalled at `now` (by [`crate::stall::StallRule`]) until it
+    /// progresses; returns whether this call marked it.
+    pub fn mark_stalled(&self, now: Instant) -> bool {
+        let was = self.stalled.get() != 0;
+        if !was {
+            self.stalled.set(1);
+            self.probed_ns.set(self.ns(now));
+        }
+        !was
+    }
+
     /// A request with `load` is dispatched at `now`. `streamed: false` with a prediction arms
-    /// [`Booking::prefill_ends_by`] at `now + predicted_ttft`.
+    /// [`Booking::prefill_ends_by`] at `now + predicted_ttft`. A stream is watched for
+    /// progress (see the module docs).
     pub fn book(
         &self,
         load: RequestLoad,
@@ -300,11 +370,39 @@ impl<S: Storage> Ledger<S> {
         streamed: bool,
         predicted_ttft_s: Option<f64>,
     ) -> Booking {
+        self.book_watched(load, now, streamed, predicted_ttft_s, streamed)
+    }
+
+    /// Another replica's stream, dispatched at `now` ([`crate::cluster`]): booked as a
+    /// stream, not watched for progress (its tokens are not seen here).
+    pub fn book_remote(&self, load: RequestLoad, now: Instant) -> Booking {
+        self.book_watched(load, now, true, None, false)
+    }
+
+    fn book_watched(
+        &self,
+        load: RequestLoad,
+        now: Instant,
+        streamed: bool,
+        predicted_ttft_s: Option<f64>,
+        watched: bool,
+    ) -> Booking {
         self.inflight.add(1);
         self.prefill_tokens.add(u64::from(load.prefill_tokens));
         self.prefill_sq_units.add(sq_units(load.prefill_tokens));
         self.kv_reserved.add(load.kv_tokens);
         self.alloc.on_alloc(load.kv_tokens as f64, now);
+        if self.stalled.get() != 0 {
+            // Sent to a stalled backend: a probe.
+            self.probed_ns.set(self.ns(now));
+        }
+        if watched {
+            // A silent stretch of a backend that held no stream starts with this one.
+            if self.streams.get() == 0 {
+                self.quiet_since_ns.set(self.ns(now));
+            }
+            self.streams.add(1);
+        }
         let prefill_ends_by = (!streamed)
             .then_some(predicted_ttft_s)
             .flatten()
@@ -315,6 +413,7 @@ impl<S: Storage> Ledger<S> {
             phase: Phase::Prefill,
             booked_at: now,
             prefill_ends_by,
+            watched,
             held_first_token: None,
         }
     }
@@ -332,6 +431,16 @@ impl<S: Storage> Ledger<S> {
         true
     }
 
+    /// [`release`](Self::release) at `now`: a stream that leaves the backend holding none
+    /// adds its silent stretch to the backend's silence (see the module docs).
+    pub fn release_at(&self, b: &mut Booking, now: Instant) {
+        if b.watched && b.phase != Phase::Released && self.streams.get() == 1 {
+            let stretch = self.ns(now).saturating_sub(self.quiet_since_ns.get());
+            self.silent_acc_ns.add(stretch);
+        }
+        self.release(b);
+    }
+
     /// The request finished, failed or was cancelled: release all of it. Idempotent.
     pub fn release(&self, b: &mut Booking) {
         match b.phase {
@@ -345,6 +454,9 @@ impl<S: Storage> Ledger<S> {
         b.phase = Phase::Released;
         self.kv_reserved.sub(b.load.kv_tokens);
         self.inflight.sub(1);
+        if b.watched {
+            self.streams.sub(1);
+        }
     }
 
     /// Requests in flight.
@@ -364,7 +476,16 @@ impl<S: Storage> Ledger<S> {
     /// (computed once per routing view for everything a backend keeps on that epoch).
     #[inline]
     pub(crate) fn view_at(&self, now: Instant, now_ns: u64) -> LoadView {
+        let streams = self.streams.get() as u32;
+        let silent_ns = match streams {
+            0 => 0,
+            _ => self.silent_acc_ns.get() + now_ns.saturating_sub(self.quiet_since_ns.get()),
+        };
         LoadView {
+            streams,
+            silent_s: silent_ns as f64 * 1e-9,
+            stalled: self.stalled.get() != 0,
+            since_probe_s: now_ns.saturating_sub(self.probed_ns.get()) as f64 * 1e-9,
             inflight: self.inflight.get() as u32,
             outstanding_prefill_tokens: self.prefill_tokens.get(),
             outstanding_prefill_sq: self.prefill_sq_units.get() as f64 / 1000.0,
@@ -480,5 +601,44 @@ mod tests {
             assert_eq!(b.prefill_ends_by(), None, "{p:?}");
             l.release(&mut b);
         }
+    }
+
+    /// Silence counts only while streams are held, adds up over short stretches (streams
+    /// raced away before a token), and ends at a token; remote and non-streamed bookings
+    /// are not watched.
+    #[test]
+    fn silence_adds_up_over_held_streams_and_ends_at_a_token() {
+        let t0 = Instant::now();
+        let l = Ledger::<Plain>::new(t0);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let load = RequestLoad::default();
+        // Three streams, each held 500 ms with a 1 s idle gap between them.
+        for k in 0..3u64 {
+            let mut b = l.book(load, at(1500 * k), true, None);
+            assert!((l.view(at(1500 * k + 250)).silent_s - (0.5 * k as f64 + 0.25)).abs() < 1e-6);
+            l.release_at(&mut b, at(1500 * k + 500));
+            assert_eq!(
+                l.view(at(1500 * k + 1000)).silent_s,
+                0.0,
+                "idle: nothing held"
+            );
+        }
+        let mut b = l.book(load, at(4500), true, None);
+        assert!((l.view(at(4600)).silent_s - 1.6).abs() < 1e-6);
+        assert!(!l.progressed(at(4700)), "not marked");
+        assert!((l.view(at(4800)).silent_s - 0.1).abs() < 1e-6);
+        assert!(l.mark_stalled(at(4800)) && !l.mark_stalled(at(4800)));
+        let v = l.view(at(5800));
+        assert!(v.stalled && (v.since_probe_s - 1.0).abs() < 1e-6);
+        assert!(l.progressed(at(5900)), "a token ends the stall");
+        assert!(!l.view(at(5900)).stalled);
+        l.release_at(&mut b, at(6000));
+        // Not watched: another replica's stream, a non-streamed request.
+        let mut r = l.book_remote(load, at(7000));
+        let mut n = l.book(load, at(7000), false, Some(1.0));
+        let v = l.view(at(9000));
+        assert_eq!((v.streams, v.silent_s, v.inflight), (0, 0.0, 2));
+        l.release(&mut r);
+        l.release(&mut n);
     }
 }

@@ -155,6 +155,9 @@ impl<S: Storage> BackendState<S> {
             kv_alloc,
             ttft_model,
             tpot_model,
+            silent_s,
+            stalled,
+            since_probe_s,
         } = v;
         *id = self.id;
         *key = self.key;
@@ -173,6 +176,9 @@ impl<S: Storage> BackendState<S> {
         *kv_alloc = load.kv_alloc;
         *ttft_model = Some(self.ttft.view_at(now_ns));
         *tpot_model = self.tpot.view();
+        *silent_s = load.silent_s;
+        *stalled = load.stalled;
+        *since_probe_s = load.since_probe_s;
     }
 
     /// A stream on this backend ended at `at` having seen `tpot_s` seconds per output token
@@ -191,6 +197,8 @@ impl<S: Storage> BackendState<S> {
     /// a request already out of prefill, returns `None`. After
     /// [`hold_first_token`](Self::hold_first_token) the held sample is what is learnt
     /// (`actual_s` and `at` are ignored: a late copy's censored time is not its real TTFT).
+    /// Not progress ([`crate::load::Ledger::progressed`]): a late copy cancelled by a race is
+    /// observed here with the time it was given, though it produced nothing.
     pub fn observe_first_token(
         &self,
         booking: &mut Booking,

@@ -112,6 +112,17 @@ pub struct EvaluateArgs {
     /// (`crate::evaluate` race model, *The failover oracle*).
     #[arg(long)]
     pub failover_oracle: bool,
+    /// Progress-based exclusion, as the gateway's `health.stall.floor`: a backend holding
+    /// streams that produced no token for max(floor, factor × its booked prefill's predicted
+    /// time) gets no new requests until it produces (a fleet file's `wedge_after` fault).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub stall_floor: std::time::Duration,
+    /// `health.stall.factor` (see `--stall-floor`).
+    #[arg(long, value_name = "FACTOR", default_value_t = pronto_core::stall::DEFAULT_FACTOR)]
+    pub stall_factor: f64,
+    /// `health.stall: {enabled: false}`: no progress-based exclusion.
+    #[arg(long)]
+    pub no_stall: bool,
 }
 
 /// `--race-on` (a route's `race_on:`).
@@ -182,6 +193,10 @@ impl EvaluateArgs {
                 EvalRaceOn::Ttfa => RaceOn::Ttfa,
             },
             oracle_failover: self.failover_oracle,
+            stall: (!self.no_stall).then_some(pronto_core::stall::StallRule {
+                floor: self.stall_floor,
+                factor: self.stall_factor,
+            }),
         }
     }
 

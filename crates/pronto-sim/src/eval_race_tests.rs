@@ -12,6 +12,7 @@ use crate::profile::Profile;
 use crate::reasoning::ReasoningConfig;
 use crate::workload::{spread_ties, SyntheticWorkload, TraceRequest};
 use pronto_core::race::{FirstTokenDeadline, Hedge, HedgeDelay, RaceOn, HEDGE_BURST};
+use pronto_core::stall::StallRule;
 
 const STALL_S: f64 = 2.0;
 
@@ -28,6 +29,7 @@ fn fleet(stall: bool) -> Vec<SimBackend> {
                 probability: 1.0,
                 seed: 1,
             }),
+            wedge: None,
         })
         .collect()
 }
@@ -61,6 +63,7 @@ const AFTER_100MS: RaceConfig = RaceConfig {
     deadline: Some(FirstTokenDeadline::After(Duration::from_millis(100))),
     hedge: None,
     oracle_failover: false,
+    stall: None,
 };
 
 #[test]
@@ -164,6 +167,7 @@ fn the_hedge_budget_bounds_the_hedges() {
     let hedge = |max: Option<Duration>| RaceConfig {
         on: RaceOn::Ttft,
         oracle_failover: false,
+        stall: None,
         deadline: None,
         hedge: Some(Hedge {
             delay: HedgeDelay::After(Duration::from_millis(1)),
@@ -264,6 +268,7 @@ fn a_hedge_races_a_stall_and_the_winner_is_relayed() {
     let hedge = RaceConfig {
         on: RaceOn::Ttft,
         oracle_failover: false,
+        stall: None,
         deadline: None,
         hedge: Some(Hedge {
             delay: HedgeDelay::After(Duration::from_millis(50)),
@@ -332,6 +337,7 @@ fn racing_on_the_first_answer_holds_the_reasoning_and_times_the_answer() {
     let deadline = |on| RaceConfig {
         on,
         oracle_failover: false,
+        stall: None,
         deadline: Some(FirstTokenDeadline::After(Duration::from_secs_f64(
             (max_ttft + min_ttfa) / 2.0,
         ))),
@@ -374,6 +380,7 @@ fn a_ttfa_deadline_fails_a_stalled_reasoning_stream_over() {
     let race = RaceConfig {
         on: RaceOn::Ttfa,
         oracle_failover: false,
+        stall: None,
         deadline: Some(FirstTokenDeadline::After(Duration::from_secs_f64(p99_ttfa))),
         hedge: None,
     };
@@ -387,4 +394,76 @@ fn a_ttfa_deadline_fails_a_stalled_reasoning_stream_over() {
         );
         assert!(r.ttfa_p99_ms < 1e3 * STALL_S, "{policy}: {}", r.ttfa_p99_ms);
     }
+}
+
+/// A wedged engine offline, under the gateway's rule: one backend stops stepping a quarter
+/// into the run, for half of it. With a first-token deadline every request completes either
+/// way (those past their first token when it wedged finish once it goes on); with the stall
+/// rule the wedged backend is marked and gets only probes (one per bound), so far fewer
+/// requests wait out the deadline on it.
+#[test]
+fn a_wedged_engine_is_excluded_and_its_stuck_requests_fail_over() {
+    let mut reqs = SyntheticWorkload {
+        seed: 3,
+        conversations: 120,
+        ..SyntheticWorkload::default()
+    }
+    .generate();
+    spread_ties(&mut reqs);
+    apply_load(&fleet(false), &mut reqs, 0.3);
+    let span = reqs.last().unwrap().arrival_s;
+    let mut f = fleet(false);
+    f[0].wedge = Some(Wedge {
+        from_s: span / 4.0,
+        until_s: Some(span * 0.75),
+    });
+    let deadline = RaceConfig {
+        deadline: Some(FirstTokenDeadline::After(Duration::from_millis(500))),
+        ..RaceConfig::default()
+    };
+    let rule = StallRule {
+        floor: Duration::from_secs(2),
+        factor: 4.0,
+    };
+    let off = run(&f, &reqs, "round_robin", deadline);
+    let on = run(
+        &f,
+        &reqs,
+        "round_robin",
+        RaceConfig {
+            stall: Some(rule),
+            ..deadline
+        },
+    );
+    for r in [&off, &on] {
+        assert_eq!(r.completed, r.requests, "none lost");
+    }
+    eprintln!(
+        "wedged {:.0} s of {:.0} s: failovers {} with the rule ({} marks), {} without",
+        span / 2.0,
+        span,
+        on.races.failovers,
+        on.races.stall_exclusions,
+        off.races.failovers
+    );
+    assert_eq!(off.races.stall_exclusions, 0);
+    assert!(on.races.stall_exclusions >= 1);
+    assert!(
+        on.races.failovers * 2 < off.races.failovers,
+        "{} vs {} failovers",
+        on.races.failovers,
+        off.races.failovers
+    );
+    // A healthy fleet under the rule is the same run as without it.
+    let healthy = run(&fleet(false), &reqs, "round_robin", deadline);
+    let ruled = run(
+        &fleet(false),
+        &reqs,
+        "round_robin",
+        RaceConfig {
+            stall: Some(rule),
+            ..deadline
+        },
+    );
+    assert_eq!(ttfts(&healthy), ttfts(&ruled));
 }

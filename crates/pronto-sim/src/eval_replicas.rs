@@ -235,6 +235,28 @@ impl Replicas {
         }
     }
 
+    /// Every replica excludes backends that make no progress by `rule` (`None`: off).
+    pub fn set_stall_rule(&mut self, rule: Option<pronto_core::stall::StallRule>) {
+        for rep in &mut self.replicas {
+            rep.router.set_stall_rule(rule);
+        }
+    }
+
+    /// `backend` produced a token at `t`: every replica hears it (each gateway replica sees
+    /// only the tokens of its own streams; with the wedge faults modelled here every stream
+    /// on a wedged engine stops at once, so the difference is not one a rule can see).
+    pub fn on_progress(&mut self, backend: usize, t: f64) {
+        let now = self.at(t);
+        for rep in &mut self.replicas {
+            rep.router.on_progress(backend, now);
+        }
+    }
+
+    /// Times a replica marked a backend stalled, summed over the replicas.
+    pub fn stall_exclusions(&self) -> u64 {
+        self.replicas.iter().map(|r| r.router.stall_marks()).sum()
+    }
+
     /// Replica `r`'s router.
     pub fn router(&mut self, r: usize) -> &mut RouterSideState {
         &mut self.replicas[r].router

@@ -92,6 +92,8 @@ pub struct RaceReport {
     pub extra_prefill_tokens: u64,
     /// `extra_prefill_tokens` / the uncached prompt tokens of the relayed first tokens.
     pub extra_prefill: f64,
+    /// Times a backend was taken out of routing for making no progress (a wedge fault).
+    pub stall_exclusions: u64,
 }
 
 impl From<crate::evaluate::RaceCounts> for RaceReport {
@@ -102,6 +104,7 @@ impl From<crate::evaluate::RaceCounts> for RaceReport {
             hedges: c.hedges,
             hedges_won: c.hedges_won,
             stalled: c.stalled,
+            stall_exclusions: c.stall_exclusions,
             extra_prefill_tokens: c.extra_prefill_tokens,
             extra_prefill: if c.relayed_prefill_tokens > 0 {
                 c.extra_prefill_tokens as f64 / c.relayed_prefill_tokens as f64
@@ -250,6 +253,13 @@ pub fn table(runs: &[RunReport]) -> String {
                 c.errors,
                 c.reprefill_tokens as f64 * 100.0 / c.prompt_tokens.max(1) as f64
             );
+        }
+    }
+    if runs.iter().any(|r| r.races.stall_exclusions > 0) {
+        // A wedge fault: how often the progress rule took a backend out (health.stall).
+        s += &format!("\n{:<16} {:>16}\n", "policy", "stall_exclusions");
+        for r in runs {
+            s += &format!("{:<16} {:>16}\n", r.policy, r.races.stall_exclusions);
         }
     }
     if runs.iter().any(|r| r.reasoning_tokens_mean > 0.0) {
@@ -457,6 +467,7 @@ mod tests {
             "hedges",
             "hedges_won",
             "extra_prefill",
+            "stall_exclusions",
         ] {
             assert!(run.get(k).is_some(), "missing {k}");
         }

@@ -24,6 +24,7 @@ use pronto_core::predict::Coefficients;
 use pronto_core::request::{RequestFeatures, TokenRatio};
 use pronto_core::routing::views::{self, Dispatched, PoolRouting, RoutingBackend, Scratch};
 use pronto_core::routing::BackendView;
+use pronto_core::stall::StallRule;
 use pronto_core::state::{BackendState, Learnt, Settings};
 use pronto_core::tokens::BlockHash;
 
@@ -75,6 +76,10 @@ pub struct RouterSideState {
     index: PrefixIndex,
     token_ratio: TokenRatio,
     scratch: Scratch,
+    /// Progress-based exclusion, as the gateway's `health.stall` ([`pronto_core::stall`]).
+    stall: Option<StallRule>,
+    /// Times a view build marked a backend stalled.
+    stall_marks: u64,
 }
 
 impl RouterSideState {
@@ -116,7 +121,25 @@ impl RouterSideState {
             backends,
             token_ratio: TokenRatio::default(),
             scratch: Scratch::default(),
+            stall: None,
+            stall_marks: 0,
         }
+    }
+
+    /// Exclude backends that make no progress by `rule` (`None`: off), as the gateway does.
+    pub fn set_stall_rule(&mut self, rule: Option<StallRule>) {
+        self.stall = rule;
+    }
+
+    /// Backend `backend` produced a token at `now` ([`pronto_core::load::Ledger::progressed`]):
+    /// whether that ended a stall.
+    pub fn on_progress(&mut self, backend: usize, now: Instant) -> bool {
+        self.backends[backend].state.ledger.progressed(now)
+    }
+
+    /// Times a view build marked a backend stalled.
+    pub fn stall_marks(&self) -> u64 {
+        self.stall_marks
     }
 
     /// Number of backends.
@@ -150,6 +173,7 @@ impl RouterSideState {
             slots: &self.slots,
             index: &self.index,
             token_ratio: self.token_ratio.ratio(),
+            stall: self.stall,
         }
     }
 
@@ -198,8 +222,11 @@ impl RouterSideState {
             slots: &self.slots,
             index: &self.index,
             token_ratio: self.token_ratio.ratio(),
+            stall: self.stall,
         };
-        views::build(&pool, features, now, residency, tried, &mut self.scratch)
+        views::build(&pool, features, now, residency, tried, &mut self.scratch);
+        self.stall_marks += self.scratch.newly_stalled().len() as u64;
+        self.scratch.views()
     }
 
     /// `features` goes to backend `index` at `now`, decided on `chosen` (the view the policy
@@ -279,7 +306,7 @@ impl RouterSideState {
         if let Some(t) = tpot_s {
             state.observe_tpot(t, now);
         }
-        state.ledger.release(&mut d.booking);
+        state.ledger.release_at(&mut d.booking, now);
     }
 }
 

@@ -21,6 +21,7 @@ fn small_fleet() -> Vec<SimBackend> {
             config: cfg.clone(),
             reasoning: None,
             stall: None,
+            wedge: None,
         })
         .collect()
 }
@@ -216,6 +217,9 @@ fn conversation_slice(load: f64, limit: usize) -> Option<EvaluateArgs> {
         hedge: None,
         race_on: crate::eval_args::EvalRaceOn::Ttft,
         failover_oracle: false,
+        stall_floor: pronto_core::stall::DEFAULT_FLOOR,
+        stall_factor: pronto_core::stall::DEFAULT_FACTOR,
+        no_stall: false,
     })
 }
 

@@ -86,6 +86,16 @@
 //! (`--migration N`, after their first token; a new prefill of prompt + generated), or lost
 //! (an error event). Details in [`crash`]; without crash faults a run is unchanged.
 //!
+//! ## Wedged engines
+//! A fleet file's `wedge_after` (with `wedge_for`) stops a backend's engine from stepping, as
+//! the live fleet's `wedged` fault does: requests still reach it and queue, nothing is
+//! produced ([`Wedge`]). The router runs the gateway's progress rule (`--stall-floor`,
+//! `--stall-factor`, `--no-stall`; the gateway's `health.stall`, [`pronto_core::stall`]) in
+//! the shared view builder: a backend silent past its bound is left out while it holds
+//! requests, and probed one request at a time; `stall_exclusions` counts the marks. Tokens
+//! reach every replica's rule. With `--first-token-deadline` the requests stuck on it fail
+//! over as any late first token.
+//!
 //! Mooncake's conversation trace is quantised to 3 s; ties are spread over each bucket
 //! ([`crate::workload::spread_ties`]) before anything else; `--arrival-seed` then re-draws the
 //! gaps ([`crate::eval_args::redraw_gaps`]).
@@ -110,6 +120,7 @@ use pronto_core::request::RequestFeatures;
 use pronto_core::slo::{Objective, SloTargets};
 use pronto_core::tokens::{block_hashes, BLOCK_TOKENS};
 pub use race::{DeadlineFlag, HedgeFlag, RaceConfig, RaceCounts, StallFault, SECOND};
+pub use wedge::Wedge;
 
 mod chooser;
 mod cli;
@@ -118,6 +129,7 @@ mod feed;
 mod oracle;
 pub mod race;
 mod repair;
+mod wedge;
 
 use chooser::Chooser;
 use feed::{start_step, submit};
@@ -153,6 +165,9 @@ pub struct SimBackend {
     pub reasoning: Option<ReasoningConfig>,
     /// Its first-token stall fault (the fleet file's `faults:`); `None`: it does not stall.
     pub stall: Option<StallFault>,
+    /// When its engine is wedged (the fleet file's `wedge_after` / `wedge_for`); `None`:
+    /// never.
+    pub wedge: Option<Wedge>,
 }
 
 /// Load a fleet file into evaluator backends.
@@ -170,6 +185,7 @@ pub fn load_fleet(path: &Path) -> anyhow::Result<Vec<SimBackend>> {
             config,
             reasoning: fleet.reasoning,
             stall: StallFault::of(&b.faults, i),
+            wedge: Wedge::of(&b.faults),
         })
         .collect())
 }
@@ -270,6 +286,8 @@ struct Backend {
     engine: Engine,
     busy_until: Option<f64>,
     pending: Vec<EngineEvent>,
+    /// Its wedge fault, if any ([`feed::start_step`] runs no step while it holds).
+    wedge: Option<Wedge>,
 }
 
 /// Replay `reqs` through a fresh fleet under `policy`, one router; deterministic.
@@ -370,6 +388,7 @@ pub fn evaluate_crashing(
         .collect();
     let base = Instant::now();
     let mut router = Replicas::new(&names, &capacities, base, rep);
+    router.set_stall_rule(races.stall);
     // Each request's booking and prediction inputs, while it is in flight.
     let mut dispatched: Vec<Option<Tracked>> = (0..reqs.len()).map(|_| None).collect();
     // Arrived, not yet routed (ids), and the head's prompt ids and features.
@@ -382,6 +401,7 @@ pub fn evaluate_crashing(
             engine: Engine::new(b.config.clone()),
             busy_until: None,
             pending: Vec::new(),
+            wedge: b.wedge,
         })
         .collect();
     let mut tracks: Vec<Track> = Vec::with_capacity(reqs.len());
@@ -500,11 +520,13 @@ pub fn evaluate_crashing(
                             }
                             hit_tokens += u64::from(cached_tokens);
                             prompt_tokens += u64::from(tr.prompt_tokens);
+                            router.on_progress(b, t);
                             if let Some(d) = dispatched[id as usize].as_mut() {
                                 router.on_first_token(d, b, t - tr.dispatched_s, t);
                             }
                         }
                         EngineEvent::Token { id } => {
+                            router.on_progress(b, t);
                             let tr = &mut tracks[id as usize];
                             tr.produced += 1;
                             // Token number reasoning + 1 is the first of the answer.
@@ -679,7 +701,8 @@ pub fn evaluate_crashing(
             );
         }
     }
-    if cfg!(debug_assertions) && rep.replicas <= 1 {
+    // An engine wedged for good keeps what it held past its first token (lost streams).
+    if cfg!(debug_assertions) && rep.replicas <= 1 && !Wedge::for_good(fleet) {
         race::assert_drained(&backends, &mut router, last_finish);
     }
     let preemptions = backends
@@ -765,7 +788,11 @@ pub fn evaluate_crashing(
         replicas: rep.replicas.max(1) as u32,
         sync: rep.sync.to_string(),
         sync_bytes_per_request: router.sync_bytes() as f64 / reqs.len().max(1) as f64,
-        races: race.counts.into(),
+        races: RaceCounts {
+            stall_exclusions: router.stall_exclusions(),
+            ..race.counts
+        }
+        .into(),
         collision_repair_margin: repair.as_ref().map(|rp| rp.margin()),
         collision_repairs: repair.map_or(0, |rp| rp.moves),
         crashes: crashes.counts,

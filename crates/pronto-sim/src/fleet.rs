@@ -301,6 +301,13 @@ impl SimFleet {
                 None => None,
             };
             fleet.tasks.push(tokio::spawn(driver.run(cmd_rx)));
+            if let Some(after) = b.faults.wedge_after {
+                fleet.tasks.push(tokio::spawn(wedge_schedule(
+                    faults.clone(),
+                    after,
+                    b.faults.wedge_for,
+                )));
+            }
             if let Some(first) = b.faults.crash_after {
                 fleet.tasks.push(tokio::spawn(crash_schedule(
                     faults,
@@ -414,6 +421,15 @@ impl Drop for SimFleet {
         for t in self.tasks.iter().chain(self.servers.iter()) {
             t.abort();
         }
+    }
+}
+
+async fn wedge_schedule(faults: FaultControl, after: Duration, wedged_for: Option<Duration>) {
+    tokio::time::sleep(after).await;
+    faults.set_wedged(true);
+    if let Some(d) = wedged_for {
+        tokio::time::sleep(d).await;
+        faults.set_wedged(false);
     }
 }
 

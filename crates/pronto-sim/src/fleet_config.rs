@@ -24,7 +24,8 @@ use super::reasoning::ReasoningConfig;
 ///
 /// ```yaml
 /// faults: { error_rate: 0.1, stall_first_token: 2s, stall_probability: 0.05, slowdown: 1.5,
-///           crash_after: 30s, crash_every: 60s, restart_after: 5s, seed: 7 }
+///           crash_after: 30s, crash_every: 60s, restart_after: 5s, wedge_after: 20s,
+///           wedge_for: 30s, seed: 7 }
 /// ```
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -47,6 +48,13 @@ pub struct FaultConfig {
     /// Crash again this often after the first crash (needs `crash_after`).
     #[serde(deserialize_with = "de_opt_duration")]
     pub crash_every: Option<Duration>,
+    /// Wedge the engine this long after the fleet starts (alive, health 200, accepting
+    /// requests, producing no token); in the evaluator, this long after its start (virtual).
+    #[serde(deserialize_with = "de_opt_duration")]
+    pub wedge_after: Option<Duration>,
+    /// With `wedge_after`: let it go after this long (absent: wedged for good).
+    #[serde(deserialize_with = "de_opt_duration")]
+    pub wedge_for: Option<Duration>,
     /// Seed of the `error_rate` draws (mixed with the backend's index).
     pub seed: u64,
 }
@@ -61,6 +69,8 @@ impl Default for FaultConfig {
             restart_after: Duration::from_secs(5),
             crash_after: None,
             crash_every: None,
+            wedge_after: None,
+            wedge_for: None,
             seed: 0,
         }
     }
@@ -83,6 +93,9 @@ impl FaultConfig {
         }
         if self.crash_every.is_some_and(|d| d.is_zero()) {
             return Err(("crash_every", "must be positive"));
+        }
+        if self.wedge_for.is_some() && self.wedge_after.is_none() {
+            return Err(("wedge_for", "needs wedge_after"));
         }
         Ok(())
     }

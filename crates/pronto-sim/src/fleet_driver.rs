@@ -17,6 +17,9 @@
 //!
 //! 5. With KV events on, send the step's cache events to the publisher task.
 //!
+//! While the `wedged` fault holds ([`super::fleet_faults`]) no step runs: commands are still
+//! applied (requests queue, aborts free their blocks), nothing is produced.
+//!
 //! ## The front end (the profile's `frontend:`, see [`crate::profile::FrontEnd`])
 //! With a per-request front-end cost, an added request first queues in a FIFO front end:
 //! it reaches the engine at `max(arrival, previous hand-over) + (request_ms +
@@ -283,6 +286,21 @@ impl Driver {
                     Err(mpsc::error::TryRecvError::Empty) => break,
                     Err(mpsc::error::TryRecvError::Disconnected) => return,
                 }
+            }
+            if self.shared.faults.is_wedged() {
+                // Wedged: no step until it is let go; commands are still applied.
+                let mut wedge = self.shared.faults.wedge_changes();
+                while self.shared.faults.is_wedged() {
+                    tokio::select! {
+                        _ = wedge.changed() => {}
+                        cmd = rx.recv() => match cmd {
+                            Some(cmd) => self.apply(cmd),
+                            None => return,
+                        },
+                    }
+                }
+                deadline = Instant::now();
+                continue;
             }
             self.admit(deadline);
             let Some(step) = self.engine.step() else {

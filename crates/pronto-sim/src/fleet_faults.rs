@@ -15,6 +15,10 @@
 //!   closed without a final chunk), the engine's prefix cache is cleared, and the backend
 //!   answers 503 to everything (including `/health`) for `restart_after` (wall time), then
 //!   serves again with a cold cache. `crash_after` / `crash_every` in the YAML schedule crashes.
+//! - `wedged` ([`FaultControl::set_wedged`]): the engine stops stepping — no token on any
+//!   stream, no request finishes — while the backend stays alive: `/health` answers 200,
+//!   requests are accepted and queue, aborts are applied. Unwedged, it resumes where it was.
+//!   `wedge_after` (with `wedge_for`) in the YAML schedules it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,6 +46,7 @@ struct FaultState {
     slowdown: AtomicU64,
     restart_after_ns: AtomicU64,
     down_until: Mutex<Option<Instant>>,
+    wedged: tokio::sync::watch::Sender<bool>,
     rng: Mutex<SmallRng>,
     cmd: mpsc::UnboundedSender<Cmd>,
 }
@@ -58,6 +63,7 @@ impl std::fmt::Debug for FaultControl {
             .field("slowdown", &self.slowdown())
             .field("restart_after", &self.restart_after())
             .field("down", &self.is_down())
+            .field("wedged", &self.is_wedged())
             .finish()
     }
 }
@@ -75,6 +81,7 @@ impl FaultControl {
                 slowdown: AtomicU64::new(1f64.to_bits()),
                 restart_after_ns: AtomicU64::new(0),
                 down_until: Mutex::new(None),
+                wedged: tokio::sync::watch::Sender::new(false),
                 rng: Mutex::new(SmallRng::seed_from_u64(seed)),
                 cmd,
             }),
@@ -190,6 +197,21 @@ impl FaultControl {
         }
     }
 
+    /// Whether the engine is wedged (alive, accepting requests, producing nothing).
+    pub fn is_wedged(&self) -> bool {
+        *self.inner.wedged.borrow()
+    }
+
+    /// Wedge the engine (`true`) or let it go on (`false`).
+    pub fn set_wedged(&self, wedged: bool) {
+        self.inner.wedged.send_replace(wedged);
+    }
+
+    /// The wedge state from now on: what the engine task waits on while wedged.
+    pub(crate) fn wedge_changes(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.wedged.subscribe()
+    }
+
     /// Draw whether this request fails (one draw per generation request when the rate is set).
     pub(crate) fn roll_error(&self) -> bool {
         let p = self.error_rate();
@@ -249,6 +271,29 @@ mod tests {
         assert_ne!(draws(1), draws(2));
         let hits = draws(3).iter().filter(|&&b| b).count();
         assert!((16..=48).contains(&hits), "{hits} of 64 at p=0.5");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wedge_is_held_until_let_go_and_its_changes_are_told() {
+        let (c, mut rx) = control(&FaultConfig::default());
+        assert!(!c.is_wedged());
+        let mut changes = c.wedge_changes();
+        c.set_wedged(true);
+        assert!(c.is_wedged() && !c.is_down(), "alive while wedged");
+        changes.changed().await.unwrap();
+        assert!(*changes.borrow_and_update());
+        c.set_wedged(false);
+        changes.changed().await.unwrap();
+        assert!(!*changes.borrow_and_update() && !c.is_wedged());
+        assert!(
+            rx.try_recv().is_err(),
+            "no command: the engine keeps its requests"
+        );
+        let bad = FaultConfig {
+            wedge_for: Some(Duration::from_secs(1)),
+            ..FaultConfig::default()
+        };
+        assert_eq!(bad.validate(), Err(("wedge_for", "needs wedge_after")));
     }
 
     #[tokio::test(start_paused = true)]

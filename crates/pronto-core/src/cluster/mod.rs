@@ -347,7 +347,7 @@ impl<H: Clone> Remote<H> {
         now: Instant,
     ) {
         // A remote booking leaves prefill when its sender says so: no local deadline.
-        let b = local.state(&h).ledger.book(load, now, true, None);
+        let b = local.state(&h).ledger.book_remote(load, now);
         if let Some((old_h, mut old)) = self.bookings.insert((from, seq), (h, b)) {
             local.state(&old_h).ledger.release(&mut old);
         }

@@ -8,7 +8,7 @@
 //! seeded random stream) is atomic.
 //!
 //! Every policy sees only *eligible* backends ([`BackendView::eligible`]): healthy, not already
-//! tried for this request, and below their `max_inflight`.
+//! tried for this request, not stalled ([`crate::stall`]), and below their `max_inflight`.
 //!
 //! One file per policy, each documenting its algorithm and knobs: [`PredictedTtft`] (the
 //! default), [`RoundRobin`], [`LeastInflight`], [`Random`], [`PowerOfTwo`], [`CacheAware`]
@@ -102,6 +102,14 @@ pub struct BackendView {
     pub ttft_model: Option<TtftModelView>,
     /// The backend's learned TPOT model, once it predicts ([`crate::predict::tpot`]).
     pub tpot_model: Option<TpotCoefficients>,
+    /// Seconds its streams in flight have gone without a token (0: it holds no stream;
+    /// [`crate::load::LoadView::silent_s`]).
+    pub silent_s: f64,
+    /// Taken out of routing for making no progress ([`crate::stall`]); the view builder sets
+    /// it only while another backend is eligible.
+    pub stalled: bool,
+    /// While stalled: seconds since it was marked or last probed.
+    pub since_probe_s: f64,
 }
 
 /// A backend's TTFT model as a policy sees it.
@@ -156,6 +164,9 @@ impl BackendView {
             kv_alloc: AllocRate::NONE,
             ttft_model: None,
             tpot_model: None,
+            silent_s: 0.0,
+            stalled: false,
+            since_probe_s: 0.0,
         }
     }
 
@@ -241,7 +252,10 @@ impl BackendView {
     /// Whether a policy may pick this backend.
     #[inline]
     pub fn eligible(&self) -> bool {
-        self.healthy && !self.excluded && self.max_inflight.is_none_or(|m| self.inflight < m)
+        self.healthy
+            && !self.excluded
+            && !self.stalled
+            && self.max_inflight.is_none_or(|m| self.inflight < m)
     }
 }
 

@@ -14,7 +14,10 @@
 //! 3. replaced by its exact index's answer when the engine publishes KV events and that index
 //!    is live and trusted;
 //! 4. turned into cached tokens: `blocks × BLOCK_TOKENS × token_ratio`, never the whole prompt
-//!    ([`apply_prefix_matches`]).
+//!    ([`apply_prefix_matches`]);
+//! 5. with the pool's stall rule, a backend silent past its bound is marked stalled in its
+//!    ledger and left out while another is eligible ([`crate::stall`]); the backends it newly
+//!    marked are in [`Scratch::newly_stalled`], for the caller's log and counters.
 //!
 //! Slots: a pool's prefix index numbers backends by *slot*, not by position in the pool's
 //! list, and a backend keeps its slot for as long as it lives (the gateway's state builder
@@ -32,6 +35,7 @@ use crate::ids::BackendId;
 use crate::load::{Booking, RequestLoad, Storage};
 use crate::predict::TtftInputs;
 use crate::request::RequestFeatures;
+use crate::stall::StallRule;
 use crate::state::{BackendState, Settings};
 use crate::tokens::BLOCK_TOKENS;
 
@@ -72,6 +76,8 @@ pub struct PoolRouting<'a, B> {
     /// Engine tokens per Pronto token for this model (learned from `usage`; 1 when the pool's
     /// tokenizer is the engine's).
     pub token_ratio: f64,
+    /// Progress-based exclusion ([`crate::stall`]); `None`: off.
+    pub stall: Option<StallRule>,
 }
 
 /// Reusable buffers for [`build`].
@@ -82,6 +88,7 @@ pub struct Scratch {
     ages: Vec<f64>,
     matched: Vec<u32>,
     held: Vec<u32>,
+    newly_stalled: Vec<usize>,
 }
 
 impl Scratch {
@@ -94,6 +101,11 @@ impl Scratch {
     /// last [`build`], before any residency limit: what a [`dispatch`] did not add.
     pub fn held_blocks(&self, i: usize) -> u32 {
         self.held.get(i).copied().unwrap_or(0)
+    }
+
+    /// Backends (pool order) the last [`build`] marked stalled ([`crate::stall`]).
+    pub fn newly_stalled(&self) -> &[usize] {
+        &self.newly_stalled
     }
 }
 
@@ -186,8 +198,10 @@ pub fn build<'s, B: RoutingBackend>(
         ages,
         matched,
         held,
+        newly_stalled,
     } = scratch;
     held.clear();
+    newly_stalled.clear();
     // Written in place: the buffer keeps its views between decisions.
     views.truncate(pool.backends.len());
     views.resize_with(pool.backends.len(), || BackendView::idle(""));
@@ -206,6 +220,13 @@ pub fn build<'s, B: RoutingBackend>(
         };
         state.write_view_at(v, b.settings(), b.healthy(now), now, now_ns);
         v.excluded = tried.contains(&v.id);
+    }
+    match &pool.stall {
+        Some(rule) => {
+            let mark = |i: usize| pool.backends[i].state().ledger.mark_stalled(now);
+            crate::stall::apply(rule, views, mark, newly_stalled);
+        }
+        None => views.iter_mut().for_each(|v| v.stalled = false),
     }
     if features.block_hashes.is_empty() {
         return views;
@@ -338,6 +359,7 @@ mod tests {
             slots: &slots,
             index: &index,
             token_ratio: 1.0,
+            stall: None,
         };
         let mut scratch = Scratch::default();
         let now = t0 + Duration::from_millis(10);
@@ -396,6 +418,7 @@ mod tests {
             slots: &slots,
             index: &index,
             token_ratio: 1.0,
+            stall: None,
         };
         let now = t0 + Duration::from_millis(1_500);
         let mut scratch = Scratch::default();
@@ -444,6 +467,7 @@ mod tests {
             slots: &slots,
             index: &index,
             token_ratio: 1.0,
+            stall: None,
         };
         let mut scratch = Scratch::default();
         let chosen = build(&pool, &f, t0, false, &[], &mut scratch)[1];
@@ -475,6 +499,7 @@ mod tests {
             slots: &slots,
             index: &index,
             token_ratio: 1.0,
+            stall: None,
         };
         backends[1].0.set_kv_capacity(10_000);
         let mut scratch = Scratch::default();
@@ -517,5 +542,73 @@ mod tests {
         assert_eq!(v.cached_tokens, 0, "older than the window");
         backends[1].0.ledger.release(&mut d.booking);
         backends[1].0.ledger.release(&mut other);
+    }
+
+    /// A backend holding a silent stream past the bound is marked once, left out while the
+    /// other is eligible, and back at its first token; a cancelled stream does not readmit
+    /// it while another request is stuck there.
+    #[test]
+    fn a_silent_backend_is_stalled_until_it_produces() {
+        let t0 = Instant::now();
+        let (backends, index, slots) = pair(t0);
+        let pool = PoolRouting {
+            backends: &backends,
+            slots: &slots,
+            index: &index,
+            token_ratio: 1.0,
+            stall: Some(StallRule {
+                floor: Duration::from_secs(1),
+                factor: 2.0,
+            }),
+        };
+        let load = RequestLoad {
+            prefill_tokens: 10,
+            kv_tokens: 20,
+        };
+        let ledger = &backends[0].0.ledger;
+        let mut a = ledger.book(load, t0, true, None);
+        let mut b = ledger.book(load, t0 + Duration::from_millis(500), true, None);
+        let mut scratch = Scratch::default();
+        let f = prompt(1);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let v = build(&pool, &f, at(900), true, &[], &mut scratch);
+        assert!(!v[0].stalled && (v[0].silent_s - 0.9).abs() < 1e-6);
+        assert!(scratch.newly_stalled().is_empty());
+        let v = build(&pool, &f, at(1_100), true, &[], &mut scratch);
+        assert!(v[0].stalled && !v[0].eligible() && v[1].eligible());
+        assert_eq!(scratch.newly_stalled(), &[0]);
+        build(&pool, &f, at(1_200), true, &[], &mut scratch);
+        assert!(scratch.newly_stalled().is_empty(), "marked once");
+        // One stuck stream cancelled (raced away): still out, the other one is stuck.
+        ledger.release(&mut a);
+        let v = build(&pool, &f, at(1_300), true, &[], &mut scratch);
+        assert!(v[0].stalled);
+        // Both gone: no probe before a bound (1 s) since the mark, then one.
+        ledger.release(&mut b);
+        let v = build(&pool, &f, at(2_000), true, &[], &mut scratch);
+        assert!(v[0].stalled);
+        let v = build(&pool, &f, at(2_200), true, &[], &mut scratch);
+        assert!(!v[0].stalled);
+        let mut b = ledger.book(load, at(2_200), true, None);
+        let v = build(&pool, &f, at(2_300), true, &[], &mut scratch);
+        assert!(v[0].stalled, "the probe is out");
+        // A token: back at once, its silence counted from then.
+        assert!(ledger.progressed(at(2_400)));
+        let v = build(&pool, &f, at(2_500), true, &[], &mut scratch);
+        assert!(!v[0].stalled && v[0].eligible());
+        assert!((v[0].silent_s - 0.1).abs() < 1e-6);
+        ledger.release(&mut b);
+        // No stream in flight: no silence; a stream booked later starts its own.
+        let v = build(&pool, &f, at(9_000), true, &[], &mut scratch);
+        assert_eq!(v[0].silent_s, 0.0);
+        let mut c = ledger.book(load, at(9_000), true, None);
+        let v = build(&pool, &f, at(9_500), true, &[], &mut scratch);
+        assert!(!v[0].stalled && (v[0].silent_s - 0.5).abs() < 1e-6);
+        // A non-streamed request is not judged on silence.
+        ledger.release(&mut c);
+        let mut d = ledger.book(load, at(9_500), false, None);
+        let v = build(&pool, &f, at(60_000), true, &[], &mut scratch);
+        assert!(!v[0].stalled && v[0].silent_s == 0.0);
+        ledger.release(&mut d);
     }
 }

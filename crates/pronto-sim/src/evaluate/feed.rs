@@ -37,7 +37,14 @@ pub(super) fn submit(
 
 /// Start `b`'s next engine step at `now`, when it has work; the step's events are delivered
 /// when it ends (`busy_until`).
+///
+/// A wedged engine runs no step: it wakes (with no events) when its wedge ends, or never.
 pub(super) fn start_step(b: &mut Backend, now: f64) {
+    if let Some(end) = b.wedge.and_then(|w| w.holds_at(now)) {
+        b.busy_until = end.is_finite().then_some(end);
+        b.pending.clear();
+        return;
+    }
     match b.engine.step() {
         Some(s) => {
             b.busy_until = Some(now + s.duration_s);

@@ -123,6 +123,9 @@ pub struct RaceConfig {
     /// `--failover-oracle`: fail a stalled copy over the instant the engine produced the
     /// first token its stall holds (module docs, *The failover oracle*).
     pub oracle_failover: bool,
+    /// `--stall-floor` / `--stall-factor` / `--no-stall`: progress-based exclusion of a
+    /// wedged engine, as the gateway's `health.stall` ([`pronto_core::stall`]); `None`: off.
+    pub stall: Option<pronto_core::stall::StallRule>,
 }
 
 /// What the races of a run did.
@@ -142,6 +145,9 @@ pub struct RaceCounts {
     pub relayed_prefill_tokens: u64,
     /// Requests (copies) whose first token a stall fault held.
     pub stalled: u64,
+    /// Times a backend was taken out of routing for making no progress
+    /// ([`pronto_core::stall`]; a wedge fault).
+    pub stall_exclusions: u64,
 }
 
 // === flags ===
