@@ -276,7 +276,15 @@ impl Proxy {
             .run(session, &mut upstream)
             .await;
             let predicted = routed.decision.predicted_ttft_s;
-            self.finish(state, pass, pool, i, &outcome, (sent_at, predicted), own_tokens);
+            self.finish(
+                state,
+                pass,
+                pool,
+                i,
+                &outcome,
+                (sent_at, predicted),
+                own_tokens,
+            );
             access.response_bytes += outcome.bytes_sent;
             drop(attempted);
             if outcome.reusable {

@@ -170,7 +170,9 @@ impl Relay<'_> {
             if h.headers.get(header::CONTENT_LENGTH).is_some() {
                 // The body's length changes with the name: chunked (h2: pingora frames it).
                 h.remove_header(&header::CONTENT_LENGTH);
-                if h.insert_header(header::TRANSFER_ENCODING, "chunked").is_err() {
+                if h.insert_header(header::TRANSFER_ENCODING, "chunked")
+                    .is_err()
+                {
                     out.end = RelayEnd::UpstreamFailed;
                     return out;
                 }

@@ -306,6 +306,7 @@ mod tests {
                 config: cfg.clone(),
                 reasoning: None,
                 stall: None,
+                wedge: None,
             })
             .collect()
     }
