@@ -113,7 +113,7 @@ fn invalid_file_changes_nothing_and_is_located() {
         ("pools:\n  m:\n    backends: [}\n", ":3:"),
         (
             &*TWO.replace("name: a,", "name: a, wieght: 2,"),
-            ":5:19: pools.m.backends[0]: unknown field `wieght`",
+            ":5:27: pools.m.backends[0].wieght: unknown field `wieght`",
         ),
         (&*TWO.replace("127.0.0.1:2", "127.0.0.1:99999"), ":6:"),
     ] {

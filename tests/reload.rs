@@ -216,7 +216,7 @@ async fn invalid_files_change_nothing_and_say_where() {
         ),
         (
             good.replace("name: b0,", "name: b0, wieght: 2,"),
-            "pools.m.backends[0]: unknown field `wieght`".to_string(),
+            "pools.m.backends[0].wieght: unknown field `wieght`".to_string(),
         ),
         (
             good.replace(
