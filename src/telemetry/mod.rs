@@ -9,21 +9,21 @@
 //! keep in step by hand.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, GaugeVec, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
+    TextEncoder,
 };
 
 mod cluster;
+mod families;
 mod labels;
 mod migrate;
 mod progress;
 mod race;
 pub use cluster::{ClusterMetrics, CollisionOutcome, NatsError, SyncDirection, SyncDrop};
+use families::*;
 pub use labels::*;
 pub use migrate::{MigrationMetrics, MigrationOutcome};
 pub use progress::ProgressMetrics;
@@ -170,115 +170,10 @@ pub struct Metrics {
     pub progress: ProgressMetrics,
 }
 
-/// A family with a `backend` label: removes every series of one backend, whatever its other
-/// labels.
-trait BackendFamily: Send + Sync + std::fmt::Debug {
-    fn forget(&self, backend: &str);
-}
-
-impl<T: MetricVecBuilder + 'static> BackendFamily for MetricVec<T> {
-    fn forget(&self, backend: &str) {
-        for family in self.collect() {
-            for m in family.get_metric() {
-                let labels: HashMap<&str, &str> = m
-                    .get_label()
-                    .iter()
-                    .map(|l| (l.name(), l.value()))
-                    .collect();
-                if labels.get("backend") == Some(&backend) {
-                    // Gone already (a concurrent forget) is fine.
-                    let _ = self.remove(&labels);
-                }
-            }
-        }
-    }
-}
-
-/// The registry being filled, and the families with a `backend` label found so far.
-struct Families {
-    registry: Registry,
-    per_backend: RefCell<Vec<Box<dyn BackendFamily>>>,
-}
-
-impl Families {
-    fn register<T: MetricVecBuilder + 'static>(&self, family: &MetricVec<T>, labels: &[&str]) {
-        self.registry
-            .register(Box::new(family.clone()))
-            .expect("unique metric");
-        if labels.contains(&"backend") {
-            self.per_backend.borrow_mut().push(Box::new(family.clone()));
-        }
-    }
-}
-
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
-}
-
-fn counter(r: &Families, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter");
-    r.register(&c, labels);
-    c
-}
-
-fn gauge(r: &Families, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
-    r.register(&g, labels);
-    g
-}
-
-fn plain_gauge(r: &Families, name: &str, help: &str) -> IntGauge {
-    let g = IntGauge::new(name, help).expect("valid gauge");
-    r.registry
-        .register(Box::new(g.clone()))
-        .expect("unique metric");
-    g
-}
-
-fn float_gauge(r: &Families, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
-    let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
-    r.register(&g, labels);
-    g
-}
-
-fn histogram(r: &Families, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
-    histogram_with(r, name, help, labels, LATENCY_BUCKETS)
-}
-
-/// Buckets of signed prediction errors, seconds.
-const ERROR_BUCKETS: &[f64] = &[
-    -5.0, -2.0, -1.0, -0.5, -0.2, -0.1, -0.05, -0.02, -0.01, 0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
-    1.0, 2.0, 5.0,
-];
-/// Buckets of ratios in 0..=1.
-/// Time-per-output-token buckets, seconds (1 ms .. 0.5 s).
-const TPOT_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5,
-];
-/// Buckets for request durations and TTFT, in seconds (5 ms … 60 s).
-const LATENCY_BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0,
-    20.0, 30.0, 60.0,
-];
-
-const RATIO_BUCKETS: &[f64] = &[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0];
-
-fn histogram_with(
-    r: &Families,
-    name: &str,
-    help: &str,
-    labels: &[&str],
-    buckets: &[f64],
-) -> HistogramVec {
-    let h = HistogramVec::new(
-        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
-        labels,
-    )
-    .expect("valid histogram");
-    r.register(&h, labels);
-    h
 }
 
 /// One backend's exact-index series: `pronto_kv_events_total{backend,result}`,

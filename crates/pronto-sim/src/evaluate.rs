@@ -101,20 +101,21 @@
 //! gaps ([`crate::eval_args::redraw_gaps`]).
 
 use std::collections::VecDeque;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::engine::{Engine, EngineConfig, EngineEvent, SimRequest};
+use super::engine::{Engine, EngineEvent};
 pub use super::eval_args::{prepare_trace, EvalObjective, EvaluateArgs, Generated, SloLimit};
 use super::eval_replicas::{Replicas, Replication, Tracked};
 use super::eval_report::{percentile, tpot_and_goodput, RequestOutcome, RunReport};
 use super::eval_router::ScrapedLoad;
-use super::fleet_config::FleetConfig;
 use super::profile::StepWork;
-use super::reasoning::ReasoningConfig;
-use crate::workload::{self as trace, TraceRequest};
+use crate::workload::TraceRequest;
 pub use cli::run_evaluate;
 pub use crash::{CrashCounts, CrashFault, CrashPlan};
+pub use fleet::{
+    apply_load, engine_capacity_rps, fleet_capacity_rps, load_fleet, reasoning_capacity_rps,
+    SimBackend,
+};
 use pronto_core::predict::ReasoningLengths;
 use pronto_core::request::RequestFeatures;
 use pronto_core::slo::{Objective, SloTargets};
@@ -126,6 +127,7 @@ mod chooser;
 mod cli;
 mod crash;
 mod feed;
+mod fleet;
 mod oracle;
 pub mod race;
 mod repair;
@@ -153,114 +155,6 @@ pub const HOLD_SUFFIX: &str = "+hold";
 /// Policies evaluated when none is given: the baselines, the gateway's default
 /// (`predicted_ttft`) and the oracle that bounds what any router could do.
 pub const DEFAULT_POLICIES: &[&str] = &["round_robin", "least_inflight", "predicted_ttft", ORACLE];
-
-/// One simulated backend: a name and its engine configuration.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SimBackend {
-    /// Backend name.
-    pub name: String,
-    /// Its engine.
-    pub config: EngineConfig,
-    /// The model it serves reasons first ([`crate::reasoning`]); `None`: it does not.
-    pub reasoning: Option<ReasoningConfig>,
-    /// Its first-token stall fault (the fleet file's `faults:`); `None`: it does not stall.
-    pub stall: Option<StallFault>,
-    /// When its engine is wedged (the fleet file's `wedge_after` / `wedge_for`); `None`:
-    /// never.
-    pub wedge: Option<Wedge>,
-}
-
-/// Load a fleet file into evaluator backends.
-pub fn load_fleet(path: &Path) -> anyhow::Result<Vec<SimBackend>> {
-    let fleet = FleetConfig::load(path)?;
-    let base = path.parent().unwrap_or(Path::new("."));
-    let configs = fleet.engine_configs(base)?;
-    Ok(fleet
-        .backends
-        .iter()
-        .zip(configs)
-        .enumerate()
-        .map(|(i, (b, config))| SimBackend {
-            name: b.name.clone(),
-            config,
-            reasoning: fleet.reasoning,
-            stall: StallFault::of(&b.faults, i),
-            wedge: Wedge::of(&b.faults),
-        })
-        .collect())
-}
-
-/// Sustainable requests/s of one engine on `sample` (closed loop, all queued at once).
-pub fn engine_capacity_rps(config: &EngineConfig, sample: &[(u64, &TraceRequest)]) -> f64 {
-    reasoning_capacity_rps(config, None, sample)
-}
-
-/// [`engine_capacity_rps`] for a model that reasons as `reasoning` says (its reasoning tokens
-/// are generated work too).
-pub fn reasoning_capacity_rps(
-    config: &EngineConfig,
-    reasoning: Option<&ReasoningConfig>,
-    sample: &[(u64, &TraceRequest)],
-) -> f64 {
-    let mut e = Engine::new(config.clone());
-    let mut ids = Vec::new();
-    for &(index, r) in sample {
-        ids.clear();
-        r.prompt_ids(index, &mut ids);
-        let thinking = reasoning.map_or(0, |c| c.tokens_for(&ids));
-        e.add_request(SimRequest {
-            id: index,
-            prompt: std::mem::take(&mut ids),
-            max_tokens: r.output_tokens.saturating_add(thinking),
-        });
-    }
-    let mut t = 0.0;
-    while let Some(s) = e.step() {
-        t += s.duration_s;
-    }
-    if t > 0.0 {
-        sample.len() as f64 / t
-    } else {
-        f64::INFINITY
-    }
-}
-
-/// Fleet capacity (requests/s) for this trace's mix; see the module docs.
-pub fn fleet_capacity_rps(fleet: &[SimBackend], reqs: &[TraceRequest]) -> f64 {
-    let stride = reqs.len().div_ceil(CALIBRATION_SAMPLE).max(1);
-    let sample: Vec<(u64, &TraceRequest)> = reqs
-        .iter()
-        .enumerate()
-        .step_by(stride)
-        .map(|(i, r)| (i as u64, r))
-        .collect();
-    let mut per_config: Vec<(&SimBackend, f64)> = Vec::new();
-    let mut total = 0.0;
-    for b in fleet {
-        let same = |c: &&SimBackend| c.config == b.config && c.reasoning == b.reasoning;
-        let rate = match per_config.iter().find(|(c, _)| same(c)) {
-            Some(&(_, r)) => r,
-            None => {
-                let r = reasoning_capacity_rps(&b.config, b.reasoning.as_ref(), &sample);
-                per_config.push((b, r));
-                r
-            }
-        };
-        total += rate;
-    }
-    total
-}
-
-/// Rescale arrivals so the offered rate is `load ×` the fleet's capacity; returns capacity.
-pub fn apply_load(fleet: &[SimBackend], reqs: &mut [TraceRequest], load: f64) -> f64 {
-    let capacity = fleet_capacity_rps(fleet, reqs);
-    let span = reqs.last().map_or(0.0, |r| r.arrival_s);
-    if reqs.len() > 1 && span > 0.0 && load > 0.0 && capacity.is_finite() {
-        let native = reqs.len() as f64 / span;
-        trace::scale_arrivals(reqs, native / (load * capacity));
-    }
-    capacity
-}
 
 #[derive(Debug, Clone, Copy)]
 struct Track {
