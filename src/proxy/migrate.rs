@@ -96,7 +96,10 @@ impl Proxy {
     ) {
         let outcome = self.continue_stream(session, state, pass, m, access).await;
         let Some(outcome) = outcome else {
-            access.end = Some(RelayEnd::ClientGone);
+            // The client went away, or stopped reading (then `continue_stream` said so).
+            if access.end != Some(RelayEnd::ClientStalled) {
+                access.end = Some(RelayEnd::ClientGone);
+            }
             return;
         };
         match outcome {
@@ -296,7 +299,11 @@ impl Proxy {
             }
             match outcome.end {
                 RelayEnd::Complete => return Some(MigrationOutcome::Continued),
-                RelayEnd::ClientGone | RelayEnd::ClientStalled => return None,
+                RelayEnd::ClientGone => return None,
+                RelayEnd::ClientStalled => {
+                    access.end = Some(RelayEnd::ClientStalled);
+                    return None;
+                }
                 RelayEnd::UpstreamFailed => {}
             }
         }
