@@ -5,7 +5,9 @@ real HTTP, and prints one Markdown table: case, expected, seen, requests lost, p
 
 A request is *lost* when the client got no HTTP answer where one was due (a reset, a hang
 past the case's bound, a stream cut without its error event). Peak RSS is the gateway's
-VmHWM during the case (reset before each through /proc/PID/clear_refs).
+VmHWM during the case (reset before each through /proc/PID/clear_refs); for the edge cases
+of scripts/hostile_edge.py (keys, rate limits, SLO routes, the admin guard, credentials,
+example secrets), that of the edge gateway they run against.
 
 Usage (normally through scripts/hostile.sh): hostile.py CONFIG.json
 """
@@ -27,13 +29,13 @@ FAST = CFG["fast_model"]
 rows = []
 
 
-def reset_peak():
-    with open(f"/proc/{PID}/clear_refs", "w") as f:
+def reset_peak(pid=PID):
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
         f.write("5")
 
 
-def peak_mib():
-    for line in open(f"/proc/{PID}/status"):
+def peak_mib(pid=PID):
+    for line in open(f"/proc/{pid}/status"):
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) // 1024
     return -1
@@ -138,14 +140,16 @@ def backends():
     return json.loads(c.getresponse().read())["backends"]
 
 
-def case(name, expected):
+def case(name, expected, pid=PID):
+    """Run the case at once and add its row; peak RSS is that of the gateway `pid` (the main
+    one unless the case runs against another)."""
     def wrap(fn):
-        reset_peak()
+        reset_peak(pid)
         try:
             seen, lost, ok = fn()
         except Exception as e:  # the case itself broke: report, never hide
             seen, lost, ok = f"error: {e}", "?", False
-        rows.append((name, expected, seen, lost, peak_mib(), ok))
+        rows.append((name, expected, seen, lost, peak_mib(pid), ok))
         return fn
     return wrap
 
@@ -297,7 +301,10 @@ malformed("150 header lines", b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + b"".jo
 malformed("one 200 KiB header", b"GET /v1/models HTTP/1.1\r\nHost: x\r\nx-big: " + b"a" * 204800 + b"\r\n\r\n", 431, "request_header_fields_too_large")
 _b = chat()
 malformed("Content-Length and Transfer-Encoding (smuggling)", head(len(_b), "Transfer-Encoding: chunked\r\n") + b"%x\r\n%s\r\n0\r\n\r\n" % (len(_b), _b), 400, "invalid_framing")
-malformed("two Content-Lengths", head(len(_b), f"Content-Length: {len(_b) + 5}\r\n") + _b, 400, "invalid_framing")
+# Two different Content-Lengths never reach the gateway's framing gate: pingora's own parser
+# refuses them first, with its canned 400 (`invalid_request`, "Malformed HTTP request",
+# Connection: close); the framing suite below checks that the connection closes.
+malformed("two Content-Lengths", head(len(_b), f"Content-Length: {len(_b) + 5}\r\n") + _b, 400, "invalid_request")
 malformed("body over max_body_bytes (declared)", head(64 << 20), 413, "request_too_large")
 _deep = b'{"model":"m","messages":' + b"[" * 100000 + b"]" * 100000 + b"}"
 malformed("JSON nested 100 000 deep", head(len(_deep)) + _deep, 400, "invalid_request")
@@ -561,6 +568,15 @@ def _():
     ok = down and json.loads(body) == {"status": "unavailable"} and not named \
         and CFG["down_model"].encode() in ready
     return f"{st} {body.decode()}; /readyz names {CFG['down_model']}: {CFG['down_model'].encode() in ready}", 0, ok
+
+
+# === issue 15's edge cases: keys, rate limits, SLO routes, the admin guard, credentials,
+# example secrets (scripts/hostile_edge.py; two more gateways, their own peak RSS) ===
+try:
+    import hostile_edge
+    hostile_edge.cases(case, CFG)
+except Exception as e:  # the edge gateways did not start: one failing row, never hidden
+    rows.append(("edge gateways (scripts/hostile_edge.py)", "started", f"error: {e}", "?", -1, False))
 
 
 print("| case | expected | seen | requests lost | peak RSS MiB |")

@@ -2,7 +2,9 @@
 # The hostile-input and fault report (docs/reliability.md): a release gateway in front of
 # simulated fleets — a healthy one, a fast one (time scale 0.01) for the slow-reader case, one
 # at time scale 0.0001 for the upload case, and one per backend fault (crash mid-stream, 5xx
-# burst, flapping, all down) — driven by scripts/hostile.py through every case; prints one
+# burst, flapping, all down), a nats-server with authorization and a replica, and (started by
+# scripts/hostile_edge.py) two gateways with API keys, rate limits and SLO routes in front of
+# recording backends — driven by scripts/hostile.py through every case; prints one
 # Markdown table (case, expected, seen, requests lost, peak RSS) and exits non-zero when a
 # case is unexpected or a request is lost.
 #   scripts/hostile.sh            env: PRONTO (default target/release/pronto), OUT
@@ -126,6 +128,7 @@ print(json.dumps({
     "crash_model": "crash-model",
     "errors_model": "errors-model", "flap_model": "flap-model", "down_model": "down-model",
     "down_fleet_cmd": [pronto, "sim-fleet", "--config", f"{out}/fleet-down.yaml"],
+    "pronto": pronto, "out": out,
     "limits": {"write_timeout": "1s", "header_timeout": "1s", "body_timeout": "2s", "keepalive_timeout": "2s",
                "request_timeout": "2s", "max_connections": 64, "max_buffered_bytes": "8MiB"},
 }))
