@@ -109,9 +109,12 @@ fn text_on_a_pipe_has_no_colour() {
     assert_ne!(field("admin_listen").port(), 0, "{start}");
 }
 
-/// `pronto ...` under a pseudo-terminal (`script`); its output comes on script's stdout.
+/// `pronto ...` under a pseudo-terminal (`script`); its output comes on script's stdout. The
+/// gateway runs under `timeout`: killing `script` hangs up the terminal, and the gateway takes
+/// SIGHUP as a reload, so without the bound it would outlive the test.
 fn on_a_terminal(no_color: Option<&str>) -> Vec<String> {
-    let command = std::iter::once(env!("CARGO_BIN_EXE_pronto"))
+    let command = ["timeout", "-s", "KILL", "30", env!("CARGO_BIN_EXE_pronto")]
+        .into_iter()
         .chain(ARGS.iter().copied())
         .map(|a| format!("'{a}'"))
         .collect::<Vec<_>>()
