@@ -11,13 +11,7 @@ fn bench(c: &mut Criterion) {
     let mut cfg = EngineConfig::from_profile(Profile::builtin("h100-llama3-8b").unwrap());
     cfg.num_kv_blocks = 4000;
     let fleet: Vec<SimBackend> = (0..4)
-        .map(|i| SimBackend {
-            name: format!("b{i}"),
-            config: cfg.clone(),
-            reasoning: None,
-            stall: None,
-            wedge: None,
-        })
+        .map(|i| SimBackend::new(format!("b{i}"), cfg.clone()))
         .collect();
     let mut reqs = SyntheticWorkload {
         seed: 3,

@@ -16,13 +16,7 @@ fn small_fleet() -> Vec<SimBackend> {
     let mut cfg = EngineConfig::from_profile(Profile::builtin("h100-llama3-8b").unwrap());
     cfg.num_kv_blocks = 2000;
     (0..4)
-        .map(|i| SimBackend {
-            name: format!("b{i}"),
-            config: cfg.clone(),
-            reasoning: None,
-            stall: None,
-            wedge: None,
-        })
+        .map(|i| SimBackend::new(format!("b{i}"), cfg.clone()))
         .collect()
 }
 

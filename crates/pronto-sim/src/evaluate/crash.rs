@@ -301,13 +301,7 @@ mod tests {
     fn fleet() -> Vec<SimBackend> {
         let cfg = EngineConfig::from_profile(Profile::builtin("h100-llama3-8b").unwrap());
         (0..3)
-            .map(|i| SimBackend {
-                name: format!("b{i}"),
-                config: cfg.clone(),
-                reasoning: None,
-                stall: None,
-                wedge: None,
-            })
+            .map(|i| SimBackend::new(format!("b{i}"), cfg.clone()))
             .collect()
     }
 

@@ -25,6 +25,19 @@ pub struct SimBackend {
     pub wedge: Option<Wedge>,
 }
 
+impl SimBackend {
+    /// A backend `name` running `config`, with no reasoning model and no fault.
+    pub fn new(name: impl Into<String>, config: EngineConfig) -> SimBackend {
+        SimBackend {
+            name: name.into(),
+            config,
+            reasoning: None,
+            stall: None,
+            wedge: None,
+        }
+    }
+}
+
 /// Load a fleet file into evaluator backends.
 pub fn load_fleet(path: &Path) -> anyhow::Result<Vec<SimBackend>> {
     let fleet = FleetConfig::load(path)?;
