@@ -17,27 +17,22 @@ pub use pronto_core::{affinity, predict, request, routing, sse, tokens};
 pub use pronto_tokenizer as tokenizer;
 
 pub mod admin;
-pub mod admission;
-pub mod auth;
 pub mod backend;
 pub mod cluster;
 pub mod coalesce;
 pub mod config;
 #[cfg(feature = "tools")]
 pub mod demo;
-pub mod discovery;
+pub mod edge;
 pub mod error;
-pub mod framing;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod gateway;
-pub mod head_deadline;
 pub mod kv_events;
 pub mod listener;
 pub mod models;
 pub mod proxy;
-pub mod ratelimit;
-pub mod reload;
 pub mod server;
+pub mod services;
+pub mod state;
 pub mod telemetry;
 pub mod tls;

@@ -10,7 +10,7 @@
 //! The client listener also enforces the edge's connection limits (read from the current
 //! config at each accept): at most `limits.max_connections` open at once — one more is
 //! answered a 503 JSON error with `Retry-After` and closed — and each request head must
-//! arrive within `limits.header_timeout` ([`crate::head_deadline`]).
+//! arrive within `limits.header_timeout` ([`crate::edge::head_deadline`]).
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
@@ -35,8 +35,8 @@ use tokio::sync::watch;
 
 use crate::coalesce::Coalesce;
 use crate::error::GatewayError;
-use crate::gateway::GatewayState;
-use crate::head_deadline::HeadDeadline;
+use crate::state::GatewayState;
+use crate::edge::head_deadline::HeadDeadline;
 use crate::telemetry::Metrics;
 
 /// Longest TLS handshake a client is given.

@@ -1,10 +1,10 @@
 //! The composition root: builds the pingora server with its services — the proxy listener
 //! (plain HTTP/1.1 + h2c, or TLS with h2 by ALPN when the config has `tls:`; see
 //! [`crate::tls`]), the admin listener, the active health checker, the engine metrics scraper, DNS discovery of
-//! `discover:` pools ([`crate::discovery`]), and, for a pool serving its backends' models, model
-//! discovery ([`crate::models::discover`]) — and runs it.
+//! `discover:` pools ([`crate::services::discovery`]), and, for a pool serving its backends' models, model
+//! discovery ([`crate::services::models`]) — and runs it.
 //!
-//! Live reload ([`crate::reload`]) runs on a thread of its own (`pronto-reload`, a one-thread
+//! Live reload ([`crate::services::reload`]) runs on a thread of its own (`pronto-reload`, a one-thread
 //! tokio runtime) that polls the config file and listens for `SIGHUP`; its signal handler is
 //! installed here, before any listener opens. Reload applies only to a config loaded from a
 //! file ([`crate::config::Config::source_path`]).
@@ -32,14 +32,15 @@ use pingora_core::services::background::background_service;
 use tokio::sync::{mpsc, watch};
 
 use crate::admin::Admin;
-use crate::backend::{EngineScraper, HealthChecker};
+use crate::services::health::HealthChecker;
+use crate::services::scrape::EngineScraper;
 use crate::config::Loaded;
-use crate::discovery::{Discovery, SystemResolver};
-use crate::gateway::GatewayState;
+use crate::services::discovery::{Discovery, SystemResolver};
+use crate::state::GatewayState;
 use crate::listener::{bind, Listening};
-use crate::models::discover::ModelDiscovery;
+use crate::services::models::ModelDiscovery;
 use crate::proxy::{App, Proxy, RecentDecisions};
-use crate::reload::{hangup_signal, Reloader};
+use crate::services::reload::{hangup_signal, Reloader};
 use crate::telemetry::Metrics;
 
 /// Requests currently being handled, across all proxy threads.
@@ -313,13 +314,13 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
     server.add_service(scraper);
     server.add_service(background_service(
         "pronto-kv-events",
-        crate::kv_events::KvEventsService::new(Arc::clone(&state)),
+        crate::services::kv_events::KvEventsService::new(Arc::clone(&state)),
     ));
     server.add_service(discovery);
     if let Some((config, link, rx)) = sync {
         server.add_service(background_service(
             "pronto-cluster",
-            crate::cluster::ClusterService::new(
+            crate::services::cluster::ClusterService::new(
                 Arc::clone(&state),
                 config,
                 link,

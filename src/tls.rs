@@ -24,7 +24,7 @@ use pingora_core::tls::{ClientHello, ResolvesServerCert};
 use pingora_core::utils::tls::{parse_x509, WrappedX509};
 
 use crate::config::Backend as BackendConfig;
-use crate::gateway::GatewayState;
+use crate::state::GatewayState;
 
 /// Picks the listener certificate of the current config on each handshake.
 pub struct CertResolver {

@@ -31,9 +31,9 @@ use http::{Response, StatusCode};
 use pingora_core::apps::http_app::ServeHttp;
 use pingora_core::protocols::http::ServerSession;
 
-use crate::gateway::GatewayState;
+use crate::state::GatewayState;
 use crate::proxy::RecentDecisions;
-use crate::reload::{Reloader, Trigger};
+use crate::services::reload::{Reloader, Trigger};
 use crate::request::{parse_request, Endpoint};
 use crate::telemetry::{Metrics, ReloadResult};
 
@@ -270,7 +270,7 @@ impl ServeHttp for Admin {
         let open_path = path == "/healthz" || path == "/readyz";
         let admin = self.state.load().config.admin.clone();
         let allowed =
-            open_path || crate::auth::admin_allowed(&admin, &session.req_header().headers);
+            open_path || crate::edge::auth::admin_allowed(&admin, &session.req_header().headers);
         if path == "/" && method == http::Method::GET {
             let query = session.req_header().uri.query();
             let (status, body) = status::respond(&admin, allowed, query);

@@ -12,12 +12,10 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
-mod health;
 pub mod latency;
 pub mod lifecycle;
 #[cfg(test)]
 pub(crate) mod log_capture;
-mod scrape;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use pingora_core::upstreams::peer::HttpPeer;
 
-pub use health::HealthChecker;
 pub use latency::LatencyStats;
 pub use lifecycle::{CheckFailure, HealthChange, StallChange};
 pub use pronto_core::engine::metrics as engine_metrics;
@@ -34,7 +31,6 @@ pub use pronto_core::engine::{
 };
 pub use pronto_core::load::RequestLoad;
 pub use pronto_core::predict::TtftModel;
-pub use scrape::{next_delay, EngineScraper, ScrapeOutcome};
 
 use crate::config::Backend as BackendConfig;
 use crate::predict::Coefficients;

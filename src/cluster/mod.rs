@@ -10,7 +10,7 @@
 //! code the evaluator drives with a simulated channel.
 //!
 //! ## The path of an event
-//! 1. The proxy dispatches ([`crate::gateway::Pool::dispatch`]): [`Link::dispatch`] does a
+//! 1. The proxy dispatches ([`crate::state::Pool::dispatch`]): [`Link::dispatch`] does a
 //!    non-blocking `try_send` of one small event onto a bounded queue ([`QUEUE_EVENTS`]);
 //!    when the queue is full the event is dropped and counted
 //!    (`pronto_cluster_dropped_total{reason="queue_full"}`). The booking's guard carries a
@@ -60,11 +60,6 @@
 //! message header; plus 20 bytes per live booking per heartbeat. `docs/benchmarks/replicas/`
 //! has the measured numbers.
 
-mod connect;
-mod fold;
 mod link;
-mod service;
 
-pub use fold::{Target, Targets};
 pub use link::{Link, Tracked, MAX_SYNC_BLOCKS, QUEUE_EVENTS};
-pub use service::ClusterService;

@@ -19,7 +19,6 @@
 //! pool has the model's `tokenizer:` ([`crate::tokenizer`]). Otherwise the index never
 //! becomes trusted and routing stays approximate.
 
-pub mod subscriber;
 pub mod zmtp;
 
 pub use pronto_core::kv_index::{decode, index};
@@ -27,4 +26,3 @@ pub use pronto_core::kv_index::{
     decode_message, encode_message, DecodeError, Encoding, EventBatch, ExactIndex, IndexCounts,
     KvEvent,
 };
-pub use subscriber::{run_subscriber, KvEventsService};

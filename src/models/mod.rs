@@ -4,21 +4,20 @@
 //! models ([`served`], [`discover`]), the models they list, once any has answered; with `routes:`, the exact
 //! (wildcard-free) model names the routes match, since pool names are then not model names.
 //! A caller's API key narrows the list to what it may use (its `models:` globs and `routes:`,
-//! as [`crate::auth::authorize`] would judge a request), so a key never learns of a model it
+//! as [`crate::edge::auth::authorize`] would judge a request), so a key never learns of a model it
 //! would be refused; `GET /v1/models/{id}` of a model outside the list is a 404
 //! `model_not_found`, the same as a model nobody serves. Listing costs no rate-limit quota.
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
-pub mod discover;
 pub mod rename;
 pub mod served;
 
 use std::collections::BTreeSet;
 
-use crate::auth;
+use crate::edge::auth;
 use crate::config::edge::ApiKey;
-use crate::gateway::GatewayState;
+use crate::state::GatewayState;
 
 /// The model names `key` (`None`: no `auth:`) may use, sorted and without repeats.
 pub fn listed(state: &GatewayState, key: Option<&ApiKey>) -> BTreeSet<String> {

@@ -6,7 +6,7 @@
 //! and compression contexts, its phase machine) it never used but every open stream paid for
 //! in memory (`docs/benchmarks/idle-stream-heap.md`). What pingora-proxy did around its
 //! filters is kept:
-//! - a head pingora cannot parse gets pingora's 400 (which [`crate::head_deadline`] turns into
+//! - a head pingora cannot parse gets pingora's 400 (which [`crate::edge::head_deadline`] turns into
 //!   the gateway's JSON error on its way out) — a 501 when it refused the head for an
 //!   unsupported `Transfer-Encoding` — and the connection is closed; a connection that
 //!   breaks or times out before a head is closed without an answer;

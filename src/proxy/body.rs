@@ -110,7 +110,7 @@ async fn read_all(
     loop {
         let chunk = match tokio::time::timeout(idle, session.read_request_body()).await {
             Err(_) => return Err(GatewayError::RequestTimeout),
-            // A malformed body (pingora's parser or `crate::framing`'s checker) or a
+            // A malformed body (pingora's parser or `crate::edge::framing`'s checker) or a
             // connection that failed mid-body: either way where the body ends is unknown.
             Ok(Err(e)) => return Err(GatewayError::Framing(body_error(&e))),
             Ok(Ok(None)) => break,

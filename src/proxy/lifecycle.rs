@@ -16,7 +16,7 @@ use bytes::Bytes;
 use pingora_core::protocols::http::ServerSession;
 
 use super::access::Access;
-use super::gate::Pass;
+use crate::edge::gate::Pass;
 use super::keepalive::KeepAlive;
 use super::observe::{self, FirstTokenObserver};
 use super::race;
@@ -28,7 +28,7 @@ use super::{migrate, request_id, tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
 use crate::config::route::RouteObjective;
 use crate::config::Route;
 use crate::error::GatewayError;
-use crate::gateway::{Attempted, GatewayState, Pool, Routed, Target};
+use crate::state::{Attempted, GatewayState, Pool, Routed, Target};
 use crate::request::{parse_request, Endpoint, RequestFeatures};
 use pronto_core::cluster::repair::MAX_MOVES;
 use pronto_core::ids::BackendId;
@@ -36,7 +36,7 @@ use pronto_core::slo::Objective;
 use pronto_core::splice::Splicer;
 
 /// A failed request: the pool it reached (for the metric label) and the client's error.
-pub(super) type Failure = (Option<Arc<str>>, GatewayError);
+pub(crate) type Failure = (Option<Arc<str>>, GatewayError);
 
 /// What waiting on one dispatched attempt (alone, raced, or watched by collision repair)
 /// came to. Matched at once and never stored: the large variant costs no allocation.
@@ -50,7 +50,7 @@ enum Waited {
 }
 
 /// A parsed request matched to its pool.
-pub(super) struct Parsed<'s> {
+pub(crate) struct Parsed<'s> {
     pub features: RequestFeatures,
     pub pool: &'s Pool,
     pub route: Option<&'s Route>,
@@ -154,7 +154,7 @@ impl Proxy {
         }) = state.route(&features.model, header.uri.path(), &header.headers)
         else {
             if let Some(key) = key {
-                crate::auth::authorize(key, &features.model, None).map_err(|e| (None, e))?;
+                crate::edge::auth::authorize(key, &features.model, None).map_err(|e| (None, e))?;
             }
             return Err((
                 None,

@@ -16,9 +16,9 @@ use pingora_core::protocols::http::ServerSession;
 use super::access::Access;
 use super::lifecycle::Failure;
 use super::{request_id, respond, Proxy};
-use crate::auth;
+use crate::edge::auth;
 use crate::error::GatewayError;
-use crate::gateway::GatewayState;
+use crate::state::GatewayState;
 use crate::models;
 
 impl Proxy {

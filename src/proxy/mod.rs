@@ -18,13 +18,11 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod access;
-mod admit;
 mod app;
 mod body;
 mod budget;
-mod gate;
 mod keepalive;
-mod lifecycle;
+pub(crate) mod lifecycle;
 mod local;
 mod migrate;
 mod observe;
@@ -47,9 +45,9 @@ use bytes::Bytes;
 use http::Method;
 use pingora_core::protocols::http::ServerSession;
 
-use crate::admission::Admission;
+use crate::edge::admission::Admission;
 use crate::error::GatewayError;
-use crate::gateway::{GatewayState, Pool, Routed};
+use crate::state::{GatewayState, Pool, Routed};
 use crate::request::Endpoint;
 use crate::server::ActiveRequests;
 use crate::telemetry::{Metrics, NONE};
@@ -68,14 +66,14 @@ const UPSTREAM_POOL_SIZE: usize = 1024;
 /// The gateway's proxy service.
 pub struct Proxy {
     state: Arc<ArcSwap<GatewayState>>,
-    metrics: Metrics,
+    pub(crate) metrics: Metrics,
     connectors: Connectors,
     active: Arc<ActiveRequests>,
     /// The SLO admission queue; outlives reloads (requests queued under an old config keep
     /// their place).
-    admission: Admission,
+    pub(crate) admission: Admission,
     /// Per-key and per-route rate limits; outlive reloads too.
-    limiter: crate::ratelimit::RateLimiter,
+    pub(crate) limiter: crate::edge::ratelimit::RateLimiter,
     /// Request body bytes buffered now, over all requests.
     budget: budget::BufferBudget,
     /// Where generated request ids come from.
@@ -101,7 +99,7 @@ impl Proxy {
             metrics,
             connectors: Connectors::new(UPSTREAM_POOL_SIZE),
             active,
-            limiter: crate::ratelimit::RateLimiter::new(Instant::now()),
+            limiter: crate::edge::ratelimit::RateLimiter::new(Instant::now()),
             budget: budget::BufferBudget::default(),
             ids: RequestIds::from_entropy(),
             decisions,
@@ -143,7 +141,7 @@ impl Proxy {
             session.to_h1_raw()
         };
         let req = session.req_header();
-        let result = match gate::check_head(&req.headers, req.version, &raw_head) {
+        let result = match crate::edge::gate::check_head(&req.headers, req.version, &raw_head) {
             // The framing of the rest of the stream cannot be trusted: close after answering.
             Err(err) => {
                 session.set_keepalive(None);

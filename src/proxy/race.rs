@@ -31,7 +31,7 @@ use super::upstream::{attempt, client_key_is_ours, upstream_request_head, Attemp
 use super::Proxy;
 use crate::config::route::RaceOn;
 use crate::config::Route;
-use crate::gateway::{Attempted, GatewayState, Pool, Routed};
+use crate::state::{Attempted, GatewayState, Pool, Routed};
 use crate::request::RequestFeatures;
 use crate::routing::Policy;
 use crate::telemetry::{FailoverReason, RaceKind};

@@ -33,7 +33,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 use super::upstream::Attempt;
-use crate::gateway::{Pool, Routed};
+use crate::state::{Pool, Routed};
 use crate::request::RequestFeatures;
 use crate::routing::Policy;
 use crate::telemetry::{CollisionOutcome, Metrics};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::gateway::Pool;
+use crate::state::Pool;
 use crate::request::{Endpoint, RequestFeatures};
 use crate::telemetry::Metrics;
 use crate::tokenizer::TokenizeError;

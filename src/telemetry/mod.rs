@@ -564,7 +564,7 @@ impl Metrics {
                 self.route_ttft_slo_seconds
                     .with_label_values(&[&*route.name, &*route.pool])
                     .set(slo.ttft.as_secs_f64());
-                for reason in crate::admission::ShedReason::ALL {
+                for reason in crate::edge::admission::ShedReason::ALL {
                     self.admission_sheds_total
                         .with_label_values(&[&*route.name, reason.as_str()]);
                 }

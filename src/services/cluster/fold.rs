@@ -12,7 +12,7 @@ use pronto_core::state::BackendState;
 use pronto_core::tokens::BlockHash;
 
 use crate::backend::Backend;
-use crate::gateway::GatewayState;
+use crate::state::GatewayState;
 
 /// A backend a remote booking was made on, and where its prefixes are recorded.
 #[derive(Debug, Clone)]

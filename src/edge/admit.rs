@@ -1,18 +1,18 @@
 //! SLO admission on the request path: between the route match and the routing decision.
 //!
 //! The rules (miss conditions, actions, queue order, deadlines) are documented in
-//! [`crate::admission`]; this file applies them to one request and waits in the queue, racing
+//! [`crate::edge::admission`]; this file applies them to one request and waits in the queue, racing
 //! the wait against the client hanging up.
 
 use std::time::Instant;
 
 use pingora_core::protocols::http::ServerSession;
 
-use super::Proxy;
-use crate::admission::{Departure, ShedReason};
+use crate::proxy::Proxy;
+use crate::edge::admission::{Departure, ShedReason};
 use crate::config::{Route, Slo, SloAction};
 use crate::error::GatewayError;
-use crate::gateway::{GatewayState, Pool, Routed};
+use crate::state::{GatewayState, Pool, Routed};
 use crate::request::RequestFeatures;
 use pronto_core::ids::BackendId;
 
@@ -31,7 +31,7 @@ fn no_backend(pool: &Pool) -> Failure {
     )
 }
 
-use super::lifecycle::{Failure, Parsed};
+use crate::proxy::lifecycle::{Failure, Parsed};
 
 impl Proxy {
     /// Apply `route`'s admission control: the pool to send the request to (its own or the
@@ -42,7 +42,7 @@ impl Proxy {
     /// down, within [`OUTAGE_CHECK`]), or a client-gone error. A request without a route, or whose route has no SLO, passes at once
     /// (and is routed by the attempt). `route` is the request's (with its key's priority);
     /// the pool, features and excluded backends are `parsed`'s.
-    pub(super) async fn admit<'s>(
+    pub(crate) async fn admit<'s>(
         &'s self,
         session: &mut ServerSession,
         state: &'s GatewayState,

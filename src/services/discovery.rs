@@ -19,7 +19,7 @@
 //! the size of the set in use.
 //!
 //! ## Racing a reload
-//! Both this task and a reload replace the state through [`crate::gateway::update_state`]:
+//! Both this task and a reload replace the state through [`crate::state::update_state`]:
 //! a compare-and-swap against the state the new one was built from, rebuilt from the newer
 //! state when the other got in first. Neither update is lost: a reload carries the addresses
 //! discovery last stored ([`GatewayState::rebuild`]), and discovery rebuilds on the reloaded
@@ -41,7 +41,7 @@ use pingora_core::services::background::BackgroundService;
 use tokio::time::Instant;
 
 use crate::config::{AddressFamily, Config};
-use crate::gateway::GatewayState;
+use crate::state::GatewayState;
 use crate::telemetry::Metrics;
 
 /// How often the task looks for due pools and for a changed config.
@@ -167,7 +167,7 @@ impl Discovery {
             .with_label_values(&[model])
             .set(addrs.len() as i64);
         let mut outcome = None;
-        let swapped = crate::gateway::update_state(&self.state, |current| {
+        let swapped = crate::state::update_state(&self.state, |current| {
             if current
                 .config
                 .pool(model)

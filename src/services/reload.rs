@@ -23,7 +23,7 @@
 //! `pronto_config_reloads_total{result="error"}`, and `pronto_config_last_reload_successful`
 //! drops to 0. A valid file becomes a new [`GatewayState`] built by
 //! [`GatewayState::rebuild`] (unchanged backends, prefix indexes and policies are carried
-//! over; see [`crate::gateway`]) and is stored in the `ArcSwap` in one step: a request sees
+//! over; see [`crate::state`]) and is stored in the `ArcSwap` in one step: a request sees
 //! either the old state or the new one, never a mix, and requests in flight finish on the
 //! state they started with.
 //!
@@ -51,7 +51,7 @@ use serde_json::{json, Value};
 use tokio::signal::unix::Signal;
 
 use crate::config::{self, Config};
-use crate::gateway::{Carried, GatewayState};
+use crate::state::{Carried, GatewayState};
 use crate::telemetry::{Metrics, ReloadResult};
 
 /// What started a reload attempt.
@@ -306,7 +306,7 @@ impl Reloader {
         effective.cluster = running.cluster.clone();
         let hash = effective.hash();
         let effective = Arc::new(effective);
-        let (_, carried) = crate::gateway::update_state(&self.state, |current| {
+        let (_, carried) = crate::state::update_state(&self.state, |current| {
             Some(current.rebuild(
                 Arc::clone(&effective),
                 Arc::clone(&resources),

@@ -1,5 +1,8 @@
 //! The NATS side: one publisher task and one folding task, as a pingora background service.
 
+mod connect;
+mod fold;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,13 +14,13 @@ use pingora_core::services::background::BackgroundService;
 use pronto_core::cluster::{wire, ObserveLimit, Outbox, Remote, ReplicaId, SyncEvent};
 use tokio::sync::{mpsc, watch};
 
-use super::connect::{Refusals, TlsRefusal};
-use super::fold::{Target, Targets};
-use super::link::Link;
 use crate::backend::lifecycle::REPEAT_EVERY;
+use crate::cluster::Link;
 use crate::config::cluster::Cluster;
-use crate::gateway::GatewayState;
+use crate::state::GatewayState;
 use crate::telemetry::{ClusterMetrics, Metrics, SyncDirection, SyncDrop};
+use connect::{Refusals, TlsRefusal};
+use fold::{Target, Targets};
 
 /// A message is published once it holds this many bytes (or the queue is empty).
 const MAX_MESSAGE_BYTES: usize = 64 << 10;
@@ -128,7 +131,7 @@ impl BackgroundService for ClusterService {
             })
             .subscription_capacity(SUBSCRIPTION_CAPACITY)
             .event_callback(events);
-        let options = match super::connect::secure(options, cfg, &tls_seen) {
+        let options = match connect::secure(options, cfg, &tls_seen) {
             Ok(o) => o,
             Err(e) => {
                 tracing::error!(nats = %cfg.nats, error = %e, "cluster sync cannot start; routing on this replica's own state");

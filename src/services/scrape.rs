@@ -24,7 +24,7 @@
 //!
 //! Every other failure (connect error, timeout, non-2xx, unparsable page) counts in
 //! `pronto_engine_scrape_errors_total{backend}`, and the log shows transitions
-//! ([`super::lifecycle`]): `engine metrics scrape failing` with the error at the first, a
+//! ([`crate::backend::lifecycle`]): `engine metrics scrape failing` with the error at the first, a
 //! rate-limited `still failing` while it lasts, `recovered` at the first success.
 
 use std::collections::{HashMap, HashSet};
@@ -37,10 +37,10 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 
-use super::engine_metrics::{EngineMetricsError, EngineSample};
-use super::lifecycle::{Change, Condition};
-use super::Backend;
-use crate::gateway::GatewayState;
+use crate::backend::engine_metrics::{EngineMetricsError, EngineSample};
+use crate::backend::lifecycle::{Change, Condition};
+use crate::backend::Backend;
+use crate::state::GatewayState;
 use pronto_core::ids::BackendId;
 
 /// Default time between two scrapes of a backend.

@@ -3,7 +3,7 @@
 //! smuggling attempt: 400 and the connection is closed; a transfer coding other than `chunked`
 //! is a 501), then authentication and the key's request limits before the body is read;
 //! authorization and token / route limits once the request is parsed and matched to a route.
-//! The rules live in [`crate::auth`] and [`crate::ratelimit`]; this file only applies them in
+//! The rules live in [`crate::edge::auth`] and [`crate::edge::ratelimit`]; this file only applies them in
 //! order and carries what they grant until the request ends.
 
 use std::sync::Arc;
@@ -11,20 +11,20 @@ use std::time::Instant;
 
 use pingora_core::protocols::http::ServerSession;
 
-use super::Proxy;
-use crate::auth;
+use crate::proxy::Proxy;
+use crate::edge::auth;
 use crate::config::edge::ApiKey;
 use crate::config::Route;
 use crate::error::GatewayError;
-use crate::gateway::GatewayState;
-use crate::ratelimit::{Grant, Scope, TokenCharge};
+use crate::state::GatewayState;
+use crate::edge::ratelimit::{Grant, Scope, TokenCharge};
 use crate::sse::Usage;
 
 /// What the edge checks granted one request; dropping it releases its concurrency slots.
 #[derive(Default)]
-pub(super) struct Pass<'c> {
+pub(crate) struct Pass<'c> {
     /// The authenticated key (`None` when `auth:` is not configured).
-    pub(super) key: Option<&'c ApiKey>,
+    pub(crate) key: Option<&'c ApiKey>,
     /// Concurrency permits and request-bucket headers, key first.
     grants: Vec<Grant>,
     /// Token charges to correct from `usage`.
@@ -35,12 +35,12 @@ pub(super) struct Pass<'c> {
 
 impl Pass<'_> {
     /// The authenticated key's name.
-    pub(super) fn key_name(&self) -> Option<&Arc<str>> {
+    pub(crate) fn key_name(&self) -> Option<&Arc<str>> {
         self.key.map(|k| &k.name)
     }
 
     /// The `x-ratelimit-*` headers for the response: the key's buckets, else the route's.
-    pub(super) fn headers(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn headers(&self) -> Vec<(&'static str, String)> {
         let mut out: Vec<_> = self
             .grants
             .iter()
@@ -52,7 +52,7 @@ impl Pass<'_> {
     }
 
     /// `route` with the key's priority class when the route names none.
-    pub(super) fn keyed_route(&self, route: Option<&Route>) -> Option<Route> {
+    pub(crate) fn keyed_route(&self, route: Option<&Route>) -> Option<Route> {
         let route = route?;
         let (priority, rank) = self.key?.priority.clone()?;
         (!route.priority_explicit).then(|| Route {
@@ -80,7 +80,7 @@ pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 ///
 /// `raw` is the HTTP/1 head as received: pingora drops `Content-Length` when
 /// `Transfer-Encoding` is also present (RFC 9112 §6.3), so only the raw head shows both.
-pub(super) fn check_head(
+pub(crate) fn check_head(
     headers: &http::HeaderMap,
     version: http::Version,
     raw: &[u8],
@@ -163,7 +163,7 @@ fn raw_has_header(raw: &[u8], name: &[u8]) -> bool {
 
 impl Proxy {
     /// Authenticate (401) and take the key's concurrency slot and request (429).
-    pub(super) fn gate_key<'c>(
+    pub(crate) fn gate_key<'c>(
         &self,
         session: &ServerSession,
         state: &'c GatewayState,
@@ -186,7 +186,7 @@ impl Proxy {
 
     /// Authorize the key for `model` / `route` (403), then take the route's slot and request
     /// and charge `tokens` to the key's and the route's token buckets (429).
-    pub(super) fn gate_route(
+    pub(crate) fn gate_route(
         &self,
         pass: &mut Pass<'_>,
         state: &GatewayState,
@@ -223,7 +223,7 @@ impl Proxy {
     }
 
     /// Correct the token charges from the response's `usage`.
-    pub(super) fn settle(&self, pass: &mut Pass<'_>, usage: &Usage) {
+    pub(crate) fn settle(&self, pass: &mut Pass<'_>, usage: &Usage) {
         let used = usage.prompt_tokens.saturating_add(usage.completion_tokens);
         let now = Instant::now();
         for c in pass.charges.drain(..) {

@@ -15,7 +15,7 @@
 //! 16 hex digits, extensions of tokens and quoted strings of at most
 //! [`MAX_CHUNK_EXT_BYTES`] per chunk, CRLF and only CRLF after sizes, data and trailer
 //! fields, trailer fields as field lines, at most [`MAX_TRAILER_BYTES`] of them. The first
-//! byte outside the grammar is a [`Violation`]: [`crate::head_deadline`] then hands pingora
+//! byte outside the grammar is a [`Violation`]: [`crate::edge::head_deadline`] then hands pingora
 //! the bytes before it and fails the next read, so the body read fails, the gateway answers
 //! 400 and closes the connection, and no byte after the violation is ever parsed.
 //!
@@ -33,7 +33,7 @@ pub const MAX_TRAILER_BYTES: usize = 16 * 1024;
 /// Most hex digits of a chunk size (leading zeros included), as pingora's parser allows.
 pub const MAX_CHUNK_SIZE_DIGITS: u32 = 16;
 /// A head longer than this is not framed here (the head deadline answers it with a 431).
-const MAX_HEAD_BYTES: usize = crate::head_deadline::MAX_HEAD_WIRE_BYTES + 1024;
+const MAX_HEAD_BYTES: usize = crate::edge::head_deadline::MAX_HEAD_WIRE_BYTES + 1024;
 /// Header fields parsed per head (pingora's own limit; more is its 400).
 const MAX_FIELDS: usize = 256;
 

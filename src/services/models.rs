@@ -18,7 +18,7 @@
 //! by health checking, not by forgetting its models. When the lists change,
 //! [`GatewayState::with_listed_models`] builds the state anew — the rebuild a reload does, so
 //! everything learnt about each backend is carried over — and it is swapped in through
-//! [`crate::gateway::update_state`]. The log says which backend lists what, and why one cannot
+//! [`crate::state::update_state`]. The log says which backend lists what, and why one cannot
 //! be asked, once per change rather than once per ask.
 
 use std::collections::{BTreeMap, HashMap};
@@ -31,10 +31,10 @@ use futures::future::join_all;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 
-use super::served::Listed;
+use crate::models::served::Listed;
 use crate::backend::Backend;
 use crate::config::ServedName;
-use crate::gateway::GatewayState;
+use crate::state::GatewayState;
 use crate::telemetry::Metrics;
 
 /// How often the service looks for backends to ask.
@@ -286,7 +286,7 @@ impl ModelDiscovery {
 
     /// Swap in a state where pool `model`'s backends list `listed`, unless it has that already.
     fn apply(&self, model: &str, listed: Listed) {
-        let swapped = crate::gateway::update_state(&self.state, |current| {
+        let swapped = crate::state::update_state(&self.state, |current| {
             let serving = current.config.pool(model).is_some_and(|p| p.asks_models());
             let same = match current.listed_models(model) {
                 Some(l) => *l == listed,

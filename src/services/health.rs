@@ -2,12 +2,12 @@
 //!
 //! A check passes on any 2xx within `health.timeout`. The checker reads the current
 //! [`GatewayState`] on every round, so a reload's backends are picked up without restarting it.
-//! Passive ejection lives on [`super::Backend`]; an ejected backend is re-admitted once its
+//! Passive ejection lives on [`crate::backend::Backend`]; an ejected backend is re-admitted once its
 //! ejection period is over and its active check passes.
 //!
 //! A failed check is counted in `pronto_health_check_failures_total{backend,reason}` (the
 //! reason is a [`CheckFailure`]: `status`, `timeout`, `refused`, `connect`, `io`) and the
-//! backend's transitions are logged, not its probes ([`super::lifecycle`]): `backend down`
+//! backend's transitions are logged, not its probes ([`crate::backend::lifecycle`]): `backend down`
 //! with the reason at the first failure, a rate-limited `backend still down` while it lasts,
 //! `backend up` / `backend re-admitted` when it ends.
 
@@ -19,9 +19,9 @@ use futures::future::join_all;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 
-use super::lifecycle::CheckFailure;
-use super::Backend;
-use crate::gateway::GatewayState;
+use crate::backend::lifecycle::CheckFailure;
+use crate::backend::Backend;
+use crate::state::GatewayState;
 
 /// The active health checker (a pingora background service).
 #[derive(Debug)]

@@ -14,7 +14,7 @@
 //! preface `PRI * HTTP/2.0`, or ALPN `h2`) is not watched: h2 frames its own headers, and its
 //! idle connections are pingora's `h2_idle_timeout` (set from the same limit).
 //!
-//! The wrapper also follows the stream with [`crate::framing`]'s strict RFC 9112 checker: at
+//! The wrapper also follows the stream with [`crate::edge::framing`]'s strict RFC 9112 checker: at
 //! the first byte outside the grammar it hands pingora only the bytes before it and fails
 //! every later read, so the request's body read fails (400, connection closed).
 //!
@@ -35,7 +35,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::error::GatewayError;
-use crate::framing::Checker;
+use crate::edge::framing::Checker;
 use async_trait::async_trait;
 use pingora_core::protocols::raw_connect::ProxyDigest;
 use pingora_core::protocols::tls::TlsRef;
@@ -89,7 +89,7 @@ pub struct HeadDeadline<T> {
     reply: Option<(Vec<u8>, usize)>,
     /// Bytes already read (and scanned) by [`Peek::try_peek`], served to the next reads.
     replay: Vec<u8>,
-    /// The strict framing checker over everything read ([`crate::framing`]).
+    /// The strict framing checker over everything read ([`crate::edge::framing`]).
     framing: Checker,
     /// The checker's verdict once it found a violation: every later read fails with it.
     malformed: Option<&'static str>,

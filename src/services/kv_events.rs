@@ -1,7 +1,7 @@
 //! One supervised subscriber task per backend with `kv_events`, and the background service
 //! that starts them.
 //!
-//! [`run_subscriber`] connects to the engine's publisher ([`super::zmtp`]), feeds every
+//! [`run_subscriber`] connects to the engine's publisher ([`crate::kv_events::zmtp`]), feeds every
 //! message to the backend's [`ExactIndex`], and on a dropped or failed connection suspends
 //! the index (routing falls back to the approximate index) and reconnects with exponential
 //! backoff ([`MIN_BACKOFF`] doubling to [`MAX_BACKOFF`]). It holds the index weakly: when a
@@ -31,10 +31,10 @@ use arc_swap::ArcSwap;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 
-use super::index::ExactIndex;
-use super::zmtp::SubConnection;
+use crate::kv_events::index::ExactIndex;
+use crate::kv_events::zmtp::SubConnection;
 use crate::backend::lifecycle::{Change, Condition, KvChange, KvLink};
-use crate::gateway::GatewayState;
+use crate::state::GatewayState;
 use crate::telemetry::Metrics;
 
 /// First reconnect (and restart) delay.
