@@ -6,12 +6,12 @@
 //! proxy already holds the next part — the first chunk read before the head is written, the
 //! body of a request, a chunk that is the last — those writes can be one.
 //!
-//! [`Coalesce`] wraps a connection's stream (client connections in [`crate::listener`],
+//! [`Coalesce`] wraps a connection's stream (client connections in the listener,
 //! upstream connections in the proxy's connector). While *held* ([`hold`]) its writes are kept
 //! and its flushes swallowed; once released, the kept bytes go out ahead of the next write, in
 //! the same vectored write, or at the next flush. The proxy holds a stream only around a write
 //! that is followed at once, without waiting for anything, by another write and a flush (see
-//! [`crate::proxy`]'s relay): so nothing is ever kept waiting for more data, and SSE latency is
+//! the proxy's relay): so nothing is ever kept waiting for more data, and SSE latency is
 //! unchanged. Unheld, the wrapper passes everything through (HTTP/2's codec, which buffers and
 //! flushes on its own, never holds it).
 //!

@@ -76,7 +76,7 @@ pub enum GatewayError {
     Overloaded {
         /// Route name.
         route: String,
-        /// Why (a [`crate::edge::admission::ShedReason`] label).
+        /// Why (a [`crate::telemetry::ShedReason`] label).
         reason: &'static str,
         /// Suggested wait before retrying, seconds.
         retry_after_s: u32,

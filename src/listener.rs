@@ -34,9 +34,9 @@ use pingora_core::services::Service;
 use tokio::sync::watch;
 
 use crate::coalesce::Coalesce;
+use crate::edge::head_deadline::HeadDeadline;
 use crate::error::GatewayError;
 use crate::state::GatewayState;
-use crate::edge::head_deadline::HeadDeadline;
 use crate::telemetry::Metrics;
 
 /// Longest TLS handshake a client is given.

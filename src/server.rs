@@ -1,6 +1,6 @@
 //! The composition root: builds the pingora server with its services — the proxy listener
 //! (plain HTTP/1.1 + h2c, or TLS with h2 by ALPN when the config has `tls:`; see
-//! [`crate::tls`]), the admin listener, the active health checker, the engine metrics scraper, DNS discovery of
+//! [`crate::services::tls`]), the admin listener, the active health checker, the engine metrics scraper, DNS discovery of
 //! `discover:` pools ([`crate::services::discovery`]), and, for a pool serving its backends' models, model
 //! discovery ([`crate::services::models`]) — and runs it.
 //!
@@ -19,7 +19,6 @@
 //! [`Handle::abort`]) stops at once.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,43 +31,17 @@ use pingora_core::services::background::background_service;
 use tokio::sync::{mpsc, watch};
 
 use crate::admin::Admin;
-use crate::services::health::HealthChecker;
-use crate::services::scrape::EngineScraper;
 use crate::config::Loaded;
-use crate::services::discovery::{Discovery, SystemResolver};
-use crate::state::GatewayState;
 use crate::listener::{bind, Listening};
+use crate::proxy::{App, Proxy};
+use crate::services::discovery::{Discovery, SystemResolver};
+use crate::services::health::HealthChecker;
 use crate::services::models::ModelDiscovery;
-use crate::proxy::{App, Proxy, RecentDecisions};
 use crate::services::reload::{hangup_signal, Reloader};
+use crate::services::scrape::EngineScraper;
+use crate::state::activity::{ActiveRequests, RecentDecisions};
+use crate::state::GatewayState;
 use crate::telemetry::Metrics;
-
-/// Requests currently being handled, across all proxy threads.
-#[derive(Debug, Default)]
-pub struct ActiveRequests(AtomicUsize);
-
-impl ActiveRequests {
-    /// Count one request until the guard drops.
-    pub fn enter(self: &Arc<Self>) -> ActiveGuard {
-        self.0.fetch_add(1, Ordering::Relaxed);
-        ActiveGuard(Arc::clone(self))
-    }
-
-    /// Requests in progress.
-    pub fn get(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-/// One request in progress.
-#[derive(Debug)]
-pub struct ActiveGuard(Arc<ActiveRequests>);
-
-impl Drop for ActiveGuard {
-    fn drop(&mut self) {
-        self.0 .0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
 
 /// How a [`Handle`] asks the server to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -247,7 +220,7 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
     let tls = state.load().resources.tls().cloned();
     let acceptor = match &tls {
         Some(identity) => Some(
-            crate::tls::listener_settings(Arc::clone(&state), Arc::clone(identity))
+            crate::services::tls::listener_settings(Arc::clone(&state), Arc::clone(identity))
                 .map_err(|e| anyhow::anyhow!("TLS listener: {e}"))?
                 .build(),
         ),

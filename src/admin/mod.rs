@@ -4,7 +4,7 @@
 //! `GET /` (the status page, [`status`]), `GET /healthz` (the process is up), `GET /readyz` (200 when every pool has a healthy
 //! backend, else 503 with the pools that have none), `GET /metrics` (Prometheus text),
 //! `GET /admin/backends` (JSON state of every backend, and the last routing decisions as
-//! `recent_decisions`: [`crate::proxy::RecentDecisions::to_json`]), `GET /admin/config` (the active
+//! `recent_decisions`: [`crate::state::activity::RecentDecisions::to_json`]), `GET /admin/config` (the active
 //! config, its version and hash, the last reload error; see [`Reloader::status_json`]) and
 //! `POST /admin/reload` (reload the config file now: 200 with
 //! `{result: "ok"|"unchanged", version, hash, error: null, warnings, ...}`, 400 with
@@ -31,10 +31,10 @@ use http::{Response, StatusCode};
 use pingora_core::apps::http_app::ServeHttp;
 use pingora_core::protocols::http::ServerSession;
 
-use crate::state::GatewayState;
-use crate::proxy::RecentDecisions;
-use crate::services::reload::{Reloader, Trigger};
 use crate::request::{parse_request, Endpoint};
+use crate::services::reload::{Reloader, Trigger};
+use crate::state::activity::RecentDecisions;
+use crate::state::GatewayState;
 use crate::telemetry::{Metrics, ReloadResult};
 
 const JSON: &str = "application/json";

@@ -9,7 +9,7 @@
 //! decisions by reason (`pronto_route_decisions_total`). When `/admin/backends` carries a
 //! `recent_decisions` array (`[{at_ms, backend, reason, predicted_ttft_ms,
 //! actual_ttft_ms}]`, `at_ms` in Unix milliseconds; this gateway's do, see
-//! [`crate::proxy::RecentDecisions`]) it lists those too.
+//! [`crate::state::activity::RecentDecisions`]) it lists those too.
 //!
 //! **With `admin.token`**, a browser cannot send a bearer header when it navigates, so the
 //! page also takes the token once as `GET /?token=...` (only on `/`; every other route wants

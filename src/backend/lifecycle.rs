@@ -18,7 +18,6 @@
 //! unit-tested on synthetic instants. The loops call the trackers and log what they return
 //! ([`HealthChange::log`], [`Change`] through the loops' own wording).
 
-use std::fmt;
 use std::time::{Duration, Instant};
 
 /// Shortest time between two log lines about one persisting failure.
@@ -103,36 +102,9 @@ impl Condition {
 
 // === Health ===
 
-/// Why an active health check failed (a bounded metric label, [`CheckFailure::label`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckFailure {
-    /// The backend answered with this non-2xx status.
-    Status(u16),
-    /// No answer within `health.timeout`.
-    Timeout,
-    /// Nothing listens on the backend's port.
-    Refused,
-    /// The connection could not be made otherwise (unreachable, TLS handshake, DNS).
-    Connect,
-    /// The connection broke after it was made.
-    Io,
-}
+pub use crate::telemetry::CheckFailure;
 
 impl CheckFailure {
-    /// Every label value, for tests and dashboards.
-    pub const LABELS: [&'static str; 5] = ["status", "timeout", "refused", "connect", "io"];
-
-    /// The `reason` label of `pronto_health_check_failures_total`.
-    pub fn label(self) -> &'static str {
-        match self {
-            CheckFailure::Status(_) => "status",
-            CheckFailure::Timeout => "timeout",
-            CheckFailure::Refused => "refused",
-            CheckFailure::Connect => "connect",
-            CheckFailure::Io => "io",
-        }
-    }
-
     /// Classify a failed probe's `reqwest` error.
     pub fn from_reqwest(e: &reqwest::Error) -> CheckFailure {
         if e.is_timeout() {
@@ -153,18 +125,6 @@ impl CheckFailure {
         match e.status() {
             Some(s) => CheckFailure::Status(s.as_u16()),
             None => CheckFailure::Io,
-        }
-    }
-}
-
-impl fmt::Display for CheckFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CheckFailure::Status(s) => write!(f, "HTTP status {s}"),
-            CheckFailure::Timeout => f.write_str("timed out"),
-            CheckFailure::Refused => f.write_str("connection refused"),
-            CheckFailure::Connect => f.write_str("connect failed"),
-            CheckFailure::Io => f.write_str("connection broke"),
         }
     }
 }

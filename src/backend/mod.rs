@@ -76,7 +76,7 @@ pub struct Backend {
     /// The previous health state, so the log shows transitions only ([`lifecycle`]).
     health_log: std::sync::Mutex<lifecycle::HealthTracker>,
     /// When (by this replica's estimate) the latest remote dispatch to this backend that it
-    /// heard of was sent: what collision repair waits on (`crate::proxy`'s `repair`).
+    /// heard of was sent: what collision repair waits on (the proxy's `repair`).
     remote_dispatch: tokio::sync::watch::Sender<Option<Instant>>,
 }
 

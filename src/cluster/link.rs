@@ -59,7 +59,7 @@ impl Link {
         (Arc::new(link), rx)
     }
 
-    /// Collision repair's margin, when it is on ([`crate::proxy`]'s `repair`).
+    /// Collision repair's margin, when it is on (the proxy's `repair`).
     pub fn repair_margin(&self) -> Option<f64> {
         self.repair_margin
     }

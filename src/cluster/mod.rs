@@ -10,7 +10,7 @@
 //! code the evaluator drives with a simulated channel.
 //!
 //! ## The path of an event
-//! 1. The proxy dispatches ([`crate::state::Pool::dispatch`]): [`Link::dispatch`] does a
+//! 1. The proxy dispatches (`Pool::dispatch` in the state hub): [`Link::dispatch`] does a
 //!    non-blocking `try_send` of one small event onto a bounded queue ([`QUEUE_EVENTS`]);
 //!    when the queue is full the event is dropped and counted
 //!    (`pronto_cluster_dropped_total{reason="queue_full"}`). The booking's guard carries a

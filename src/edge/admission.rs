@@ -53,42 +53,7 @@ use tokio::sync::Notify;
 
 use crate::telemetry::Metrics;
 
-/// Why admission refused a request (a bounded metric label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ShedReason {
-    /// The best predicted TTFT exceeds the route's SLO.
-    SloMiss,
-    /// No backend of the pool is eligible.
-    NoCapacity,
-    /// Queued requests of the same or a more urgent class come first.
-    QueuedAhead,
-    /// The admission queue is full.
-    QueueFull,
-    /// The request's queue deadline passed with no backend free.
-    Deadline,
-}
-
-impl ShedReason {
-    /// Every reason, for registering the series at zero.
-    pub const ALL: [ShedReason; 5] = [
-        ShedReason::SloMiss,
-        ShedReason::NoCapacity,
-        ShedReason::QueuedAhead,
-        ShedReason::QueueFull,
-        ShedReason::Deadline,
-    ];
-
-    /// The `reason` label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ShedReason::SloMiss => "slo_miss",
-            ShedReason::NoCapacity => "no_capacity",
-            ShedReason::QueuedAhead => "queued_ahead",
-            ShedReason::QueueFull => "queue_full",
-            ShedReason::Deadline => "deadline",
-        }
-    }
-}
+pub use crate::telemetry::ShedReason;
 
 /// The gateway's admission queue (one per gateway; it outlives config reloads).
 #[derive(Debug)]

@@ -8,12 +8,13 @@ use std::time::Instant;
 
 use pingora_core::protocols::http::ServerSession;
 
-use crate::proxy::Proxy;
-use crate::edge::admission::{Departure, ShedReason};
+use super::Edge;
+use super::Failure;
 use crate::config::{Route, Slo, SloAction};
+use crate::edge::admission::{Departure, ShedReason};
 use crate::error::GatewayError;
-use crate::state::{GatewayState, Pool, Routed};
 use crate::request::RequestFeatures;
+use crate::state::{GatewayState, Pool, Routed};
 use pronto_core::ids::BackendId;
 
 /// Longest `Retry-After` suggested for an SLO miss, seconds.
@@ -31,9 +32,7 @@ fn no_backend(pool: &Pool) -> Failure {
     )
 }
 
-use crate::proxy::lifecycle::{Failure, Parsed};
-
-impl Proxy {
+impl Edge {
     /// Apply `route`'s admission control: the pool to send the request to (its own or the
     /// fallback), the guard that marks its end on that pool, and the routing decision admission
     /// judged (the first attempt uses it: one decision, one prediction) — or a 429 (backends
@@ -41,16 +40,16 @@ impl Proxy {
     /// is up: healthy, not ejected; also for a request already queued when the last goes
     /// down, within [`OUTAGE_CHECK`]), or a client-gone error. A request without a route, or whose route has no SLO, passes at once
     /// (and is routed by the attempt). `route` is the request's (with its key's priority);
-    /// the pool, features and excluded backends are `parsed`'s.
+    /// `pool`, `features` and `excluded` are the parsed request's (its excluded backends do not
+    /// serve its model).
     pub(crate) async fn admit<'s>(
         &'s self,
         session: &mut ServerSession,
         state: &'s GatewayState,
-        parsed: &Parsed<'s>,
+        (pool, features, excluded): (&'s Pool, &RequestFeatures, &[BackendId]),
         route: Option<&'s Route>,
         arrived: Instant,
     ) -> Result<(&'s Pool, Departure<'s>, Option<Routed>), Failure> {
-        let (pool, features, excluded) = (parsed.pool, &parsed.features, parsed.excluded);
         let Some((route, slo)) = route.and_then(|r| Some((r, r.slo.as_ref()?))) else {
             return Ok((pool, self.admission.departure(pool.model.clone()), None));
         };

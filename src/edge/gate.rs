@@ -11,14 +11,14 @@ use std::time::Instant;
 
 use pingora_core::protocols::http::ServerSession;
 
-use crate::proxy::Proxy;
-use crate::edge::auth;
+use super::Edge;
 use crate::config::edge::ApiKey;
 use crate::config::Route;
-use crate::error::GatewayError;
-use crate::state::GatewayState;
+use crate::edge::auth;
 use crate::edge::ratelimit::{Grant, Scope, TokenCharge};
+use crate::error::GatewayError;
 use crate::sse::Usage;
+use crate::state::GatewayState;
 
 /// What the edge checks granted one request; dropping it releases its concurrency slots.
 #[derive(Default)]
@@ -161,7 +161,7 @@ fn raw_has_header(raw: &[u8], name: &[u8]) -> bool {
     })
 }
 
-impl Proxy {
+impl Edge {
     /// Authenticate (401) and take the key's concurrency slot and request (429).
     pub(crate) fn gate_key<'c>(
         &self,

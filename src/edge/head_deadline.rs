@@ -34,8 +34,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::error::GatewayError;
 use crate::edge::framing::Checker;
+use crate::error::GatewayError;
 use async_trait::async_trait;
 use pingora_core::protocols::raw_connect::ProxyDigest;
 use pingora_core::protocols::tls::TlsRef;

@@ -10,3 +10,32 @@ pub mod framing;
 pub(crate) mod gate;
 pub mod head_deadline;
 pub mod ratelimit;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::error::GatewayError;
+use crate::telemetry::Metrics;
+
+/// A failed request: the pool it reached (for the metric label) and the client's error.
+pub type Failure = (Option<Arc<str>>, GatewayError);
+
+/// The edge's state that outlives reloads: the SLO admission queue (requests queued under an
+/// old config keep their place) and the per-key and per-route rate limiters. The gate
+/// (`gate_key`, `gate_route`, `settle`) and admission (`admit`) are its methods.
+pub struct Edge {
+    metrics: Metrics,
+    admission: admission::Admission,
+    limiter: ratelimit::RateLimiter,
+}
+
+impl Edge {
+    /// Empty queues and full buckets, as of `now`.
+    pub fn new(metrics: Metrics, now: Instant) -> Edge {
+        Edge {
+            admission: admission::Admission::new(metrics.clone()),
+            metrics,
+            limiter: ratelimit::RateLimiter::new(now),
+        }
+    }
+}

@@ -34,13 +34,13 @@
 //! ring shown as `recent_decisions` in the admin `GET /admin/backends` (and on the status
 //! page), whatever the sampling.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::config::AccessLog;
 use crate::error::GatewayError;
 use crate::routing::Reason;
+use crate::state::activity::{round_ms, RecentDecision};
 
 use super::relay::{RelayEnd, RelayOutcome};
 
@@ -199,10 +199,6 @@ fn ms(d: Duration) -> f64 {
     round_ms(d.as_secs_f64() * 1e3)
 }
 
-fn round_ms(ms: f64) -> f64 {
-    (ms * 1e3).round() / 1e3
-}
-
 /// Whether the request with id `id` is kept at `rate` (0..=1): a uniform hash of the id
 /// below the rate; 0 keeps none, 1 keeps all.
 pub fn sampled(id: &str, rate: f64) -> bool {
@@ -221,80 +217,10 @@ pub fn sampled(id: &str, rate: f64) -> bool {
     u < rate
 }
 
-// === RecentDecisions ===
-
-/// Decisions kept for `GET /admin/backends`.
-pub const RECENT_DECISIONS: usize = 100;
-
-/// One request's routing decision and how it went.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RecentDecision {
-    /// When the request ended.
-    pub at: SystemTime,
-    /// Its request id.
-    pub request_id: String,
-    /// The pool that served it.
-    pub pool: Arc<str>,
-    /// The backend of its last attempt.
-    pub backend: Arc<str>,
-    /// Why that backend.
-    pub reason: Reason,
-    /// The decision's predicted TTFT, seconds.
-    pub predicted_ttft_s: Option<f64>,
-    /// The measured TTFT (request sent to first token), seconds; streams only.
-    pub actual_ttft_s: Option<f64>,
-    /// The status the client got.
-    pub status: u16,
-}
-
-/// The last [`RECENT_DECISIONS`] decisions over all pools (the proxy writes, the admin
-/// listener reads; the lock is held for a push or a copy, never across an await).
-#[derive(Debug, Default)]
-pub struct RecentDecisions {
-    ring: Mutex<VecDeque<RecentDecision>>,
-}
-
-impl RecentDecisions {
-    /// Keep `d`, forgetting the oldest beyond [`RECENT_DECISIONS`].
-    pub fn push(&self, d: RecentDecision) {
-        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
-        if ring.len() == RECENT_DECISIONS {
-            ring.pop_front();
-        }
-        ring.push_back(d);
-    }
-
-    /// The decisions as the status page reads them, newest first: `[{at_ms (Unix ms),
-    /// request_id, pool, backend, reason, predicted_ttft_ms, actual_ttft_ms, status}]`
-    /// (`null` where unknown).
-    pub fn to_json(&self) -> serde_json::Value {
-        let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let list: Vec<serde_json::Value> = ring
-            .iter()
-            .rev()
-            .map(|d| {
-                let at_ms =
-                    d.at.duration_since(SystemTime::UNIX_EPOCH)
-                        .map_or(0, |t| t.as_millis() as u64);
-                serde_json::json!({
-                    "at_ms": at_ms,
-                    "request_id": d.request_id,
-                    "pool": &*d.pool,
-                    "backend": &*d.backend,
-                    "reason": d.reason.as_str(),
-                    "predicted_ttft_ms": d.predicted_ttft_s.map(|s| round_ms(s * 1e3)),
-                    "actual_ttft_ms": d.actual_ttft_s.map(|s| round_ms(s * 1e3)),
-                    "status": d.status,
-                })
-            })
-            .collect();
-        serde_json::Value::Array(list)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::activity::{RecentDecisions, RECENT_DECISIONS};
 
     #[test]
     fn sampling_keeps_the_rate_and_is_a_function_of_the_id() {

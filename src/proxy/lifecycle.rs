@@ -9,14 +9,12 @@
 //! gets. The attempt loop retries per [`super::retry`]: nothing has reached the client until
 //! an attempt commits.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use pingora_core::protocols::http::ServerSession;
 
 use super::access::Access;
-use crate::edge::gate::Pass;
 use super::keepalive::KeepAlive;
 use super::observe::{self, FirstTokenObserver};
 use super::race;
@@ -27,16 +25,16 @@ use super::upstream::{attempt, client_key_is_ours, upstream_request_head, Attemp
 use super::{migrate, request_id, tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
 use crate::config::route::RouteObjective;
 use crate::config::Route;
+use crate::edge::gate::Pass;
 use crate::error::GatewayError;
-use crate::state::{Attempted, GatewayState, Pool, Routed, Target};
 use crate::request::{parse_request, Endpoint, RequestFeatures};
+use crate::state::{Attempted, GatewayState, Pool, Routed, Target};
 use pronto_core::cluster::repair::MAX_MOVES;
 use pronto_core::ids::BackendId;
 use pronto_core::slo::Objective;
 use pronto_core::splice::Splicer;
 
-/// A failed request: the pool it reached (for the metric label) and the client's error.
-pub(crate) type Failure = (Option<Arc<str>>, GatewayError);
+pub(super) use crate::edge::Failure;
 
 /// What waiting on one dispatched attempt (alone, raced, or watched by collision repair)
 /// came to. Matched at once and never stored: the large variant costs no allocation.
@@ -50,7 +48,7 @@ enum Waited {
 }
 
 /// A parsed request matched to its pool.
-pub(crate) struct Parsed<'s> {
+pub(super) struct Parsed<'s> {
     pub features: RequestFeatures,
     pub pool: &'s Pool,
     pub route: Option<&'s Route>,
@@ -70,7 +68,7 @@ impl Proxy {
         access: &mut Access,
         arrived: Instant,
     ) -> Result<(), Failure> {
-        let mut pass = self.gate_key(session, state).map_err(|e| (None, e))?;
+        let mut pass = self.edge.gate_key(session, state).map_err(|e| (None, e))?;
         access.key = pass.key_name().cloned();
         // The body's share of the buffer budget lives as long as the request.
         let mut budget = self
@@ -85,8 +83,16 @@ impl Proxy {
         let keyed_route = pass.keyed_route(parsed.route);
         let route = keyed_route.as_ref().or(parsed.route);
         let first_pool = parsed.pool;
-        let (pool, _departure, admitted) =
-            self.admit(session, state, &parsed, route, arrived).await?;
+        let (pool, _departure, admitted) = self
+            .edge
+            .admit(
+                session,
+                state,
+                (parsed.pool, &parsed.features, parsed.excluded),
+                route,
+                arrived,
+            )
+            .await?;
         if !tokenize::same_tokenizer(first_pool, pool) {
             // A fallback pool that tokenizes differently: its tokens, its block hashes.
             parsed = self.parse_for(session, endpoint, &body, pool).await?;
@@ -218,14 +224,15 @@ impl Proxy {
         state: &GatewayState,
         parsed: &Parsed<'_>,
     ) -> Result<(), Failure> {
-        self.gate_route(
-            pass,
-            state,
-            parsed.route,
-            &parsed.features.model,
-            parsed.features.prompt_tokens,
-        )
-        .map_err(|e| (Some(parsed.pool.model.clone()), e))
+        self.edge
+            .gate_route(
+                pass,
+                state,
+                parsed.route,
+                &parsed.features.model,
+                parsed.features.prompt_tokens,
+            )
+            .map_err(|e| (Some(parsed.pool.model.clone()), e))
     }
 
     /// Route, dispatch and attempt until one attempt commits (then relay it) or the retry
@@ -621,7 +628,7 @@ impl Proxy {
     ) {
         let backend = &pool.backends[i];
         if let Some(u) = outcome.usage {
-            self.settle(pass, &u);
+            self.edge.settle(pass, &u);
             pool.token_ratio.observe(u.prompt_tokens, own_tokens);
             self.metrics
                 .prompt_token_ratio

@@ -4,7 +4,7 @@
 //!   else 503 `{"status":"unavailable"}` — what load balancers and peer routers probe on the
 //!   port they send traffic to. Never needs a key, so it says only up or down: which pools are
 //!   down (models a caller may not be allowed to use) is the admin listener's `/readyz`.
-//! - `GET /v1/models` and `GET /v1/models/{id}` ([`crate::models`]): authenticated like
+//! - `GET /v1/models` and `GET /v1/models/{id}` ([`super::models`]): authenticated like
 //!   inference (401 without a valid key when `auth:` is on), listing only what the key may use,
 //!   and charged to no rate limit.
 
@@ -15,11 +15,11 @@ use pingora_core::protocols::http::ServerSession;
 
 use super::access::Access;
 use super::lifecycle::Failure;
+use super::models;
 use super::{request_id, respond, Proxy};
 use crate::edge::auth;
 use crate::error::GatewayError;
 use crate::state::GatewayState;
-use crate::models;
 
 impl Proxy {
     /// `GET /health`.

@@ -35,15 +35,15 @@ use bytes::Bytes;
 use pingora_core::protocols::http::ServerSession;
 
 use super::access::Access;
-use crate::edge::gate::Pass;
 use super::lifecycle::{parse_off_thread, session_key, Parsed};
 use super::observe::FirstTokenObserver;
 use super::relay::{end_with_done, end_with_error_event, Relay, RelayEnd};
 use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
 use super::{tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
 use crate::config::Route;
-use crate::state::GatewayState;
+use crate::edge::gate::Pass;
 use crate::request::Endpoint;
+use crate::state::GatewayState;
 use crate::telemetry::MigrationOutcome;
 use pronto_core::ids::BackendId;
 use pronto_core::splice::{continuation_body, Api, Splicer};

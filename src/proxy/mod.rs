@@ -22,9 +22,10 @@ mod app;
 mod body;
 mod budget;
 mod keepalive;
-pub(crate) mod lifecycle;
+mod lifecycle;
 mod local;
 mod migrate;
+mod models;
 mod observe;
 mod race;
 mod relay;
@@ -45,16 +46,14 @@ use bytes::Bytes;
 use http::Method;
 use pingora_core::protocols::http::ServerSession;
 
-use crate::edge::admission::Admission;
+use crate::edge::Failure;
 use crate::error::GatewayError;
-use crate::state::{GatewayState, Pool, Routed};
 use crate::request::Endpoint;
-use crate::server::ActiveRequests;
+use crate::state::activity::{ActiveRequests, RecentDecisions};
+use crate::state::{GatewayState, Pool, Routed};
 use crate::telemetry::{Metrics, NONE};
 use access::Access;
-pub use access::{RecentDecision, RecentDecisions};
 pub use app::App;
-use lifecycle::Failure;
 use request_id::{IdSource, RequestIds};
 use upstream::Connectors;
 
@@ -66,14 +65,11 @@ const UPSTREAM_POOL_SIZE: usize = 1024;
 /// The gateway's proxy service.
 pub struct Proxy {
     state: Arc<ArcSwap<GatewayState>>,
-    pub(crate) metrics: Metrics,
+    metrics: Metrics,
     connectors: Connectors,
     active: Arc<ActiveRequests>,
-    /// The SLO admission queue; outlives reloads (requests queued under an old config keep
-    /// their place).
-    pub(crate) admission: Admission,
-    /// Per-key and per-route rate limits; outlive reloads too.
-    pub(crate) limiter: crate::edge::ratelimit::RateLimiter,
+    /// Admission queues and rate limits; outlive reloads.
+    edge: crate::edge::Edge,
     /// Request body bytes buffered now, over all requests.
     budget: budget::BufferBudget,
     /// Where generated request ids come from.
@@ -95,11 +91,10 @@ impl Proxy {
     ) -> Proxy {
         Proxy {
             state,
-            admission: Admission::new(metrics.clone()),
+            edge: crate::edge::Edge::new(metrics.clone(), Instant::now()),
             metrics,
             connectors: Connectors::new(UPSTREAM_POOL_SIZE),
             active,
-            limiter: crate::edge::ratelimit::RateLimiter::new(Instant::now()),
             budget: budget::BufferBudget::default(),
             ids: RequestIds::from_entropy(),
             decisions,
@@ -243,7 +238,7 @@ impl Proxy {
             }
             return self.proxy(session, state, ep, access, arrived).await;
         }
-        let model_id = crate::models::id_from_path(path);
+        let model_id = models::id_from_path(path);
         if path == "/v1/models" || model_id.is_some() || path == "/health" {
             if method != Method::GET {
                 return not_allowed(access);

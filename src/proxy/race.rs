@@ -31,9 +31,9 @@ use super::upstream::{attempt, client_key_is_ours, upstream_request_head, Attemp
 use super::Proxy;
 use crate::config::route::RaceOn;
 use crate::config::Route;
-use crate::state::{Attempted, GatewayState, Pool, Routed};
 use crate::request::RequestFeatures;
 use crate::routing::Policy;
+use crate::state::{Attempted, GatewayState, Pool, Routed};
 use crate::telemetry::{FailoverReason, RaceKind};
 use pronto_core::ids::BackendId;
 use pronto_core::race::{DeadlineKind, HedgeBucket};

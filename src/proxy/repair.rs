@@ -33,9 +33,9 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 use super::upstream::Attempt;
-use crate::state::{Pool, Routed};
 use crate::request::RequestFeatures;
 use crate::routing::Policy;
+use crate::state::{Pool, Routed};
 use crate::telemetry::{CollisionOutcome, Metrics};
 #[cfg(doc)]
 use pronto_core::cluster::repair::MAX_MOVES;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::state::Pool;
 use crate::request::{Endpoint, RequestFeatures};
+use crate::state::Pool;
 use crate::telemetry::Metrics;
 use crate::tokenizer::TokenizeError;
 use crate::tokenizer::INLINE_MAX_BYTES;

@@ -31,9 +31,9 @@ use arc_swap::ArcSwap;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 
+use crate::backend::lifecycle::{Change, Condition, KvChange, KvLink};
 use crate::kv_events::index::ExactIndex;
 use crate::kv_events::zmtp::SubConnection;
-use crate::backend::lifecycle::{Change, Condition, KvChange, KvLink};
 use crate::state::GatewayState;
 use crate::telemetry::Metrics;
 

@@ -31,9 +31,9 @@ use futures::future::join_all;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 
-use crate::models::served::Listed;
 use crate::backend::Backend;
 use crate::config::ServedName;
+use crate::models::served::Listed;
 use crate::state::GatewayState;
 use crate::telemetry::Metrics;
 

@@ -9,7 +9,7 @@
 //!   a bad file is reported once, not every second;
 //! - on `SIGHUP` (the handler is installed before the listeners open, so a signal can never
 //!   kill the process with the default action);
-//! - on `POST /admin/reload` ([`crate::admin`]).
+//! - on `POST /admin/reload` (the admin listener).
 //!
 //! A gateway started from `--backend` flags has no file: reload answers
 //! [`NoConfigFile`] (409 on the admin listener) and `SIGHUP` is logged and ignored.
@@ -30,7 +30,7 @@
 //! The listener certificate (`tls:`) reloads like everything else: the files are read and
 //! checked by the loader, and an unchanged config text whose certificate or key file was
 //! rewritten still reloads (the watcher stats those files too), so a rotation is picked up by
-//! new connections ([`crate::tls`]).
+//! new connections ([`crate::services::tls`]).
 //!
 //! Some settings are bound at start: `listen`, `admin_listen`, `threads`, `grace_period`,
 //! `cluster` (the NATS connection and the replica's name) and whether the listener speaks TLS

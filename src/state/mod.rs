@@ -21,7 +21,7 @@
 //!   every other backend's entries, and an unchanged pool keeps them all; a removal in the
 //!   middle shifts the later backends, which start cold. (Requests still in flight on the old
 //!   state may record one prompt's prefix under a re-used position: the index is a guess.)
-//! - **Discovered backends** ([`crate::services::discovery`]): the addresses last resolved for a pool's
+//! - **Discovered backends** (`services::discovery`): the addresses last resolved for a pool's
 //!   `discover:` name are kept while the new config resolves the same name (`host:port` and
 //!   address family) for a pool of the same model name, so a reload does not drop them
 //!   before the resolver's next look; they are then backends like any other (their identity
@@ -48,6 +48,7 @@ use crate::models::served::{Listed, ServedModels};
 use crate::routing::Policy;
 use crate::telemetry::Metrics;
 
+pub mod activity;
 mod pool;
 pub use pool::{Attempted, Pool, Routed};
 
@@ -200,7 +201,7 @@ impl GatewayState {
     }
 
     /// The same config with pool `model`'s discovered addresses replaced by `addrs` (see
-    /// [`crate::services::discovery`]); everything else is carried over as by [`GatewayState::rebuild`].
+    /// `services::discovery`); everything else is carried over as by [`GatewayState::rebuild`].
     pub fn with_discovered(
         &self,
         model: &str,
@@ -222,7 +223,7 @@ impl GatewayState {
     }
 
     /// The same config with what pool `model`'s backends list at `GET /v1/models` replaced by
-    /// `listed` (see [`crate::services::models`]); everything else carried over.
+    /// `listed` (see `services::models`); everything else carried over.
     pub fn with_listed_models(
         &self,
         model: &str,

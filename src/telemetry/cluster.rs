@@ -1,4 +1,4 @@
-//! The replica-sync families (`pronto_cluster_*`, [`crate::cluster`]), registered with the
+//! The replica-sync families (`pronto_cluster_*`, the `cluster` module), registered with the
 //! others. Without `cluster:` they stay at zero.
 
 use prometheus::{CounterVec, Gauge, IntCounter, IntCounterVec, IntGauge, Opts};

@@ -123,3 +123,83 @@ pub const UPSTREAM_ERROR_KINDS: [&str; 7] = [
     "first_token_timeout",
     "mid_stream",
 ];
+
+/// Why admission refused a request (a bounded metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShedReason {
+    /// The best predicted TTFT exceeds the route's SLO.
+    SloMiss,
+    /// No backend of the pool is eligible.
+    NoCapacity,
+    /// Queued requests of the same or a more urgent class come first.
+    QueuedAhead,
+    /// The admission queue is full.
+    QueueFull,
+    /// The request's queue deadline passed with no backend free.
+    Deadline,
+}
+
+impl ShedReason {
+    /// Every reason, for registering the series at zero.
+    pub const ALL: [ShedReason; 5] = [
+        ShedReason::SloMiss,
+        ShedReason::NoCapacity,
+        ShedReason::QueuedAhead,
+        ShedReason::QueueFull,
+        ShedReason::Deadline,
+    ];
+
+    /// The `reason` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShedReason::SloMiss => "slo_miss",
+            ShedReason::NoCapacity => "no_capacity",
+            ShedReason::QueuedAhead => "queued_ahead",
+            ShedReason::QueueFull => "queue_full",
+            ShedReason::Deadline => "deadline",
+        }
+    }
+}
+
+/// Why an active health check failed (a bounded metric label, [`CheckFailure::label`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckFailure {
+    /// The backend answered with this non-2xx status.
+    Status(u16),
+    /// No answer within `health.timeout`.
+    Timeout,
+    /// Nothing listens on the backend's port.
+    Refused,
+    /// The connection could not be made otherwise (unreachable, TLS handshake, DNS).
+    Connect,
+    /// The connection broke after it was made.
+    Io,
+}
+
+impl CheckFailure {
+    /// Every label value, for tests and dashboards.
+    pub const LABELS: [&'static str; 5] = ["status", "timeout", "refused", "connect", "io"];
+
+    /// The `reason` label of `pronto_health_check_failures_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            CheckFailure::Status(_) => "status",
+            CheckFailure::Timeout => "timeout",
+            CheckFailure::Refused => "refused",
+            CheckFailure::Connect => "connect",
+            CheckFailure::Io => "io",
+        }
+    }
+}
+
+impl std::fmt::Display for CheckFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckFailure::Status(s) => write!(f, "HTTP status {s}"),
+            CheckFailure::Timeout => f.write_str("timed out"),
+            CheckFailure::Refused => f.write_str("connection refused"),
+            CheckFailure::Connect => f.write_str("connect failed"),
+            CheckFailure::Io => f.write_str("connection broke"),
+        }
+    }
+}

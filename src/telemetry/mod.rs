@@ -133,7 +133,7 @@ pub struct Metrics {
     /// `pronto_kv_events_blocks{backend}`: blocks in a backend's exact index.
     pub kv_events_blocks: IntGaugeVec,
     /// `pronto_health_check_failures_total{backend,reason}`: failed active health checks by
-    /// [`crate::backend::CheckFailure::label`] (`status`, `timeout`, `refused`, `connect`,
+    /// [`CheckFailure::label`] (`status`, `timeout`, `refused`, `connect`,
     /// `io`).
     pub health_check_failures_total: IntCounterVec,
     /// `pronto_kv_events_connect_failures_total{backend}`: failed connects (or handshakes) to
@@ -564,7 +564,7 @@ impl Metrics {
                 self.route_ttft_slo_seconds
                     .with_label_values(&[&*route.name, &*route.pool])
                     .set(slo.ttft.as_secs_f64());
-                for reason in crate::edge::admission::ShedReason::ALL {
+                for reason in ShedReason::ALL {
                     self.admission_sheds_total
                         .with_label_values(&[&*route.name, reason.as_str()]);
                 }
@@ -623,7 +623,7 @@ impl Metrics {
     }
 
     /// Register backend `backend`'s counter series at zero: its ejections, engine scrape
-    /// errors, failed health checks of every reason ([`crate::backend::CheckFailure::LABELS`])
+    /// errors, failed health checks of every reason ([`CheckFailure::LABELS`])
     /// and upstream errors of every kind ([`UPSTREAM_ERROR_KINDS`]), so that a rate over
     /// them reads 0, not "no data", before the first failure. [`Metrics::publish_config`] does it for static
     /// backends; a backend found by `discover:` needs it when it is created
@@ -633,7 +633,7 @@ impl Metrics {
         self.progress.register_backend(backend);
         self.engine_scrape_errors_total
             .with_label_values(&[backend]);
-        for reason in crate::backend::CheckFailure::LABELS {
+        for reason in CheckFailure::LABELS {
             self.health_check_failures_total
                 .with_label_values(&[backend, reason]);
         }
