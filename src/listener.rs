@@ -19,7 +19,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use async_trait::async_trait;
@@ -36,7 +35,7 @@ use tokio::sync::watch;
 use crate::coalesce::Coalesce;
 use crate::edge::head_deadline::HeadDeadline;
 use crate::error::GatewayError;
-use crate::state::GatewayState;
+use crate::state::StateHandle;
 use crate::telemetry::Metrics;
 
 /// Longest TLS handshake a client is given.
@@ -59,7 +58,7 @@ pub struct Listening<A> {
 #[derive(Clone)]
 pub struct Edge {
     /// The live state (its config's `limits`).
-    pub state: Arc<ArcSwap<GatewayState>>,
+    pub state: StateHandle,
     /// Where open connections and refusals are counted.
     pub metrics: Metrics,
     /// Connections open now.

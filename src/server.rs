@@ -22,7 +22,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use pingora_core::apps::HttpServerOptions;
 use pingora_core::server::configuration::ServerConf;
@@ -41,6 +40,7 @@ use crate::services::reload::{hangup_signal, Reloader};
 use crate::services::scrape::EngineScraper;
 use crate::state::activity::{ActiveRequests, RecentDecisions};
 use crate::state::GatewayState;
+use crate::state::StateHandle;
 use crate::telemetry::Metrics;
 
 /// How a [`Handle`] asks the server to stop.
@@ -60,7 +60,7 @@ pub struct Handle {
     /// Where the admin listener listens.
     pub admin: SocketAddr,
     /// The live gateway state (for tests and tools).
-    pub state: Arc<ArcSwap<GatewayState>>,
+    pub state: StateHandle,
     stop: mpsc::UnboundedSender<Stop>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -172,13 +172,13 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
         }
         None => (state, None),
     };
-    let state = Arc::new(ArcSwap::from_pointee(state));
+    let state = StateHandle::new(state);
     let active = Arc::new(ActiveRequests::default());
     for w in &state.load().config.warnings {
         tracing::warn!("config: {}", w.display(&state.load().config.origin));
     }
     let (stop_accepting, stop_rx) = watch::channel(false);
-    let reloader = Arc::new(Reloader::new(Arc::clone(&state), metrics.clone()));
+    let reloader = Arc::new(Reloader::new(state.clone(), metrics.clone()));
     let reload_runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("pronto-reload")
@@ -210,7 +210,7 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
     opts.h2_idle_timeout = h2_idle;
     let proxy = App::new(
         Proxy::new(
-            Arc::clone(&state),
+            state.clone(),
             metrics.clone(),
             Arc::clone(&active),
             Arc::clone(&decisions),
@@ -220,7 +220,7 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
     let tls = state.load().resources.tls().cloned();
     let acceptor = match &tls {
         Some(identity) => Some(
-            crate::services::tls::listener_settings(Arc::clone(&state), Arc::clone(identity))
+            crate::services::tls::listener_settings(state.clone(), Arc::clone(identity))
                 .map_err(|e| anyhow::anyhow!("TLS listener: {e}"))?
                 .build(),
         ),
@@ -235,30 +235,26 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
         stop_rx.clone(),
     )?
     .with_edge(crate::listener::Edge {
-        state: Arc::clone(&state),
+        state: state.clone(),
         metrics: metrics.clone(),
         open: Arc::default(),
     });
 
     let discovery = background_service(
         "pronto-discovery",
-        Discovery::new(
-            Arc::clone(&state),
-            metrics.clone(),
-            Arc::new(SystemResolver),
-        ),
+        Discovery::new(state.clone(), metrics.clone(), Arc::new(SystemResolver)),
     );
     // A `--backend` pool without `--model` serves what its backends list, and a
     // `served_model_name: discover` sends each backend the name it lists: asked once before
     // the listeners accept, then by the service (always running: a reload may add such a
     // pool; with none it only looks).
-    let models = ModelDiscovery::new(Arc::clone(&state), metrics.clone());
+    let models = ModelDiscovery::new(state.clone(), metrics.clone());
     if models.has_work() {
         models.initial_round();
     }
     let models = background_service("pronto-models", models);
     let mut admin_app = pingora_core::apps::http_app::HttpServer::new_app(Admin::new(
-        Arc::clone(&state),
+        state.clone(),
         metrics.clone(),
         reloader,
         decisions,
@@ -278,8 +274,8 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
         admin_stop,
     )?;
 
-    let health = background_service("pronto-health", HealthChecker::new(Arc::clone(&state)));
-    let scraper = background_service("pronto-scrape", EngineScraper::new(Arc::clone(&state)));
+    let health = background_service("pronto-health", HealthChecker::new(state.clone()));
+    let scraper = background_service("pronto-scrape", EngineScraper::new(state.clone()));
 
     server.add_service(proxy);
     server.add_service(admin);
@@ -287,14 +283,14 @@ pub fn start(loaded: Loaded, signals: bool) -> anyhow::Result<Handle> {
     server.add_service(scraper);
     server.add_service(background_service(
         "pronto-kv-events",
-        crate::services::kv_events::KvEventsService::new(Arc::clone(&state)),
+        crate::services::kv_events::KvEventsService::new(state.clone()),
     ));
     server.add_service(discovery);
     if let Some((config, link, rx)) = sync {
         server.add_service(background_service(
             "pronto-cluster",
             crate::services::cluster::ClusterService::new(
-                Arc::clone(&state),
+                state.clone(),
                 config,
                 link,
                 rx,

@@ -25,7 +25,6 @@ pub mod status;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use http::{Response, StatusCode};
 use pingora_core::apps::http_app::ServeHttp;
@@ -34,14 +33,14 @@ use pingora_core::protocols::http::ServerSession;
 use crate::request::{parse_request, Endpoint};
 use crate::services::reload::{Reloader, Trigger};
 use crate::state::activity::RecentDecisions;
-use crate::state::GatewayState;
+use crate::state::StateHandle;
 use crate::telemetry::{Metrics, ReloadResult};
 
 const JSON: &str = "application/json";
 
 /// The admin HTTP app.
 pub struct Admin {
-    state: Arc<ArcSwap<GatewayState>>,
+    state: StateHandle,
     metrics: Metrics,
     reloader: Arc<Reloader>,
     decisions: Arc<RecentDecisions>,
@@ -51,7 +50,7 @@ impl Admin {
     /// An admin app over the given state, reloading through `reloader`, showing the proxy's
     /// `decisions`.
     pub fn new(
-        state: Arc<ArcSwap<GatewayState>>,
+        state: StateHandle,
         metrics: Metrics,
         reloader: Arc<Reloader>,
         decisions: Arc<RecentDecisions>,
@@ -222,7 +221,7 @@ impl Admin {
             Ok(f) => f,
             Err(e) => return bad(e.to_string()),
         };
-        let state = self.state.load_full();
+        let state = self.state.load();
         let Some(pool) = state.pool(&features.model) else {
             let v = serde_json::json!({ "error": format!("no pool serves model `{}`", features.model) });
             return (StatusCode::NOT_FOUND, JSON, v.to_string().into_bytes());

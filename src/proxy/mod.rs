@@ -41,7 +41,6 @@ mod upstream;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::Method;
 use pingora_core::protocols::http::ServerSession;
@@ -50,6 +49,7 @@ use crate::edge::Failure;
 use crate::error::GatewayError;
 use crate::request::Endpoint;
 use crate::state::activity::{ActiveRequests, RecentDecisions};
+use crate::state::StateHandle;
 use crate::state::{GatewayState, Pool, Routed};
 use crate::telemetry::{Metrics, NONE};
 use access::Access;
@@ -64,7 +64,7 @@ const UPSTREAM_POOL_SIZE: usize = 1024;
 
 /// The gateway's proxy service.
 pub struct Proxy {
-    state: Arc<ArcSwap<GatewayState>>,
+    state: StateHandle,
     metrics: Metrics,
     connectors: Connectors,
     active: Arc<ActiveRequests>,
@@ -84,7 +84,7 @@ impl Proxy {
     /// A proxy over the given (reloadable) state, keeping its recent routing decisions in
     /// `decisions`.
     pub fn new(
-        state: Arc<ArcSwap<GatewayState>>,
+        state: StateHandle,
         metrics: Metrics,
         active: Arc<ActiveRequests>,
         decisions: Arc<RecentDecisions>,
@@ -110,7 +110,7 @@ impl Proxy {
         // complete before we finish the exchange): with pipelining enabled pingora keeps that
         // byte for the next request instead of losing it.
         session.set_pipelining_enabled(true);
-        let state = self.state.load_full();
+        let state = self.state.load();
         // A client that stops reading: a write that cannot progress within the deadline fails,
         // the relay ends and the upstream request is dropped (its engine slot freed).
         let limits = state.config.limits;

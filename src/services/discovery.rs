@@ -19,7 +19,7 @@
 //! the size of the set in use.
 //!
 //! ## Racing a reload
-//! Both this task and a reload replace the state through [`crate::state::update_state`]:
+//! Both this task and a reload replace the state through [`crate::state::StateHandle::update`]:
 //! a compare-and-swap against the state the new one was built from, rebuilt from the newer
 //! state when the other got in first. Neither update is lost: a reload carries the addresses
 //! discovery last stored ([`GatewayState::rebuild`]), and discovery rebuilds on the reloaded
@@ -33,7 +33,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 use pingora_core::server::ShutdownWatch;
@@ -41,7 +40,7 @@ use pingora_core::services::background::BackgroundService;
 use tokio::time::Instant;
 
 use crate::config::{AddressFamily, Config};
-use crate::state::GatewayState;
+use crate::state::StateHandle;
 use crate::telemetry::Metrics;
 
 /// How often the task looks for due pools and for a changed config.
@@ -103,7 +102,7 @@ pub enum Outcome {
 
 /// The discovery task.
 pub struct Discovery {
-    state: Arc<ArcSwap<GatewayState>>,
+    state: StateHandle,
     metrics: Metrics,
     resolver: Arc<dyn Resolver>,
 }
@@ -116,11 +115,7 @@ impl std::fmt::Debug for Discovery {
 
 impl Discovery {
     /// A task over whatever state is current, resolving with `resolver`.
-    pub fn new(
-        state: Arc<ArcSwap<GatewayState>>,
-        metrics: Metrics,
-        resolver: Arc<dyn Resolver>,
-    ) -> Discovery {
+    pub fn new(state: StateHandle, metrics: Metrics, resolver: Arc<dyn Resolver>) -> Discovery {
         Discovery {
             state,
             metrics,
@@ -167,7 +162,7 @@ impl Discovery {
             .with_label_values(&[model])
             .set(addrs.len() as i64);
         let mut outcome = None;
-        let swapped = crate::state::update_state(&self.state, |current| {
+        let swapped = self.state.update(|current| {
             if current
                 .config
                 .pool(model)

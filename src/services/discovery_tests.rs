@@ -2,6 +2,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::*;
+use crate::state::GatewayState;
 
 /// A resolver answering whatever the test last set, counting calls.
 #[derive(Default)]
@@ -39,11 +40,11 @@ fn config(discover: &str) -> Arc<Config> {
 
 fn setup(discover: &str) -> (Arc<FakeResolver>, Discovery, Metrics) {
     let metrics = Metrics::new();
-    let state = Arc::new(ArcSwap::from_pointee(GatewayState::new(
+    let state = StateHandle::new(GatewayState::new(
         config(discover),
         Default::default(),
         &metrics,
-    )));
+    ));
     let resolver = Arc::new(FakeResolver::default());
     let d = Discovery::new(state, metrics.clone(), resolver.clone());
     (resolver, d, metrics)

@@ -14,24 +14,23 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arc_swap::ArcSwap;
 use futures::future::join_all;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 
 use crate::backend::lifecycle::CheckFailure;
 use crate::backend::Backend;
-use crate::state::GatewayState;
+use crate::state::StateHandle;
 
 /// The active health checker (a pingora background service).
 #[derive(Debug)]
 pub struct HealthChecker {
-    state: Arc<ArcSwap<GatewayState>>,
+    state: StateHandle,
 }
 
 impl HealthChecker {
     /// A checker over whatever state is current.
-    pub fn new(state: Arc<ArcSwap<GatewayState>>) -> HealthChecker {
+    pub fn new(state: StateHandle) -> HealthChecker {
         HealthChecker { state }
     }
 
@@ -39,7 +38,7 @@ impl HealthChecker {
     /// index entries forgotten (its cache will be cold or gone when it returns); expired index
     /// entries are swept.
     pub async fn check_all(&self) {
-        let state = self.state.load_full();
+        let state = self.state.load();
         let health = &state.config.health;
         let checks = state.pools.values().flat_map(|pool| {
             pool.backends.iter().enumerate().map(move |(i, b)| {
@@ -105,6 +104,7 @@ mod tests {
     use crate::backend::log_capture;
     use crate::backend::HealthChange;
     use crate::config::Config;
+    use crate::state::GatewayState;
     use crate::telemetry::Metrics;
 
     /// `GET /health` answering with whatever status `status` holds; counts probes.
@@ -126,18 +126,18 @@ mod tests {
         (addr, hits)
     }
 
-    fn state(addrs: &[SocketAddr], metrics: &Metrics) -> Arc<ArcSwap<GatewayState>> {
+    fn state(addrs: &[SocketAddr], metrics: &Metrics) -> StateHandle {
         let mut yaml =
             String::from("health: { interval: 1s, timeout: 500ms }\npools:\n  m:\n    backends:\n");
         for (i, a) in addrs.iter().enumerate() {
             yaml.push_str(&format!("      - {{ name: b{i}, url: \"http://{a}\" }}\n"));
         }
         let config = Config::from_yaml_str(&yaml, "test").unwrap();
-        Arc::new(ArcSwap::from_pointee(GatewayState::new(
+        StateHandle::new(GatewayState::new(
             Arc::new(config),
             Default::default(),
             metrics,
-        )))
+        ))
     }
 
     fn value(text: &str, series: &str) -> Option<f64> {
@@ -157,8 +157,8 @@ mod tests {
             .unwrap();
         let metrics = Metrics::new();
         let st = state(&[flaky, refused], &metrics);
-        let checker = HealthChecker::new(Arc::clone(&st));
-        let s = st.load_full();
+        let checker = HealthChecker::new(st.clone());
+        let s = st.load();
         let (b0, b1) = (&s.backends[0], &s.backends[1]);
 
         for _ in 0..3 {
@@ -212,7 +212,7 @@ mod tests {
         let (flaky, hits) = serve(Arc::clone(&status)).await;
         let metrics = Metrics::new();
         let st = state(&[flaky], &metrics);
-        let checker = HealthChecker::new(Arc::clone(&st));
+        let checker = HealthChecker::new(st.clone());
         let b = Arc::clone(&st.load().backends[0]);
 
         for _ in 0..5 {
@@ -286,7 +286,7 @@ mod tests {
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         let metrics = Metrics::new();
         let st = state(&[addr], &metrics);
-        HealthChecker::new(Arc::clone(&st)).check_all().await;
+        HealthChecker::new(st.clone()).check_all().await;
         assert_eq!(
             value(
                 &metrics.render(),
@@ -303,12 +303,12 @@ mod tests {
         let metrics = Metrics::new();
         let st = state(&[addr], &metrics);
         // The reload: the same config built afresh, so `b0` is a new backend instance.
-        let reloaded = state(&[addr], &metrics).load_full();
-        let (swap, next) = (Arc::clone(&st), Arc::clone(&reloaded));
+        let reloaded = state(&[addr], &metrics).load();
+        let (swap, next) = (st.clone(), Arc::clone(&reloaded));
         let app = axum::Router::new().route(
             "/health",
             get(move || {
-                let (swap, next) = (Arc::clone(&swap), Arc::clone(&next));
+                let (swap, next) = (swap.clone(), Arc::clone(&next));
                 async move {
                     // The reload lands while this probe is out, and the old series go.
                     swap.store(next);
@@ -317,9 +317,9 @@ mod tests {
             }),
         );
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        let old = st.load_full();
+        let old = st.load();
         metrics.forget_backend("b0");
-        HealthChecker::new(Arc::clone(&st)).check_all().await;
+        HealthChecker::new(st.clone()).check_all().await;
         assert!(!Arc::ptr_eq(&st.load().backends[0], &old.backends[0]));
         assert!(old.backends[0].is_healthy(Instant::now()), "not recorded");
         assert_eq!(
@@ -330,7 +330,7 @@ mod tests {
             None
         );
         // The next round probes the new instance and records it.
-        HealthChecker::new(Arc::clone(&st)).check_all().await;
+        HealthChecker::new(st.clone()).check_all().await;
         assert_eq!(
             value(
                 &metrics.render(),

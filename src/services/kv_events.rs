@@ -27,14 +27,13 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 
 use crate::backend::lifecycle::{Change, Condition, KvChange, KvLink};
 use crate::kv_events::index::ExactIndex;
 use crate::kv_events::zmtp::SubConnection;
-use crate::state::GatewayState;
+use crate::state::StateHandle;
 use crate::telemetry::Metrics;
 
 /// First reconnect (and restart) delay.
@@ -221,18 +220,18 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 /// index.
 #[derive(Debug)]
 pub struct KvEventsService {
-    state: Arc<ArcSwap<GatewayState>>,
+    state: StateHandle,
 }
 
 impl KvEventsService {
     /// A service over whatever state is current.
-    pub fn new(state: Arc<ArcSwap<GatewayState>>) -> KvEventsService {
+    pub fn new(state: StateHandle) -> KvEventsService {
         KvEventsService { state }
     }
 
     /// Spawn the subscribers not yet running (on the current tokio runtime).
     pub fn spawn_missing(&self) -> usize {
-        let state = self.state.load_full();
+        let state = self.state.load();
         let mut n = 0;
         for b in &state.backends {
             let (Some(ix), Some(cfg)) = (b.kv_events(), &b.config.kv_events) else {

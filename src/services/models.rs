@@ -18,14 +18,13 @@
 //! by health checking, not by forgetting its models. When the lists change,
 //! [`GatewayState::with_listed_models`] builds the state anew — the rebuild a reload does, so
 //! everything learnt about each backend is carried over — and it is swapped in through
-//! [`crate::state::update_state`]. The log says which backend lists what, and why one cannot
+//! [`crate::state::StateHandle::update`]. The log says which backend lists what, and why one cannot
 //! be asked, once per change rather than once per ask.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use futures::future::join_all;
 use pingora_core::server::ShutdownWatch;
@@ -34,7 +33,7 @@ use pingora_core::services::background::BackgroundService;
 use crate::backend::Backend;
 use crate::config::ServedName;
 use crate::models::served::Listed;
-use crate::state::GatewayState;
+use crate::state::StateHandle;
 use crate::telemetry::Metrics;
 
 /// How often the service looks for backends to ask.
@@ -198,7 +197,7 @@ enum Clients {
 
 /// The model discovery service (a pingora background service).
 pub struct ModelDiscovery {
-    state: Arc<ArcSwap<GatewayState>>,
+    state: StateHandle,
     metrics: Metrics,
     directories: Mutex<HashMap<Arc<str>, Directory>>,
 }
@@ -211,7 +210,7 @@ impl std::fmt::Debug for ModelDiscovery {
 
 impl ModelDiscovery {
     /// A service over whatever state is current.
-    pub fn new(state: Arc<ArcSwap<GatewayState>>, metrics: Metrics) -> ModelDiscovery {
+    pub fn new(state: StateHandle, metrics: Metrics) -> ModelDiscovery {
         ModelDiscovery {
             state,
             metrics,
@@ -245,7 +244,7 @@ impl ModelDiscovery {
 
     /// Ask the backends due at `now` and swap in what changed.
     async fn round(&self, now: Instant, clients: Clients) {
-        let state = self.state.load_full();
+        let state = self.state.load();
         let asks = |model: &str| state.config.pool(model).is_some_and(|p| p.asks_models());
         for pool in state.pools.values().filter(|p| asks(&p.model)) {
             let health: Vec<(Arc<str>, bool)> = pool
@@ -286,7 +285,7 @@ impl ModelDiscovery {
 
     /// Swap in a state where pool `model`'s backends list `listed`, unless it has that already.
     fn apply(&self, model: &str, listed: Listed) {
-        let swapped = crate::state::update_state(&self.state, |current| {
+        let swapped = self.state.update(|current| {
             let serving = current.config.pool(model).is_some_and(|p| p.asks_models());
             let same = match current.listed_models(model) {
                 Some(l) => *l == listed,

@@ -45,13 +45,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use arc_swap::ArcSwap;
 use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::signal::unix::Signal;
 
 use crate::config::{self, Config};
-use crate::state::{Carried, GatewayState};
+use crate::state::Carried;
+use crate::state::StateHandle;
 use crate::telemetry::{Metrics, ReloadResult};
 
 /// What started a reload attempt.
@@ -126,7 +126,7 @@ struct Status {
 /// Owns the reload procedure and its status (see the module docs).
 #[derive(Debug)]
 pub struct Reloader {
-    state: Arc<ArcSwap<GatewayState>>,
+    state: StateHandle,
     metrics: Metrics,
     path: Option<PathBuf>,
     /// Held for a whole attempt (never across an `.await`); the last *file* config loaded,
@@ -161,7 +161,7 @@ impl Reloader {
     /// `state.config.source_path` when there is one. Reads that file once (blocking) to learn
     /// its own start-bound settings, which command-line overrides may have changed in the
     /// running config; call it before the runtime starts.
-    pub fn new(state: Arc<ArcSwap<GatewayState>>, metrics: Metrics) -> Reloader {
+    pub fn new(state: StateHandle, metrics: Metrics) -> Reloader {
         let running = Arc::clone(&state.load().config);
         let path = running.source_path.clone();
         let file_config = path
@@ -279,7 +279,7 @@ impl Reloader {
             resources,
         } = loaded;
         let resources = Arc::new(resources);
-        let current = self.state.load_full();
+        let current = self.state.load();
         // Listeners, threads and the grace period are bound at start: they never change.
         let running = &current.config;
         let mut warnings: Vec<String> = start_bound(file_config, &new)
@@ -306,14 +306,16 @@ impl Reloader {
         effective.cluster = running.cluster.clone();
         let hash = effective.hash();
         let effective = Arc::new(effective);
-        let (_, carried) = crate::state::update_state(&self.state, |current| {
-            Some(current.rebuild(
-                Arc::clone(&effective),
-                Arc::clone(&resources),
-                &self.metrics,
-            ))
-        })
-        .expect("a rebuild is always swapped in");
+        let (_, carried) = self
+            .state
+            .update(|current| {
+                Some(current.rebuild(
+                    Arc::clone(&effective),
+                    Arc::clone(&resources),
+                    &self.metrics,
+                ))
+            })
+            .expect("a rebuild is always swapped in");
         *file_config = new;
         self.retire(&carried);
 

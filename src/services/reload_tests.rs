@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::state::GatewayState;
 
 /// A config file in a fresh temporary directory, removed on drop.
 struct TempFile(PathBuf);
@@ -44,16 +45,16 @@ pools:
       - {name: b, url: 'http://127.0.0.1:2'}
 ";
 
-fn setup(text: &str) -> (TempFile, Arc<ArcSwap<GatewayState>>, Metrics, Reloader) {
+fn setup(text: &str) -> (TempFile, StateHandle, Metrics, Reloader) {
     let file = TempFile::new("unit", text);
     let config = Config::load(&file.0).unwrap();
     let metrics = Metrics::new();
-    let state = Arc::new(ArcSwap::from_pointee(GatewayState::new(
+    let state = StateHandle::new(GatewayState::new(
         Arc::new(config),
         Default::default(),
         &metrics,
-    )));
-    let reloader = Reloader::new(Arc::clone(&state), metrics.clone());
+    ));
+    let reloader = Reloader::new(state.clone(), metrics.clone());
     (file, state, metrics, reloader)
 }
 
@@ -67,13 +68,13 @@ fn reloads(metrics: &Metrics, result: ReloadResult) -> u64 {
 #[test]
 fn unchanged_file_is_not_swapped() {
     let (_file, state, metrics, r) = setup(TWO);
-    let before = state.load_full();
+    let before = state.load();
     let report = r.reload(Trigger::Admin).unwrap();
     assert_eq!(
         (report.result, report.version),
         (ReloadResult::Unchanged, 1)
     );
-    assert!(Arc::ptr_eq(&before, &state.load_full()));
+    assert!(Arc::ptr_eq(&before, &state.load()));
     assert_eq!(reloads(&metrics, ReloadResult::Unchanged), 1);
 }
 
@@ -108,7 +109,7 @@ fn valid_change_swaps_and_keeps_unchanged_backends() {
 #[test]
 fn invalid_file_changes_nothing_and_is_located() {
     let (file, state, metrics, r) = setup(TWO);
-    let before = state.load_full();
+    let before = state.load();
     for (bad, expect) in [
         ("pools:\n  m:\n    backends: [}\n", ":3:"),
         (
@@ -124,7 +125,7 @@ fn invalid_file_changes_nothing_and_is_located() {
         let error = report.error.unwrap();
         assert!(error.starts_with(&file.0.display().to_string()), "{error}");
         assert!(error.contains(expect), "{error} lacks {expect}");
-        assert!(Arc::ptr_eq(&before, &state.load_full()));
+        assert!(Arc::ptr_eq(&before, &state.load()));
         let status = r.status_json();
         assert_eq!(status["last_error"]["message"], error.as_str());
         assert!(
@@ -180,11 +181,11 @@ fn no_file_no_reload() {
     )
     .unwrap();
     let metrics = Metrics::new();
-    let state = Arc::new(ArcSwap::from_pointee(GatewayState::new(
+    let state = StateHandle::new(GatewayState::new(
         Arc::new(config),
         Default::default(),
         &metrics,
-    )));
+    ));
     let r = Reloader::new(state, metrics);
     assert_eq!(r.reload(Trigger::Admin), Err(NoConfigFile));
     assert!(r.status_json()["path"].is_null());

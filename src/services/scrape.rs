@@ -31,7 +31,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use futures::future::join_all;
 use futures::stream::{FuturesUnordered, StreamExt};
 use pingora_core::server::ShutdownWatch;
@@ -41,6 +40,7 @@ use crate::backend::engine_metrics::{EngineMetricsError, EngineSample};
 use crate::backend::lifecycle::{Change, Condition};
 use crate::backend::Backend;
 use crate::state::GatewayState;
+use crate::state::StateHandle;
 use pronto_core::ids::BackendId;
 
 /// Default time between two scrapes of a backend.
@@ -114,7 +114,7 @@ struct Track {
 /// The engine metrics scraper (a pingora background service).
 #[derive(Debug)]
 pub struct EngineScraper {
-    state: Arc<ArcSwap<GatewayState>>,
+    state: StateHandle,
     /// Overrides every pool's `scrape.interval` (tests).
     interval: Option<Duration>,
     timeout: Duration,
@@ -123,7 +123,7 @@ pub struct EngineScraper {
 
 impl EngineScraper {
     /// A scraper over whatever state is current, each pool at its `scrape.interval`.
-    pub fn new(state: Arc<ArcSwap<GatewayState>>) -> EngineScraper {
+    pub fn new(state: StateHandle) -> EngineScraper {
         EngineScraper {
             state,
             interval: None,
@@ -133,7 +133,7 @@ impl EngineScraper {
     }
 
     /// A scraper with one interval for every pool; staleness follows.
-    pub fn with_interval(state: Arc<ArcSwap<GatewayState>>, interval: Duration) -> EngineScraper {
+    pub fn with_interval(state: StateHandle, interval: Duration) -> EngineScraper {
         EngineScraper {
             interval: Some(interval),
             ..EngineScraper::new(state)
@@ -178,7 +178,7 @@ impl EngineScraper {
     /// One round: scrape every backend of the current state concurrently (backoff aside;
     /// those that answered 404 recently are skipped) and record the outcomes on them.
     pub async fn scrape_all(&self) {
-        let state = self.state.load_full();
+        let state = self.state.load();
         let all = self.schedule(&state);
         join_all(
             all.iter()
@@ -323,7 +323,7 @@ impl BackgroundService for EngineScraper {
         let mut in_flight = FuturesUnordered::new();
         let mut busy: HashSet<BackendId> = HashSet::new();
         loop {
-            let state = self.state.load_full();
+            let state = self.state.load();
             let now = tokio::time::Instant::now();
             let mut wake = now + RESCAN;
             let all = self.schedule(&state);

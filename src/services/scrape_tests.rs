@@ -40,26 +40,22 @@ async fn closed_port() -> SocketAddr {
     l.local_addr().unwrap()
 }
 
-fn state(addrs: &[SocketAddr], metrics: &Metrics) -> Arc<ArcSwap<GatewayState>> {
+fn state(addrs: &[SocketAddr], metrics: &Metrics) -> StateHandle {
     state_with(addrs, metrics, "")
 }
 
 /// A state whose pool `m` has `pool_extra` (e.g. a `scrape:` line) before its backends.
-fn state_with(
-    addrs: &[SocketAddr],
-    metrics: &Metrics,
-    pool_extra: &str,
-) -> Arc<ArcSwap<GatewayState>> {
+fn state_with(addrs: &[SocketAddr], metrics: &Metrics, pool_extra: &str) -> StateHandle {
     let mut yaml = format!("pools:\n  m:\n{pool_extra}    backends:\n");
     for (i, a) in addrs.iter().enumerate() {
         yaml.push_str(&format!("      - {{ name: b{i}, url: \"http://{a}\" }}\n"));
     }
     let config = Config::from_yaml_str(&yaml, "test").unwrap();
-    Arc::new(ArcSwap::from_pointee(GatewayState::new(
+    StateHandle::new(GatewayState::new(
         Arc::new(config),
         Default::default(),
         metrics,
-    )))
+    ))
 }
 
 fn metric(text: &str, line_start: &str) -> Option<f64> {
@@ -76,11 +72,11 @@ async fn scrapes_store_samples_count_errors_and_back_off_on_404() {
     let refused = closed_port().await;
     let metrics = Metrics::new();
     let st = state(&[ok, absent, err, garbage, refused], &metrics);
-    let scraper = EngineScraper::with_interval(Arc::clone(&st), Duration::from_millis(50));
+    let scraper = EngineScraper::with_interval(st.clone(), Duration::from_millis(50));
     assert_eq!(scraper.stale_after(), MIN_STALE_AFTER);
 
     scraper.scrape_all().await;
-    let s = st.load_full();
+    let s = st.load();
     let now = Instant::now();
     let e = s.backends[0].view(now).engine.expect("fresh vLLM sample");
     assert_eq!((e.waiting, e.running), (4.0, 12.0));
@@ -149,7 +145,7 @@ async fn a_failing_backend_turns_stale_and_its_gauges_are_withdrawn() {
     let (ok, _) = serve(StatusCode::OK, VLLM).await;
     let metrics = Metrics::new();
     let st = state(&[ok], &metrics);
-    let scraper = EngineScraper::new(Arc::clone(&st));
+    let scraper = EngineScraper::new(st.clone());
     scraper.scrape_all().await;
     let b = Arc::clone(&st.load().backends[0]);
     assert!(metrics
@@ -273,7 +269,7 @@ async fn a_failing_backend_is_backed_off_and_resumes_its_interval_on_recovery() 
         &metrics,
         "    scrape: { interval: 10ms }\n",
     );
-    let scraper = Arc::new(EngineScraper::new(Arc::clone(&st)));
+    let scraper = Arc::new(EngineScraper::new(st.clone()));
     let (b0, b1) = {
         let s = st.load();
         (Arc::clone(&s.backends[0]), Arc::clone(&s.backends[1]))
@@ -351,12 +347,12 @@ async fn a_backend_dropped_by_a_reload_mid_scrape_records_nothing() {
     let addr = listener.local_addr().unwrap();
     let metrics = Metrics::new();
     let st = state(&[addr], &metrics);
-    let reloaded = state(&[addr], &metrics).load_full();
-    let (swap, next) = (Arc::clone(&st), Arc::clone(&reloaded));
+    let reloaded = state(&[addr], &metrics).load();
+    let (swap, next) = (st.clone(), Arc::clone(&reloaded));
     let app = axum::Router::new().route(
         "/metrics",
         get(move || {
-            let (swap, next) = (Arc::clone(&swap), Arc::clone(&next));
+            let (swap, next) = (swap.clone(), Arc::clone(&next));
             async move {
                 swap.store(next);
                 (StatusCode::INTERNAL_SERVER_ERROR, "down")
@@ -364,8 +360,8 @@ async fn a_backend_dropped_by_a_reload_mid_scrape_records_nothing() {
         }),
     );
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let old = st.load_full();
-    let scraper = EngineScraper::new(Arc::clone(&st));
+    let old = st.load();
+    let scraper = EngineScraper::new(st.clone());
     let outcome = scraper.scrape(&old.backends[0]).await;
     assert!(matches!(
         outcome,

@@ -8,16 +8,16 @@
 
 use std::sync::Arc;
 
-use arc_swap::{ArcSwap, ArcSwapOption};
+use arc_swap::ArcSwapOption;
 use pingora_core::listeners::tls::TlsSettings;
 use pingora_core::tls::sign::CertifiedKey;
 use pingora_core::tls::{ClientHello, ResolvesServerCert};
 
-use crate::state::GatewayState;
+use crate::state::StateHandle;
 
 /// Picks the listener certificate of the current config on each handshake.
 pub struct CertResolver {
-    state: Arc<ArcSwap<GatewayState>>,
+    state: StateHandle,
     /// The last certificate served, for a config that no longer has `tls:`.
     last: ArcSwapOption<CertifiedKey>,
 }
@@ -30,7 +30,7 @@ impl std::fmt::Debug for CertResolver {
 
 impl CertResolver {
     /// A resolver over the (reloadable) gateway state, starting from `initial`.
-    pub fn new(state: Arc<ArcSwap<GatewayState>>, initial: Arc<CertifiedKey>) -> CertResolver {
+    pub fn new(state: StateHandle, initial: Arc<CertifiedKey>) -> CertResolver {
         CertResolver {
             state,
             last: ArcSwapOption::from(Some(initial)),
@@ -66,7 +66,7 @@ impl ResolvesServerCert for CertResolver {
 /// pingora TLS settings for the client listener: h2 + HTTP/1.1 by ALPN, certificate from
 /// [`CertResolver`].
 pub fn listener_settings(
-    state: Arc<ArcSwap<GatewayState>>,
+    state: StateHandle,
     initial: Arc<CertifiedKey>,
 ) -> pingora_core::Result<TlsSettings> {
     let mut settings = TlsSettings::intermediate("", "")?;

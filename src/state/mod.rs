@@ -49,7 +49,9 @@ use crate::routing::Policy;
 use crate::telemetry::Metrics;
 
 pub mod activity;
+mod handle;
 mod pool;
+pub use handle::StateHandle;
 pub use pool::{Attempted, Pool, Routed};
 
 /// The next backend instance's id (ids are never reused within the process).
@@ -79,26 +81,6 @@ const INDEX_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 /// 64-bit word of its bitsets (no extra memory), so a reload can add backends and keep it.
 fn index_capacity(backends: usize) -> usize {
     backends.max(1).next_multiple_of(64).min(MAX_BACKENDS)
-}
-
-/// The one way the gateway state is replaced (config reloads and DNS discovery both go
-/// through it): `next` builds a new state from the current one — or `None` to leave it — and
-/// the result is swapped in only if nothing else was swapped in meanwhile; otherwise it is
-/// built again from the newer state. So no writer's update is lost. Returns the state swapped
-/// in and what `next` reported with it.
-pub fn update_state<R>(
-    state: &arc_swap::ArcSwap<GatewayState>,
-    mut next: impl FnMut(&Arc<GatewayState>) -> Option<(GatewayState, R)>,
-) -> Option<(Arc<GatewayState>, R)> {
-    loop {
-        let current = state.load_full();
-        let (built, report) = next(&current)?;
-        let built = Arc::new(built);
-        let prev = state.compare_and_swap(&current, Arc::clone(&built));
-        if Arc::ptr_eq(&prev, &current) {
-            return Some((built, report));
-        }
-    }
 }
 
 /// Slots in `old`'s index for `backends`: a backend `old` had keeps its slot, a new one takes

@@ -6,7 +6,6 @@ mod fold;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use async_nats::connection::State;
 use futures::StreamExt;
 use pingora_core::server::ShutdownWatch;
@@ -17,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 use crate::backend::lifecycle::REPEAT_EVERY;
 use crate::cluster::Link;
 use crate::config::cluster::Cluster;
-use crate::state::GatewayState;
+use crate::state::StateHandle;
 use crate::telemetry::{ClusterMetrics, Metrics, SyncDirection, SyncDrop};
 use connect::{Refusals, TlsRefusal};
 use fold::{Target, Targets};
@@ -35,7 +34,7 @@ const SUBSCRIPTION_CAPACITY: usize = 8_192;
 /// The replica-sync service (see [`crate::cluster`]).
 #[derive(Debug)]
 pub struct ClusterService {
-    state: Arc<ArcSwap<GatewayState>>,
+    state: StateHandle,
     config: Cluster,
     link: Arc<Link>,
     rx: Mutex<Option<mpsc::Receiver<SyncEvent>>>,
@@ -46,7 +45,7 @@ pub struct ClusterService {
 impl ClusterService {
     /// The service for `config`, publishing what `link`'s proxy side hands over on `rx`.
     pub fn new(
-        state: Arc<ArcSwap<GatewayState>>,
+        state: StateHandle,
         config: Cluster,
         link: Arc<Link>,
         rx: mpsc::Receiver<SyncEvent>,
@@ -171,7 +170,7 @@ impl BackgroundService for ClusterService {
             pending: 0,
         };
         let folder = Folder {
-            state: Arc::clone(&self.state),
+            state: self.state.clone(),
             own: cfg.own_subject(),
             link: Arc::clone(&self.link),
             incarnation: self.incarnation,
@@ -322,7 +321,7 @@ impl Publisher {
 // === Folder ===
 
 struct Folder {
-    state: Arc<ArcSwap<GatewayState>>,
+    state: StateHandle,
     own: String,
     /// Where the publisher notes what it published (to time the echoes).
     link: Arc<Link>,
@@ -341,12 +340,12 @@ impl Folder {
         heartbeat: Duration,
         mut shutdown: ShutdownWatch,
     ) {
-        let mut targets = Targets::of(self.state.load_full());
+        let mut targets = Targets::of(self.state.load());
         // Expiry is checked four times per heartbeat.
         let mut ticks = tokio::time::interval(heartbeat / 4);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let current = self.state.load_full();
+            let current = self.state.load();
             if !targets.is_of(&current) {
                 targets = Targets::of(current);
             }
