@@ -9,7 +9,7 @@ use std::time::Instant;
 use pingora_core::protocols::http::ServerSession;
 
 use super::Edge;
-use super::Failure;
+use super::{Admitting, Failure};
 use crate::config::{Route, Slo, SloAction};
 use crate::edge::admission::{Departure, ShedReason};
 use crate::error::GatewayError;
@@ -39,7 +39,7 @@ impl Edge {
     /// up, the SLO cannot be met), a 503 `no_backend_available` at once (no backend of the pool
     /// is up: healthy, not ejected; also for a request already queued when the last goes
     /// down, within [`OUTAGE_CHECK`]), or a client-gone error. A request without a route, or whose route has no SLO, passes at once
-    /// (and is routed by the attempt). `route` is the request's (with its key's priority);
+    /// (and is routed by the attempt). `route` is the request's (ranked by its key's priority);
     /// `pool`, `features` and `excluded` are the parsed request's (its excluded backends do not
     /// serve its model).
     pub(crate) async fn admit<'s>(
@@ -47,10 +47,10 @@ impl Edge {
         session: &mut ServerSession,
         state: &'s GatewayState,
         (pool, features, excluded): (&'s Pool, &RequestFeatures, &[BackendId]),
-        route: Option<&'s Route>,
+        route: Option<Admitting<'s>>,
         arrived: Instant,
     ) -> Result<(&'s Pool, Departure<'s>, Option<Routed>), Failure> {
-        let Some((route, slo)) = route.and_then(|r| Some((r, r.slo.as_ref()?))) else {
+        let Some((route, slo)) = route.and_then(|r| Some((r, r.route.slo.as_ref()?))) else {
             return Ok((pool, self.admission.departure(pool.model.clone()), None));
         };
         // An outage is not an overload: with no backend up, waiting cannot help and a 429
@@ -65,10 +65,10 @@ impl Edge {
             return Ok((pool, self.admission.departure(pool.model.clone()), routed));
         };
         match &slo.on_miss {
-            SloAction::Shed => Err(self.shed(pool, route, slo, reason, predicted)),
+            SloAction::Shed => Err(self.shed(pool, route.route, slo, reason, predicted)),
             SloAction::Fallback(name) => match state.pool(name) {
                 Some(fallback) => {
-                    tracing::debug!(route = %route.name, reason = reason.as_str(), fallback = %name, "SLO miss: fallback");
+                    tracing::debug!(route = %route.route.name, reason = reason.as_str(), fallback = %name, "SLO miss: fallback");
                     Ok((
                         fallback,
                         self.admission.departure(fallback.model.clone()),
@@ -99,13 +99,13 @@ impl Edge {
         &self,
         state: &GatewayState,
         pool: &Pool,
-        route: Option<&Route>,
+        route: Option<Admitting<'_>>,
         features: &RequestFeatures,
         excluded: &[BackendId],
         slo: &Slo,
         check_queue: bool,
     ) -> (Option<(ShedReason, f64)>, Option<Routed>) {
-        let policy = state.policy_for(pool, route);
+        let policy = state.policy_for(pool, route.map(|r| r.id));
         let routed = pool
             .route(
                 &**policy,
@@ -169,7 +169,7 @@ impl Edge {
         session: &mut ServerSession,
         state: &GatewayState,
         pool: &'s Pool,
-        route: &Route,
+        route: Admitting<'_>,
         slo: &Slo,
         features: &RequestFeatures,
         excluded: &[BackendId],
@@ -178,12 +178,12 @@ impl Edge {
         let deadline = arrived + slo.ttft;
         let Some(ticket) = self.admission.enqueue(
             pool.model.clone(),
-            route.name.clone(),
+            route.route.name.clone(),
             route.rank,
             deadline,
             state.config.admission.queue_size,
         ) else {
-            return Err(self.shed(pool, route, slo, ShedReason::QueueFull, f64::NAN));
+            return Err(self.shed(pool, route.route, slo, ShedReason::QueueFull, f64::NAN));
         };
         loop {
             let deadline_passed = tokio::select! {
@@ -218,7 +218,7 @@ impl Edge {
                 if !pool.any_up(Instant::now(), excluded) {
                     return Err(no_backend(pool));
                 }
-                return Err(self.shed(pool, route, slo, ShedReason::Deadline, f64::NAN));
+                return Err(self.shed(pool, route.route, slo, ShedReason::Deadline, f64::NAN));
             }
             if ticket.claim() {
                 let (miss, routed) =

@@ -51,15 +51,13 @@ impl Pass<'_> {
         out
     }
 
-    /// `route` with the key's priority class when the route names none.
-    pub(crate) fn keyed_route(&self, route: Option<&Route>) -> Option<Route> {
-        let route = route?;
-        let (priority, rank) = self.key?.priority.clone()?;
-        (!route.priority_explicit).then(|| Route {
-            priority,
-            rank,
-            ..route.clone()
-        })
+    /// The rank `route`'s requests queue at for this key: the key's priority class when the
+    /// route names none, else the route's.
+    pub(crate) fn rank(&self, route: &Route) -> u32 {
+        match self.key.and_then(|k| k.priority.as_ref()) {
+            Some((_, rank)) if !route.priority_explicit => *rank,
+            _ => route.rank,
+        }
     }
 }
 

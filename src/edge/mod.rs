@@ -14,11 +14,25 @@ pub mod ratelimit;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::config::Route;
 use crate::error::GatewayError;
 use crate::telemetry::Metrics;
+use pronto_core::ids::RouteId;
 
 /// A failed request: the pool it reached (for the metric label) and the client's error.
 pub type Failure = (Option<Arc<str>>, GatewayError);
+
+/// A matched route as admission sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Admitting<'s> {
+    /// Its id, for its policy ([`crate::state::GatewayState::policy_for`]).
+    pub id: RouteId,
+    /// Its settings.
+    pub route: &'s Route,
+    /// The rank its request queues at: the key's priority class unless the route names its
+    /// own ([`gate::Pass::rank`]).
+    pub rank: u32,
+}
 
 /// The edge's state that outlives reloads: the SLO admission queue (requests queued under an
 /// old config keep their place) and the per-key and per-route rate limiters. The gate

@@ -26,11 +26,12 @@ use super::{migrate, request_id, tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
 use crate::config::route::RouteObjective;
 use crate::config::Route;
 use crate::edge::gate::Pass;
+use crate::edge::Admitting;
 use crate::error::GatewayError;
 use crate::request::{parse_request, Endpoint, RequestFeatures};
 use crate::state::{Attempted, GatewayState, Pool, Routed, Target};
 use pronto_core::cluster::repair::MAX_MOVES;
-use pronto_core::ids::BackendId;
+use pronto_core::ids::{BackendId, RouteId};
 use pronto_core::slo::Objective;
 use pronto_core::splice::Splicer;
 
@@ -52,6 +53,8 @@ pub(super) struct Parsed<'s> {
     pub features: RequestFeatures,
     pub pool: &'s Pool,
     pub route: Option<&'s Route>,
+    /// The matched route's id: what its policy is found by.
+    pub route_id: Option<RouteId>,
     /// Backends of the pool that do not serve the request's model.
     pub excluded: &'s [BackendId],
     /// Prompt tokens as Pronto counted them, before the pool's learnt engine ratio.
@@ -80,16 +83,22 @@ impl Proxy {
             .parse(session, state, endpoint, &body, pass.key, access)
             .await?;
         self.authorize(&mut pass, state, &parsed)?;
-        let keyed_route = pass.keyed_route(parsed.route);
-        let route = keyed_route.as_ref().or(parsed.route);
-        let first_pool = parsed.pool;
+        let admitting = parsed
+            .route
+            .zip(parsed.route_id)
+            .map(|(route, id)| Admitting {
+                id,
+                route,
+                rank: pass.rank(route),
+            });
+        let (first_pool, route, route_id) = (parsed.pool, parsed.route, parsed.route_id);
         let (pool, _departure, admitted) = self
             .edge
             .admit(
                 session,
                 state,
                 (parsed.pool, &parsed.features, parsed.excluded),
-                route,
+                admitting,
                 arrived,
             )
             .await?;
@@ -101,6 +110,7 @@ impl Proxy {
         let parsed = Parsed {
             pool,
             route,
+            route_id,
             ..parsed
         };
         access.pool = Some(pool.model.clone());
@@ -170,6 +180,7 @@ impl Proxy {
             ));
         };
         access.pool = Some(pool.model.clone());
+        let (route_id, route) = (route.map(|(id, _)| id), route.map(|(_, r)| r));
         access.route = route.map(|r| r.name.clone());
         // The route's objectives travel with the request: policies see them.
         if let Some(r) = route {
@@ -191,6 +202,7 @@ impl Proxy {
             features,
             pool,
             route,
+            route_id,
             excluded,
             own_tokens,
         })
@@ -211,6 +223,7 @@ impl Proxy {
             features,
             pool,
             route: None,
+            route_id: None,
             excluded: &[],
             own_tokens,
         })
@@ -254,12 +267,13 @@ impl Proxy {
             features,
             pool,
             route,
+            route_id,
             excluded,
             own_tokens,
         } = parsed;
         let pool_err = |e| (Some(pool.model.clone()), e);
         let limits = &state.config.limits;
-        let policy = state.policy_for(pool, *route);
+        let policy = state.policy_for(pool, *route_id);
         let deadlines = Deadlines {
             first_token: route
                 .and_then(|r| r.first_token_timeout)

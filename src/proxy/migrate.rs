@@ -144,7 +144,7 @@ impl Proxy {
             Endpoint::ChatCompletions => Api::Chat,
             _ => Api::Completions,
         };
-        let policy = state.policy_for(pool, parsed.route);
+        let policy = state.policy_for(pool, parsed.route_id);
         let mut attempts = 0;
         loop {
             if splicer.finished() {

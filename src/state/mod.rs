@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use pronto_core::cluster::BackendRef;
-use pronto_core::ids::BackendId;
+use pronto_core::ids::{BackendId, RouteId};
 
 use crate::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
 use crate::backend::Backend;
@@ -65,8 +65,9 @@ fn mint_backend_id() -> BackendId {
 pub struct Target<'s> {
     /// The pool.
     pub pool: &'s Pool,
-    /// The route that matched (with `routes:`).
-    pub route: Option<&'s Route>,
+    /// The route that matched (with `routes:`), and its id: what [`GatewayState::policy_for`]
+    /// takes, so that the route is never looked up again by name.
+    pub route: Option<(RouteId, &'s Route)>,
     /// Backends of the pool that must not serve it (they do not list its model).
     pub excluded: &'s [BackendId],
 }
@@ -120,7 +121,7 @@ pub struct GatewayState {
     discovered: HashMap<Arc<str>, Vec<SocketAddr>>,
     /// What the backends of each pool that serves its backends' models last listed.
     listed: HashMap<Arc<str>, Arc<Listed>>,
-    /// The policy object of each route with its own `policy:`, in `config.routes` order.
+    /// The policy object of each route with its own `policy:`, indexed by [`RouteId`].
     route_policies: Vec<Option<Arc<dyn Policy>>>,
     /// Replica sync (with `cluster:`), carried over by every rebuild.
     cluster: Option<Arc<Link>>,
@@ -453,23 +454,25 @@ impl GatewayState {
                 })
             });
         }
-        let route = self
+        let (i, route) = self
             .config
             .routes
             .iter()
-            .find(|r| r.matcher.matches(model, path, headers))?;
-        Some(target(self.pools.get(&route.pool)?, Some(route)))
+            .enumerate()
+            .find(|(_, r)| r.matcher.matches(model, path, headers))?;
+        let id = RouteId(u32::try_from(i).ok()?);
+        Some(target(self.pools.get(&route.pool)?, Some((id, route))))
     }
 
-    /// The policy that routes a request of `route` (if any) within `pool`: the route's own
-    /// when it has one and targets this pool (not after a fallback to another pool), else the
-    /// pool's.
-    pub fn policy_for<'a>(&'a self, pool: &'a Pool, route: Option<&Route>) -> &'a Arc<dyn Policy> {
+    /// The policy that routes a request of route `route` (if any) within `pool`: the route's
+    /// own when it has one and targets this pool (not after a fallback to another pool), else
+    /// the pool's. Two indexed reads, no name lookup.
+    pub fn policy_for<'a>(&'a self, pool: &'a Pool, route: Option<RouteId>) -> &'a Arc<dyn Policy> {
         route
-            .filter(|r| r.pool == pool.model)
-            .and_then(|r| {
-                let i = self.config.routes.iter().position(|o| o.name == r.name)?;
-                self.route_policies.get(i)?.as_ref()
+            .and_then(|id| {
+                let r = self.config.routes.get(id.index())?;
+                let own = self.route_policies.get(id.index())?.as_ref()?;
+                (r.pool == pool.model).then_some(own)
             })
             .unwrap_or(&pool.policy)
     }

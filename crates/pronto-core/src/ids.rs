@@ -1,8 +1,9 @@
-//! Typed identities: a backend, a pool, a route, an engine's own block hash.
+//! Typed identities: a backend instance, a backend's name, a route.
 //!
-//! Each is a newtype, so a position in one list cannot be passed where another is meant, and
-//! an engine's block hash (another seed, maybe another hash function) cannot be looked up as
-//! one of Pronto's chained [`crate::tokens::BlockHash`]es.
+//! Each is a newtype, so an id of one kind cannot be passed where another is meant. (An
+//! engine's own block hash, as its KV events publish it, is a plain `u64`
+//! ([`crate::kv_index::decode::EngineHash`]) and so can never be looked up as one of Pronto's
+//! chained [`crate::tokens::BlockHash`]es, which are a newtype.)
 //!
 //! - [`BackendId`]: one backend *instance*, unique in the process and stable across reloads —
 //!   a backend a reload keeps (same pool, name and settings) keeps its id and everything learnt
@@ -11,9 +12,9 @@
 //! - [`BackendKey`]: a stable hash of a backend's *name*, the same in every process and across
 //!   restarts: what a consistent-hash ring is built on, so a session keeps its backend when
 //!   others come and go.
-//! - [`PoolId`], [`RouteId`]: positions in the validated config's pool and route lists (a
-//!   route is found by id, never by scanning names per request).
-//! - [`EngineBlockHash`]: a block hash as an engine publishes it in its KV events.
+//! - [`RouteId`]: a position in the validated config's route list. The gateway matches a
+//!   request to a route once and from then on finds the route's policy by this id, never by
+//!   scanning names. (Pools are found by model name, in a hash map: they need no id.)
 
 use std::fmt;
 
@@ -39,10 +40,6 @@ impl BackendKey {
     }
 }
 
-/// A pool: its position in the validated config's pool list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PoolId(pub u32);
-
 /// A route: its position in the validated config's route list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RouteId(pub u32);
@@ -53,17 +50,6 @@ impl RouteId {
         self.0 as usize
     }
 }
-
-impl PoolId {
-    /// The position as an index.
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-/// A block hash as an engine publishes it in its KV-cache events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct EngineBlockHash(pub u64);
 
 #[cfg(test)]
 mod tests {
