@@ -19,6 +19,7 @@
 
 mod access;
 mod app;
+mod attempts;
 mod body;
 mod budget;
 mod keepalive;
