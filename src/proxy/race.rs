@@ -36,7 +36,7 @@ use crate::routing::Policy;
 use crate::state::{Attempted, GatewayState, Pool, Routed};
 use crate::telemetry::{FailoverReason, RaceKind};
 use pronto_core::ids::BackendId;
-use pronto_core::race::{DeadlineKind, HedgeBucket};
+use pronto_core::race::{Action, DeadlineKind, HedgeBucket, Race as CoreRace, Side, Trigger};
 
 /// One dispatched attempt's state: its decision, its booking, when it was dispatched.
 pub(super) struct Entrant {
@@ -158,14 +158,9 @@ pub(super) struct Race<'a> {
     pub may_retry: bool,
 }
 
-/// Which copy finished first.
-enum Side {
-    First,
-    Second,
-}
-
 impl Race<'_> {
-    /// Run the first attempt, `a` (whose request head is `head`), and race it as `plan` says.
+    /// Run the first attempt, `a` (whose request head is `head`), and race it as `plan` says:
+    /// the sequencing is [`pronto_core::race::Race`]'s, carried out here on tokio time.
     /// `tried` gains every backend that failed during the race.
     pub async fn run(
         &self,
@@ -178,6 +173,8 @@ impl Race<'_> {
         let first = a.routed.decision.index;
         let backend_a = Arc::clone(&self.pool.backends[first]);
         let body_a = self.pool.body_for(first, self.body, self.features);
+        let mut m = CoreRace::new(plan.hedge, plan.deadline.map(|(d, _)| d));
+        let triggers: Vec<_> = m.triggers().collect();
         let mut fut_a = Box::pin(attempt(
             &p.connectors,
             &backend_a,
@@ -189,14 +186,8 @@ impl Race<'_> {
             self.may_retry,
             &mut a.attempted.guard,
         ));
-        // The triggers in time order: a hedge (when the budget grants one then), the deadline.
-        let mut triggers: [Option<(Duration, RaceKind)>; 2] = [
-            plan.hedge.map(|d| (d, RaceKind::Hedge)),
-            plan.deadline.map(|(d, _)| (d, RaceKind::Failover)),
-        ];
-        triggers.sort_by_key(|t| t.map_or(Duration::MAX, |(d, _)| d));
-        let mut kind = None;
-        for (delay, k) in triggers.into_iter().flatten() {
+        let mut launch = None;
+        for (delay, k) in triggers {
             let at = tokio::time::Instant::from_std(a.at + delay);
             tokio::select! {
                 out = &mut fut_a => {
@@ -205,13 +196,14 @@ impl Race<'_> {
                 }
                 _ = tokio::time::sleep_until(at) => {}
             }
-            if k == RaceKind::Failover || p.hedges.take(&self.route.name) {
-                kind = Some(k);
+            if let Some(Action::Launch(k)) = m.on_trigger(k, || p.hedges.take(&self.route.name)) {
+                launch = Some(k);
                 break;
             }
         }
-        let second = kind.and_then(|k| Some((k, self.second(first, tried)?)));
-        let Some((kind, (mut b, head_b, body_b))) = second else {
+        let second = launch.and_then(|k| Some((k, self.second(first, tried)?)));
+        let Some((trigger, (mut b, head_b, body_b))) = second else {
+            m.launch_failed();
             let out = fut_a.await;
             return Finish {
                 entrant: a,
@@ -219,6 +211,8 @@ impl Race<'_> {
                 raced: None,
             };
         };
+        m.launched(b.at.saturating_duration_since(a.at));
+        let kind = kind_of(trigger);
         let route = &*self.route.name;
         let race = &p.metrics.race;
         match kind {
@@ -255,36 +249,40 @@ impl Race<'_> {
             out = &mut fut_a => (Side::First, out),
             out = &mut fut_b => (Side::Second, out),
         };
-        let won = matches!(out, Attempt::Committed { .. });
+        let elapsed = Instant::now().saturating_duration_since(a.at);
+        let actions = match out {
+            Attempt::Committed { .. } => m.on_first_token(side, elapsed),
+            _ => m.on_failed(side, elapsed),
+        };
         let mut raced = Raced {
             kind,
             first: backend_a.config.name.clone(),
             second_won: false,
         };
-        let (entrant, outcome) = match (side, won) {
-            (Side::First, true) => {
+        // The copy the machine adopted: the winner (the other is settled at once), or the
+        // survivor of a failure (the failed one is settled, the survivor awaited alone).
+        let (entrant, outcome) = match (m.decided(), side) {
+            (Some(Side::First), Side::First) => {
                 drop((fut_a, fut_b));
-                self.cancelled(b, kind, false);
+                self.settle(b, Side::Second, &actions, kind, &out, tried);
                 (a, out)
             }
-            (Side::Second, true) => {
+            (Some(Side::Second), Side::Second) => {
                 drop((fut_a, fut_b));
-                self.cancelled(a, kind, kind == RaceKind::Failover);
+                self.settle(a, Side::First, &actions, kind, &out, tried);
                 raced.second_won = true;
                 (b, out)
             }
-            (Side::First, false) => {
+            (_, Side::First) => {
                 drop(fut_a);
-                self.failed(&a, &out, tried);
-                drop(a);
+                self.settle(a, Side::First, &actions, kind, &out, tried);
                 let out = fut_b.await;
                 raced.second_won = matches!(out, Attempt::Committed { .. });
                 (b, out)
             }
-            (Side::Second, false) => {
+            (_, Side::Second) => {
                 drop(fut_b);
-                self.failed(&b, &out, tried);
-                drop(b);
+                self.settle(b, Side::Second, &actions, kind, &out, tried);
                 let out = fut_a.await;
                 (a, out)
             }
@@ -346,39 +344,58 @@ impl Race<'_> {
         ))
     }
 
-    /// `e` lost the race and its attempt was dropped (its connection closed): a late first
-    /// backend learns the time it was given; its prefix record is undone, its prefill counted
-    /// as wasted, and its booking released (with `e`).
-    fn cancelled(&self, mut e: Entrant, kind: RaceKind, late: bool) {
+    /// Carry out the machine's `actions` on copy `side`, `e`, which is not adopted (its
+    /// attempt already dropped): a loser's prefill counted as wasted, a late first copy's
+    /// censored observation, a failed one's error counted and backend marked tried (its
+    /// outcome `out`), its prefix record undone — and its booking released with `e`.
+    fn settle(
+        &self,
+        mut e: Entrant,
+        side: Side,
+        actions: &[Action],
+        kind: RaceKind,
+        out: &Attempt,
+        tried: &mut Vec<BackendId>,
+    ) {
         let now = Instant::now();
-        if late {
-            let waited = now.saturating_duration_since(e.at).as_secs_f64();
-            e.attempted
-                .guard
-                .first_token(&e.attempted.inputs, waited, now);
-        }
         let i = e.routed.decision.index;
-        self.pool
-            .undo_record(i, self.features, e.attempted.held_blocks);
-        let uncached = self
-            .features
-            .prompt_tokens
-            .saturating_sub(e.routed.chosen.cached_tokens);
-        self.proxy
-            .metrics
-            .race
-            .wasted_prompt_tokens_total
-            .with_label_values(&[&self.route.name, kind.label()])
-            .inc_by(u64::from(uncached));
+        for a in actions {
+            match *a {
+                Action::Cancel(s) if s == side => {
+                    let uncached = self
+                        .features
+                        .prompt_tokens
+                        .saturating_sub(e.routed.chosen.cached_tokens);
+                    self.proxy
+                        .metrics
+                        .race
+                        .wasted_prompt_tokens_total
+                        .with_label_values(&[&self.route.name, kind.label()])
+                        .inc_by(u64::from(uncached));
+                }
+                Action::ObserveCensored { side: s, waited } if s == side => {
+                    let waited = waited.as_secs_f64();
+                    e.attempted
+                        .guard
+                        .first_token(&e.attempted.inputs, waited, now);
+                }
+                Action::Tried(s) if s == side => self.failed(i, out, tried),
+                Action::UndoRecord(s) if s == side => {
+                    self.pool
+                        .undo_record(i, self.features, e.attempted.held_blocks);
+                }
+                // Released when `e` (its in-flight guard) is dropped below.
+                Action::Release(_) | Action::Adopt(_) | Action::Launch(_) => {}
+                _ => {}
+            }
+        }
+        drop(e);
     }
 
-    /// `e`'s attempt failed during the race with `out`: counted, its record undone, and its
-    /// backend marked tried.
-    fn failed(&self, e: &Entrant, out: &Attempt, tried: &mut Vec<BackendId>) {
-        let i = e.routed.decision.index;
+    /// Backend `i`'s attempt failed during the race with `out`: counted, and its backend
+    /// marked tried.
+    fn failed(&self, i: usize, out: &Attempt, tried: &mut Vec<BackendId>) {
         let backend = &self.pool.backends[i];
-        self.pool
-            .undo_record(i, self.features, e.attempted.held_blocks);
         let (kind, fault) = match out {
             Attempt::Failed {
                 reason,
@@ -403,6 +420,14 @@ impl Race<'_> {
         if !tried.contains(&backend.id()) {
             tried.push(backend.id());
         }
+    }
+}
+
+/// The telemetry label of a race's trigger.
+fn kind_of(t: Trigger) -> RaceKind {
+    match t {
+        Trigger::Failover => RaceKind::Failover,
+        Trigger::Hedge => RaceKind::Hedge,
     }
 }
 

@@ -276,7 +276,7 @@ fn a_hedge_races_a_stall_and_the_winner_is_relayed() {
             max_predicted_ttft: None,
         }),
     };
-    for policy in ["round_robin", "predicted_ttft+exact", "cache_aware+hold"] {
+    for policy in ["round_robin", "predicted_ttft+exact", "cache_aware"] {
         let r = run(&fleet(true), &reqs, policy, hedge);
         assert_eq!(r.completed, reqs.len() as u64, "{policy}");
         assert!(r.races.hedges_won > 0, "{policy}: {:?}", r.races);

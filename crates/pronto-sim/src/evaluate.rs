@@ -11,7 +11,10 @@
 //! the core's view builder, over the same per-backend routing state the gateway keeps
 //! ([`RouterSideState`]: ledger, TTFT model, scraped engine state, prefix index), booked and
 //! recorded at dispatch and observed at the first token as the gateway does. The engines'
-//! `/metrics` are "scraped" every 250 ms (the gateway's default) from their true queues.
+//! `/metrics` are "scraped" from their true queues on the virtual clock, each backend on its
+//! own timer as the gateway's scraper runs them: every 250 ms (the gateway's default), backend
+//! `i` at phase `frac(i × 0.618…)` of the interval ([`Scrapes`]), so a burst after a quiet gap
+//! sees samples as old as the gateway's would be, not taken at its arrival.
 //! `now` is a fixed [`Instant`] plus the virtual offset. TTFT = first-token step end −
 //! arrival; E2E = finish − arrival. Nothing is random: a run is a pure function of trace,
 //! fleet and policy.
@@ -38,16 +41,6 @@
 //! the approximate prefix index (which only knows what was routed where). The engine state
 //! read is the one after the latest scheduled step (a live engine publishes a step's events
 //! when the step ends, one step later); everything else the policy sees is unchanged.
-//!
-//! ## `POLICY+hold`: the gateway holds what has no KV room
-//! Any policy name (the oracle's too) with the suffix [`HOLD_SUFFIX`] runs it behind a gateway
-//! queue: arrivals queue in order, and the head is routed only when
-//! [`pronto_core::routing::should_hold`] says some backend has KV room for it (or no room will
-//! come by waiting); until then it waits in the gateway, not in one engine's queue, and goes
-//! to whichever backend makes room first. Its TTFT still counts from its arrival; its TTFT
-//! model observation counts from its dispatch, as the gateway measures. The queue is re-tried
-//! after every step end. This is the evaluator's model of a gateway admission rule; the
-//! gateway's own admission queue does not apply it yet.
 //!
 //! ## `--load X`
 //! Capacity is the fleet's sustainable request rate for this trace's request mix:
@@ -148,9 +141,6 @@ pub const ORACLE: &str = "oracle";
 
 /// Suffix of a policy name that swaps the approximate prefix index for the exact one.
 pub const EXACT_SUFFIX: &str = "+exact";
-
-/// Suffix of a policy name that puts the KV admission hold in front of it (module docs).
-pub const HOLD_SUFFIX: &str = "+hold";
 
 /// Policies evaluated when none is given: the baselines, the gateway's default
 /// (`predicted_ttft`) and the oracle that bounds what any router could do.
@@ -272,7 +262,7 @@ pub fn evaluate_crashing(
         ref races,
     } = *route;
     anyhow::ensure!(!fleet.is_empty(), "the fleet has no backends");
-    let (chooser, hold) = Chooser::of(policy)?;
+    let chooser = Chooser::of(policy)?;
     let mut exact_views = Vec::new();
     let mut oracle_thinking: Vec<u32> = Vec::new();
     let names: Vec<&str> = fleet.iter().map(|b| b.name.as_str()).collect();
@@ -307,11 +297,11 @@ pub fn evaluate_crashing(
     let (mut hit_tokens, mut prompt_tokens) = (0u64, 0u64);
     let mut last_finish = 0.0f64;
     let mut next = 0usize;
-    let mut next_scrape_s = f64::NEG_INFINITY;
+    let mut scrapes = Scrapes::new(fleet.len());
     // How long the model reasons before answering, learned as the gateway learns it.
     let reasoning = ReasoningLengths::default();
     let mut race = race::Races::new(*races, fleet, matches!(chooser, Chooser::Policy(..)));
-    let mut repair = repair::Repair::new(&rep, &chooser, hold, races, fleet)?;
+    let mut repair = repair::Repair::new(&rep, &chooser, races, fleet)?;
     let mut faults = plan.faults.clone();
     faults.resize(fleet.len(), None);
     let mut crashes = crash::Crashes::new(faults, plan.migration);
@@ -370,6 +360,7 @@ pub fn evaluate_crashing(
         });
         if let Some((c, b)) = due {
             clock = c;
+            scrapes.due(&mut router, &backends, base, c);
             crashes.crash(b, c, reqs, model, &mut world!());
             let _ = clock;
             continue;
@@ -379,6 +370,7 @@ pub fn evaluate_crashing(
             (Some((t, b, raced)), a) if a.is_none_or(|a| t <= a) => {
                 clock = t;
                 router.deliver_until(t);
+                scrapes.due(&mut router, &backends, base, t);
                 let mut w = world!();
                 let mut events = match raced {
                     true => race.fire(t, &mut w),
@@ -473,10 +465,7 @@ pub fn evaluate_crashing(
                 if let Some(rp) = repair.as_mut() {
                     rp.run(&mut world!(), reqs, &features_for, t);
                 }
-                if t >= next_scrape_s {
-                    scrape(&mut router, &backends, base, t);
-                    next_scrape_s = t + SCRAPE_INTERVAL_S;
-                }
+                scrapes.due(&mut router, &backends, base, t);
                 let r = &reqs[next];
                 tracks.push(Track {
                     arrival_s: t,
@@ -499,8 +488,7 @@ pub fn evaluate_crashing(
             }
             (Some(_), None) => unreachable!("handled by the step-end arm"),
         }
-        // The gateway's queue, head first: every request is routed at once, except with
-        // `+hold`, where the head waits while `should_hold` says no backend has KV room.
+        // The gateway's queue, head first: every request is routed at once.
         while let Some(&id) = queue.front() {
             let i = id as usize;
             let r = &reqs[i];
@@ -511,10 +499,6 @@ pub fn evaluate_crashing(
                 head = Some((id, v, f));
             }
             let t = tracks[i].arrival_s.max(clock);
-            if hold && t > next_scrape_s {
-                scrape(&mut router, &backends, base, t);
-                next_scrape_s = t + SCRAPE_INTERVAL_S;
-            }
             let (_, ids, features) = head.as_mut().expect("set above");
             let now = base + Duration::from_secs_f64(t);
             let residency = match &chooser {
@@ -527,9 +511,6 @@ pub fn evaluate_crashing(
                 true => router.router(replica).views(features, now, residency),
                 false => router.views_excluding(replica, features, t, residency, &down),
             };
-            if hold && pronto_core::routing::should_hold(features, views) {
-                break;
-            }
             let chosen = match &chooser {
                 Chooser::Oracle => {
                     // With the TTFA objective the oracle times the first answer token.
@@ -694,17 +675,41 @@ pub fn evaluate_crashing(
     })
 }
 
-/// The gateway's scrape of every backend's `/metrics` at `t` (every [`SCRAPE_INTERVAL_S`]).
-fn scrape(router: &mut Replicas, backends: &[Backend], base: Instant, t: f64) {
-    let at = base + Duration::from_secs_f64(t);
-    for (i, b) in backends.iter().enumerate() {
-        let st = b.engine.stats();
-        let load = ScrapedLoad {
-            waiting: st.waiting as f64,
-            running: st.running as f64,
-            kv_usage: st.kv_usage,
-        };
-        router.on_scrape(i, load, at);
+/// The gateway's scrapes of the backends' `/metrics` on the virtual clock: backend `i` every
+/// [`SCRAPE_INTERVAL_S`] at its own phase, `frac(i × φ⁻¹)` of the interval (a low-discrepancy
+/// spread: the gateway's per-backend timers are not aligned with each other or with arrivals).
+struct Scrapes {
+    /// When each backend is next due.
+    next: Vec<f64>,
+}
+
+impl Scrapes {
+    fn new(backends: usize) -> Scrapes {
+        let phase = |i: usize| (i as f64 * 0.618_033_988_749_895).fract() * SCRAPE_INTERVAL_S;
+        Scrapes {
+            next: (0..backends).map(phase).collect(),
+        }
+    }
+
+    /// Before the events of `t`: each backend due by `t` is scraped once, at its latest due
+    /// time — its engine's state has not changed since the last event, so that sample is what
+    /// the scrape would have read then, and the earlier ones are superseded.
+    fn due(&mut self, router: &mut Replicas, backends: &[Backend], base: Instant, t: f64) {
+        for (i, b) in backends.iter().enumerate() {
+            let next = self.next[i];
+            if next > t {
+                continue;
+            }
+            let at = next + ((t - next) / SCRAPE_INTERVAL_S).floor() * SCRAPE_INTERVAL_S;
+            self.next[i] = at + SCRAPE_INTERVAL_S;
+            let st = b.engine.stats();
+            let load = ScrapedLoad {
+                waiting: st.waiting as f64,
+                running: st.running as f64,
+                kv_usage: st.kv_usage,
+            };
+            router.on_scrape(i, load, base + Duration::from_secs_f64(at));
+        }
     }
 }
 

@@ -439,24 +439,6 @@ fn prediction(v: &BackendView, features: &RequestFeatures) -> Option<f64> {
         .map(|p| if wait.is_finite() { p + wait } else { p })
 }
 
-/// Whether the gateway should hold `features` back instead of sending it now: no eligible
-/// backend has KV room for it ([`BackendView::kv_fits`]: what its in-flight requests will hold
-/// plus its uncached prompt and expected output stays within the capacity), and every eligible
-/// backend has requests in flight, whose ends will make room. Sent now, it would wait in an
-/// engine queue committed to one backend, or make the engine preempt running requests; held,
-/// it goes to whichever backend makes room first. False when no backend is eligible (nothing
-/// to wait for here) or some backend's capacity is unknown (it always fits).
-pub fn should_hold(features: &RequestFeatures, views: &[BackendView]) -> bool {
-    let mut any = false;
-    for v in views.iter().filter(|v| v.eligible()) {
-        if v.inflight == 0 || v.kv_fits(features) {
-            return false;
-        }
-        any = true;
-    }
-    any
-}
-
 /// The backend a decision passed over, for explaining it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RunnerUp {
@@ -577,37 +559,6 @@ mod tests {
             },
             since_last_observation_s: 1.0,
         })
-    }
-
-    #[test]
-    fn a_request_is_held_only_while_no_backend_has_kv_room_and_room_will_come() {
-        let mut f = features();
-        f.prompt_tokens = 1000;
-        f.max_tokens = Some(1000);
-        let mut v = views(2);
-        for b in &mut v {
-            b.kv_capacity_tokens = Some(10_000);
-            b.kv_reserved_tokens = 9000;
-            b.inflight = 3;
-        }
-        assert!(should_hold(&f, &v), "2000 more fit nowhere");
-        v[1].kv_reserved_tokens = 8000;
-        assert!(!should_hold(&f, &v), "b1 has room");
-        v[1].kv_reserved_tokens = 9000;
-        v[1].inflight = 0;
-        assert!(
-            !should_hold(&f, &v),
-            "an idle backend: no room will come by waiting"
-        );
-        v[1].inflight = 3;
-        v[1].excluded = true;
-        assert!(should_hold(&f, &v), "only eligible backends count");
-        v[0].kv_capacity_tokens = None;
-        assert!(!should_hold(&f, &v), "unknown capacity always fits");
-        assert!(
-            !should_hold(&f, &[]),
-            "nothing eligible: nothing to wait for"
-        );
     }
 
     #[test]

@@ -1,13 +1,13 @@
 //! Who routes an evaluator run: a gateway policy, with its parameters and the exact prefix
 //! index or not, or the oracle — from the policy name `pronto evaluate --policy` takes
-//! (module docs of [`super`]: *Policy parameters*, `POLICY+exact`, `POLICY+hold`).
+//! (module docs of [`super`]: *Policy parameters*, `POLICY+exact`).
 
 use std::sync::Arc;
 
 use anyhow::Context;
 use pronto_core::routing::{Policy, PolicyKind, PolicySpec};
 
-use super::{EXACT_SUFFIX, HOLD_SUFFIX, ORACLE};
+use super::{EXACT_SUFFIX, ORACLE};
 
 /// Router choice for one arrival: a gateway policy or the oracle.
 pub(super) enum Chooser {
@@ -17,27 +17,21 @@ pub(super) enum Chooser {
 }
 
 impl Chooser {
-    /// The chooser `policy` names, and whether it runs behind the gateway's KV hold
-    /// (`+hold`): `oracle`, or a gateway policy's name with its parameters (`NAME` or
-    /// `NAME{key: value, ...}`) and optionally `+exact`; either may end with `+hold`.
-    pub(super) fn of(policy: &str) -> anyhow::Result<(Chooser, bool)> {
-        let (base, hold) = match policy.strip_suffix(HOLD_SUFFIX) {
-            Some(p) => (p, true),
-            None => (policy, false),
-        };
-        if base == ORACLE {
-            return Ok((Chooser::Oracle, hold));
+    /// The chooser `policy` names: `oracle`, or a gateway policy's name with its parameters
+    /// (`NAME` or `NAME{key: value, ...}`) and optionally `+exact`.
+    pub(super) fn of(policy: &str) -> anyhow::Result<Chooser> {
+        if policy == ORACLE {
+            return Ok(Chooser::Oracle);
         }
-        let (name, exact) = match base.strip_suffix(EXACT_SUFFIX) {
+        let (name, exact) = match policy.strip_suffix(EXACT_SUFFIX) {
             Some(name) => (name, true),
-            None => (base, false),
+            None => (policy, false),
         };
         let (name, params) = params(policy, name)?;
         PolicyKind::parse(name).with_context(|| {
             format!(
                 "unknown policy {policy:?} (known: {}, {ORACLE}; any but {ORACLE} may take \
-                 parameters as a map after its name and end with {EXACT_SUFFIX}, any with \
-                 {HOLD_SUFFIX})",
+                 parameters as a map after its name and end with {EXACT_SUFFIX})",
                 PolicyKind::ALL.join(", ")
             )
         })?;
@@ -51,7 +45,7 @@ impl Chooser {
                 .collect();
             anyhow::anyhow!("policy {policy:?}: {}", msgs.join("; "))
         })?;
-        Ok((Chooser::Policy(spec.build(), exact), hold))
+        Ok(Chooser::Policy(spec.build(), exact))
     }
 }
 

@@ -67,7 +67,9 @@ use crate::engine::{Engine, EngineEvent, SimRequest};
 use crate::eval_replicas::{Replicas, Tracked};
 use crate::fleet_config::FaultConfig;
 use pronto_core::ids::BackendId;
-use pronto_core::race::{FirstTokenDeadline, Hedge, HedgeBucket, RaceOn};
+use pronto_core::race::{
+    Action, FirstTokenDeadline, Hedge, HedgeBucket, Race, RaceOn, Side, Trigger,
+};
 use pronto_core::request::RequestFeatures;
 use pronto_core::routing::BackendView;
 use pronto_core::tokens::BLOCK_TOKENS;
@@ -224,12 +226,6 @@ pub(super) struct World<'a> {
     pub base: Instant,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Failover,
-    Hedge,
-}
-
 #[derive(Debug, Clone, Copy)]
 struct Copy {
     backend: usize,
@@ -246,7 +242,8 @@ struct Entry {
     copies: [Option<Copy>; 2],
     /// The booking of the copy whose booking is not in `World::dispatched`.
     other: Option<Tracked>,
-    kind: Option<Kind>,
+    /// The race's sequencing, shared with the gateway ([`pronto_core::race::Race`]).
+    race: Race,
     /// A first token was delivered (the race is decided).
     won: bool,
     /// With [`RaceOn::Ttfa`], per copy: the tokens it has produced and its events held back
@@ -264,7 +261,7 @@ struct Stall {
 
 enum Item {
     Deliver { backend: usize, ev: EngineEvent },
-    Trigger { request: usize, kind: Kind },
+    Trigger { request: usize, kind: Trigger },
 }
 
 /// The races and stalls of one run (see the module docs).
@@ -379,7 +376,7 @@ impl Races {
             ids: ids.to_vec(),
             copies: [Some(first), None],
             other: None,
-            kind: None,
+            race: plan.as_ref().map_or(Race::new(None, None), Race::of),
             won: false,
             tokens: [0; 2],
             held: [Vec::new(), Vec::new()],
@@ -388,12 +385,7 @@ impl Races {
         let Some(plan) = plan else {
             return;
         };
-        if let Some(d) = plan.hedge {
-            let kind = Kind::Hedge;
-            self.push(t + d.as_secs_f64(), Item::Trigger { request: i, kind });
-        }
-        if let Some((d, _)) = plan.deadline {
-            let kind = Kind::Failover;
+        for (d, kind) in Race::of(&plan).triggers() {
             self.push(t + d.as_secs_f64(), Item::Trigger { request: i, kind });
         }
     }
@@ -474,7 +466,7 @@ impl Races {
                     let at = t + s.stall_s;
                     s.release_s = Some(at);
                     if self.cfg.oracle_failover && c == 0 && self.entries.contains_key(&i) {
-                        let kind = Kind::Failover;
+                        let kind = Trigger::Failover;
                         self.push(t, Item::Trigger { request: i, kind });
                     }
                     Some(at)
@@ -545,10 +537,9 @@ impl Races {
                 output_tokens: 0, ..
             } if !en.won && other_alive => {
                 // Rejected during the race: dropped, the other copy awaited alone.
-                if c == 0 {
-                    adopt_second(i, en, w);
-                }
-                self.cancel(i, c, false, t, w);
+                let now = since(en, t);
+                let actions = en.race.on_failed(side(c), now);
+                self.apply(i, &actions, t, w);
                 return;
             }
             // Done (or rejected before a race): no trigger may race it any more.
@@ -559,37 +550,67 @@ impl Races {
         out.push(ev);
     }
 
-    /// Copy `c` of request `i` won its race at `t`: it becomes the request, the other copy
-    /// is cancelled.
+    /// Copy `c` of request `i` delivered its first token at `t`: the race is decided
+    /// ([`Race::on_first_token`]).
     fn decide(&mut self, i: usize, c: usize, t: f64, w: &mut World<'_>) {
         let Some(en) = self.entries.get_mut(&i) else {
             return;
         };
         en.won = true;
-        let other = 1 - c;
-        let other_alive = en.copies[other].is_some_and(|k| k.alive);
-        en.held[other].clear();
-        if c == 1 {
-            adopt_second(i, en, w);
-            match en.kind {
-                Some(Kind::Failover) => self.counts.failovers_won += 1,
-                Some(Kind::Hedge) => self.counts.hedges_won += 1,
+        en.held[1 - c].clear();
+        let now = since(en, t);
+        let actions = en.race.on_first_token(side(c), now);
+        if c == 1 && en.race.decided() == Some(Side::Second) {
+            match en.race.kind() {
+                Some(Trigger::Failover) => self.counts.failovers_won += 1,
+                Some(Trigger::Hedge) => self.counts.hedges_won += 1,
                 None => {}
             }
         }
-        if other_alive {
-            let late = c == 1 && en.kind == Some(Kind::Failover);
-            self.cancel(i, other, late, t, w);
+        self.apply(i, &actions, t, w);
+    }
+
+    /// Carry out the race's `actions` for request `i` at `t`: the adopted copy becomes the
+    /// request; the other is aborted in its engine (its prefill counted) and its booking
+    /// cancelled as the gateway cancels an attempt — a censored observation for a late
+    /// first copy, its prefix record undone, its booking released ([`Replicas::on_cancel`]).
+    fn apply(&mut self, i: usize, actions: &[Action], t: f64, w: &mut World<'_>) {
+        let (mut late, mut released) = (None, None);
+        for a in actions {
+            match *a {
+                Action::Adopt(Side::Second) => {
+                    if let Some(en) = self.entries.get_mut(&i) {
+                        adopt_second(i, en, w);
+                    }
+                }
+                Action::Cancel(s) => self.abort(i, s.index(), w),
+                Action::ObserveCensored { waited, .. } => late = Some(waited.as_secs_f64()),
+                Action::Release(s) => released = Some(s.index()),
+                Action::Adopt(Side::First)
+                | Action::UndoRecord(_)
+                | Action::Tried(_)
+                | Action::Launch(_) => {}
+            }
+        }
+        if let Some(c) = released {
+            self.abort(i, c, w);
+            let Some(en) = self.entries.get_mut(&i) else {
+                return;
+            };
+            let backend = en.copies[c].map_or(0, |k| k.backend);
+            if let Some(tr) = en.other.take() {
+                w.router.on_cancel(tr, backend, late, &en.features, t);
+            }
         }
     }
 
     /// Copy `c` of request `i` finished: no trigger may race it any more.
     fn finish(&mut self, i: usize, c: usize) {
-        if let Some(k) = self
-            .entries
-            .get_mut(&i)
-            .and_then(|en| en.copies[c].as_mut())
-        {
+        let Some(en) = self.entries.get_mut(&i) else {
+            return;
+        };
+        en.race.on_finished(side(c));
+        if let Some(k) = en.copies[c].as_mut() {
             k.alive = false;
         }
     }
@@ -607,15 +628,19 @@ impl Races {
         }
     }
 
-    /// Copy `c` of request `i` lost at `t`: aborted in its engine (its prefill counted), its
-    /// booking (in `Entry::other`) cancelled as the gateway cancels an attempt.
-    fn cancel(&mut self, i: usize, c: usize, late: bool, t: f64, w: &mut World<'_>) {
-        let Some(en) = self.entries.get_mut(&i) else {
+    /// Copy `c` of request `i` is dropped: aborted in its engine, its prefill (or what a
+    /// stall held of it) counted as extra; nothing more of it is delivered.
+    fn abort(&mut self, i: usize, c: usize, w: &mut World<'_>) {
+        let Some(k) = self
+            .entries
+            .get_mut(&i)
+            .and_then(|en| en.copies[c].as_mut())
+        else {
             return;
         };
-        let Some(k) = en.copies[c].as_mut() else {
+        if !k.alive {
             return;
-        };
+        }
         k.alive = false;
         let e = i as u64 | if c == 1 { SECOND } else { 0 };
         let engine: &mut Engine = &mut w.backends[k.backend].engine;
@@ -623,24 +648,19 @@ impl Races {
         let prefilled = engine.prefilled_tokens(e).or(stalled).unwrap_or(0);
         engine.abort(e);
         self.counts.extra_prefill_tokens += u64::from(prefilled);
-        if let Some(tr) = en.other.take() {
-            let late_s = late.then_some(t - k.dispatched_s);
-            w.router.on_cancel(tr, k.backend, late_s, &en.features, t);
-        }
     }
 
     /// Request `i`'s `kind` trigger is due at `t` (see the module docs).
-    fn trigger(&mut self, i: usize, kind: Kind, t: f64, w: &mut World<'_>) {
+    fn trigger(&mut self, i: usize, kind: Trigger, t: f64, w: &mut World<'_>) {
         let Some(en) = self.entries.get_mut(&i) else {
             return;
         };
-        if en.won || en.copies[1].is_some() || !en.copies[0].is_some_and(|k| k.alive) {
+        let bucket = &mut self.bucket;
+        let Some(Action::Launch(kind)) = en.race.on_trigger(kind, || bucket.take()) else {
             return;
-        }
-        if kind == Kind::Hedge && !self.bucket.take() {
-            return;
-        }
+        };
         let Chooser::Policy(policy, exact) = w.chooser else {
+            en.race.launch_failed();
             return;
         };
         let first = en.copies[0].expect("a first copy").backend;
@@ -657,8 +677,11 @@ impl Races {
             }
         }
         let Ok(d) = pronto_core::routing::decide(&**policy, &en.features, &views, now) else {
+            en.race.launch_failed();
             return;
         };
+        let now_race = since(en, t);
+        en.race.launched(now_race);
         let b = d.index;
         w.per_backend[b] += 1;
         let tr = w.router.on_dispatch(
@@ -671,7 +694,6 @@ impl Races {
         );
         let thinking = w.fleet[b].reasoning.map_or(0, |c| c.tokens_for(&en.ids));
         en.other = Some(tr);
-        en.kind = Some(kind);
         en.copies[1] = Some(Copy {
             backend: b,
             dispatched_s: t,
@@ -679,8 +701,8 @@ impl Races {
             alive: true,
         });
         match kind {
-            Kind::Failover => self.counts.failovers += 1,
-            Kind::Hedge => self.counts.hedges += 1,
+            Trigger::Failover => self.counts.failovers += 1,
+            Trigger::Hedge => self.counts.hedges += 1,
         }
         let id = i as u64 | SECOND;
         let generated = w.tracks[i].output_tokens.saturating_add(thinking);
@@ -701,6 +723,21 @@ impl Races {
         }
         self.stall_draw(b, id);
     }
+}
+
+/// Copy `c`'s side of the race.
+fn side(c: usize) -> Side {
+    if c == 0 {
+        Side::First
+    } else {
+        Side::Second
+    }
+}
+
+/// `t` as the race's time: since the first copy's dispatch.
+fn since(en: &Entry, t: f64) -> Duration {
+    let first = en.copies[0].map_or(t, |k| k.dispatched_s);
+    Duration::from_secs_f64((t - first).max(0.0))
 }
 
 /// Request `i`'s second copy becomes the request: its booking (swapped with the first's, which

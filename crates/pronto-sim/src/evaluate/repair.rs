@@ -43,7 +43,6 @@ impl Repair {
     pub fn new(
         rep: &Replication,
         chooser: &Chooser,
-        hold: bool,
         races: &RaceConfig,
         fleet: &[SimBackend],
     ) -> anyhow::Result<Option<Repair>> {
@@ -52,8 +51,8 @@ impl Repair {
             Some("needs replicas that sync (--sync DELAY)")
         } else if rep.replicas < 2 {
             Some("needs --replicas 2 or more")
-        } else if !matches!(chooser, Chooser::Policy(_, false)) || hold {
-            Some("works with a gateway policy (not the oracle, +exact or +hold)")
+        } else if !matches!(chooser, Chooser::Policy(_, false)) {
+            Some("works with a gateway policy (not the oracle or +exact)")
         } else if races.deadline.is_some() || races.hedge.is_some() {
             // The gateway repairs no request on a route that races: it has its own remedy.
             Some("does not combine with --first-token-deadline or --hedge")
