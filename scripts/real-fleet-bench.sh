@@ -5,7 +5,8 @@
 # (NVIDIA AIPerf). Not part of CI. See docs/benchmarks/real-fleet/README.md for the columns.
 #
 #   scripts/real-fleet-bench.sh                 # the full table (hours: see the README)
-#   SMOKE=1 scripts/real-fleet-bench.sh         # tiny scale: every path once (~15 min)
+#   SMOKE=1 scripts/real-fleet-bench.sh         # tiny scale: every path once (~25 min), short
+#                                               # prompts, 3 contenders, 1 repetition, no publishing
 #
 # Environment (all optional):
 #   OUT=DIR            raw results (default target/real-fleet/<UTC time>)
@@ -34,6 +35,9 @@
 #                      (a second client; its own cold-cache run)
 #   SMG_ARGS= VLLM_ROUTER_ARGS=          extra peer-router flags
 #   ENGINE_PORT=8101 ZMQ_PORT=5557       engine i listens on ENGINE_PORT+i, publishes on ZMQ_PORT+i
+#   WORKLOAD_ARGS="--system 1024 ..."    extra flags of scripts/lib/real_fleet_workloads.py
+#   EXTERNAL_ENGINES=1 (debugging only)  use engines already serving on those ports, started with
+#                      the flags start_engines uses; one set-up only, and no warm-up
 #
 # Cold caches: before every contender-run both engines' prefix caches are emptied
 # (POST /reset_prefix_cache; vLLM runs with VLLM_SERVER_DEV_MODE=1, which serves it), the
@@ -46,7 +50,8 @@ SMOKE=${SMOKE:-0}
 if [[ $SMOKE == 1 ]]; then
   : "${SETUPS:=homo hetero}" "${WORKLOADS:=multiturn:0.8 noreuse:0.8}" "${HETERO_WORKLOADS:=mooncake:0.8}"
   : "${CONTENDERS:=pronto:predicted_ttft+exact smg:least_load vllm-router:kv_aware}"
-  : "${REPS:=1}" "${DURATION:=25}" "${KNEE_LOADS:=0.5 0.8}" "${CAP_REQUESTS:=12}" "${DOCS=}" "${REPLAY:=1}"
+  : "${REPS:=1}" "${DURATION:=40}" "${KNEE_LOADS=0.5 0.8}" "${CAP_REQUESTS:=12}" "${DOCS=}" "${REPLAY:=1}"
+  : "${MAX_INPUT:=1536}" "${WORKLOAD_ARGS=--system 512 --turn 128 --max-turns 4}"
 fi
 SETUPS=${SETUPS:-homo hetero}
 WORKLOADS=${WORKLOADS:-multiturn:0.8 mooncake:0.8 noreuse:0.8 multiturn:0.5 multiturn:0.95}
@@ -118,7 +123,8 @@ AZURE=${AZURE:-$TRACES/azure/AzureLLMInferenceTrace_conv.csv}
     CONTENDERS="$CONTENDERS" KNEE_LOADS="$KNEE_LOADS" KNEE_ROUTERS="$KNEE_ROUTERS" REPS="$REPS" DURATION="$DURATION" \
     KV_BLOCKS="$KV_BLOCKS" MAX_SEQS="$MAX_SEQS" HETERO_KV_BLOCKS="$HETERO_KV_BLOCKS" HETERO_MAX_SEQS="$HETERO_MAX_SEQS" \
     CAP_CONC="$CAP_CONC" CAP_REQUESTS="$CAP_REQUESTS" TTFT_SLO_MS="$TTFT_SLO_MS" TPOT_SLO_MS="$TPOT_SLO_MS" \
-    MAX_INPUT="$MAX_INPUT" MAX_OUTPUT="$MAX_OUTPUT" scripts/real-fleet-bench.sh)"
+    MAX_INPUT="$MAX_INPUT" MAX_OUTPUT="$MAX_OUTPUT" REPLAY="$REPLAY" WORKLOAD_ARGS="${WORKLOAD_ARGS:-}" \
+    scripts/real-fleet-bench.sh)"
   echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD 2>/dev/null || echo ' (dirty)')"
   echo "host: $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -1)), $(free -g | awk '/^Mem:/ { print $2 }') GiB RAM, load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "pronto: $("$BIN" --version)"
@@ -238,7 +244,7 @@ run_client() { # dir trace target client
   if [[ $4 == aiperf ]]; then
     "$aiperf" profile --model "$model" --tokenizer "$MODEL_DIR" --url "$target" \
       --endpoint-type chat --streaming --input-file "$trace" --custom-dataset-type mooncake_trace \
-      --isl-block-size "$BLOCK" --fixed-schedule --extra-inputs '{"ignore_eos": true}' \
+      --isl-block-size "$BLOCK" --fixed-schedule --use-server-token-count --extra-inputs '{"ignore_eos": true}' \
       --goodput "time_to_first_token:$TTFT_SLO_MS inter_token_latency:$TPOT_SLO_MS" \
       --request-timeout-seconds 600 --random-seed 1 --ui-type none --no-gpu-telemetry \
       --no-server-metrics --artifact-dir "$dir/aiperf" >"$dir/aiperf.log" 2>&1 ||
@@ -253,7 +259,8 @@ run_client() { # dir trace target client
 
 run_one() { # setup kind load rep contender trace [client]
   local setup=$1 kind=$2 load=$3 rep=$4 c=$5 trace=$6 client=${7:-aiperf}
-  local dir=$OUT/runs/$setup/$kind@$load/${c//:/-}${client/aiperf/}/rep$rep
+  local dir=$OUT/runs/$setup/$kind@$load/${c//:/-}/rep$rep
+  [[ $client == replay ]] && dir=$OUT/runs/$setup/$kind@$load/${c//:/-}-replay/rep$rep
   mkdir -p "$dir"
   reset_engines
   log "$setup $kind@$load rep $rep: $c ($client)"
@@ -272,7 +279,7 @@ run_one() { # setup kind load rep contender trace [client]
   helper engine-snapshot "${engines[@]}" --out "$dir/engines-after.json"
   [[ $c == pronto:* ]] && curl -sf "http://127.0.0.1:$router_metrics/metrics" >"$dir/pronto-metrics.txt" || true
   stop_router
-  helper run-summary "$dir" --ttft-slo-ms "$TTFT_SLO_MS" --tpot-slo-ms "$TPOT_SLO_MS" \
+  helper run-summary "$dir" --trace "$trace" --ttft-slo-ms "$TTFT_SLO_MS" --tpot-slo-ms "$TPOT_SLO_MS" \
     --setup "$setup" --workload "$kind" --load "$load" --rep "$rep" --contender "$c" --client "$client"
 }
 
@@ -284,7 +291,7 @@ make_trace() { # kind rate seed out
   esac
   python3 "$here/real_fleet_workloads.py" workload "$1" --rate "$2" --duration "$DURATION" \
     --seed "$3" --block "$BLOCK" --max-input "$MAX_INPUT" --max-output "$MAX_OUTPUT" \
-    "${extra[@]}" --out "$4" | tee -a "$OUT/progress.log"
+    "${extra[@]}" ${WORKLOAD_ARGS:-} --out "$4" | tee -a "$OUT/progress.log"
 }
 
 # Capacity of this fleet for a workload: a closed loop with CAP_CONC requests in flight per
@@ -301,7 +308,7 @@ measure_capacity() { # setup kind
   "$aiperf" profile --model "$model" --tokenizer "$MODEL_DIR" --url "${engines[0]}" --url "${engines[1]}" \
     --endpoint-type chat --streaming --input-file "$dir/trace-cap.jsonl" --custom-dataset-type mooncake_trace \
     --isl-block-size "$BLOCK" --no-fixed-schedule --concurrency "$((2 * CAP_CONC))" \
-    --request-count "$CAP_REQUESTS" --extra-inputs '{"ignore_eos": true}' --random-seed 1 --ui-type none \
+    --request-count "$CAP_REQUESTS" --use-server-token-count --extra-inputs '{"ignore_eos": true}' --random-seed 1 --ui-type none \
     --no-gpu-telemetry --no-server-metrics --artifact-dir "$dir/aiperf" >"$dir/aiperf.log" 2>&1 ||
     { tail -n 20 "$dir/aiperf.log" >&2; exit 1; }
   helper capacity "$dir/aiperf" --out "$dir/capacity.json"
@@ -316,8 +323,12 @@ for setup in $SETUPS; do
   [[ $setup == homo && -n $KNEE_LOADS ]] && for l in $KNEE_LOADS; do
     [[ " $wl " == *" multiturn:$l "* ]] || wl+=" knee:$l"
   done
-  log "$setup: starting two vLLM engines"
-  start_engines "$setup"
+  if [[ ${EXTERNAL_ENGINES:-0} == 1 ]]; then
+    echo "external engines (EXTERNAL_ENGINES=1): ${engines[*]}" >"$OUT/$setup/engines.txt"
+  else
+    log "$setup: starting two vLLM engines"
+    start_engines "$setup"
+  fi
   if [[ -z $ratio && $REPLAY == 1 ]]; then
     ratio=$(helper words-ratio "${engines[0]}" --model "$model")
     echo "pronto replay text: $ratio real tokens per replay word" >>"$OUT/env.txt"

@@ -157,32 +157,37 @@ def metric(rec, name):
 def cmd_aiperf_results(a):
     recs = aiperf_records(a.dir)
     trace = [json.loads(l) for l in open(a.trace) if l.strip()]
-    starts = [r["metadata"]["request_start_ns"] for r in recs if r.get("metadata", {}).get("request_start_ns")]
-    t0 = min(starts) if starts else 0
+    # Times from the first credit (AIPerf's scheduled send); the trace row from the session id
+    # (`session_000012` is the trace's 13th row: one single-turn session per row).
+    issued = [r["metadata"].get("credit_issued_ns") or r["metadata"].get("request_start_ns")
+              for r in recs if r.get("metadata")]
+    t0 = min(issued) if issued else 0
     rows = []
     for i, r in enumerate(recs):
         md = r.get("metadata", {})
         err = r.get("error")
-        start = md.get("request_start_ns", t0)
-        idx = md.get("conversation_id")
+        start = md.get("request_start_ns") or t0
         sched = md.get("credit_issued_ns") or start
+        m = re.search(r"(\d+)$", str(md.get("conversation_id", "")))
+        idx = int(m.group(1)) if m and int(m.group(1)) < len(trace) else i
         ttft = metric(r, "time_to_first_token")
         itl = metric(r, "inter_token_latency")
         e2e = metric(r, "request_latency")
-        out_tok = metric(r, "output_sequence_length") or metric(r, "output_token_count")
-        in_tok = metric(r, "input_sequence_length")
+        out_tok = metric(r, "usage_completion_tokens") or metric(r, "output_sequence_length")
+        in_tok = metric(r, "usage_prompt_tokens") or metric(r, "input_sequence_length")
         rows.append({
-            "index": i, "scheduled_s": (sched - t0) / 1e9, "sent_s": (start - t0) / 1e9,
-            "send_lag_ms": (start - sched) / 1e6, "input_tokens": int(in_tok or 0),
-            "max_tokens": int(out_tok or 0), "status": None if err else 200,
+            "index": idx, "scheduled_s": (sched - t0) / 1e9, "sent_s": (start - t0) / 1e9,
+            "send_lag_ms": (start - sched) / 1e6, "input_tokens": int(trace[idx]["input_length"]) if idx < len(trace) else int(in_tok or 0),
+            "max_tokens": int(trace[idx]["output_length"]) if idx < len(trace) else int(out_tok or 0),
+            "status": None if err else 200,
             "ttft_ms": None if err else ttft, "ttfa_ms": None if err else ttft,
             "reasoning_events": 0, "tpot_ms": None if err else itl, "e2e_ms": e2e,
             "output_events": int(out_tok or 0), "completion_tokens": int(out_tok) if out_tok else None,
             "prompt_tokens": int(in_tok) if in_tok else None, "cached_tokens": None,
             "backend": None, "predicted_ttft_ms": None,
             "error": (err.get("message") or err.get("type") or "error") if isinstance(err, dict) else err,
-            "conversation": idx,
         })
+    rows.sort(key=lambda x: x["index"])
     with open(os.path.join(a.out, "results.jsonl"), "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
@@ -253,6 +258,11 @@ def cmd_run_summary(a):
     d = a.dir
     row = {"setup": a.setup, "workload": a.workload, "load": float(a.load), "rep": int(a.rep),
            "contender": a.contender, "client": a.client, "dir": d}
+    trace = [json.loads(l) for l in open(a.trace) if l.strip()]
+    if len(trace) > 1:
+        # n arrivals spread over the trace's span plus one mean gap (as the generator plans them)
+        span = trace[-1]["timestamp"] / 1000.0
+        row["offered_rps"] = len(trace) / (span * len(trace) / (len(trace) - 1)) if span > 0 else None
     router = json.load(open(os.path.join(d, "router.json"))) if os.path.exists(os.path.join(d, "router.json")) else {}
     row["skipped"] = router.get("skipped")
     if router.get("skipped") or not os.path.exists(os.path.join(d, "results.jsonl")):
@@ -302,7 +312,6 @@ def cmd_run_summary(a):
         "engine_queue_mean_ms": 1e3 * queue["sum"] / queue["count"] if queue["count"] > 0 else None,
         "router_cpu_s": router.get("cpu_s"), "router_peak_rss_mib": (router.get("peak_rss_kib") or 0) / 1024,
     })
-    trace_rows = None
     pm = os.path.join(d, "pronto-metrics.txt")
     if os.path.exists(pm):
         errs = {}
@@ -312,7 +321,6 @@ def cmd_run_summary(a):
                 errs.setdefault(m.group(2), {})[m.group(1)] = float(m.group(3))
         row["pronto_prediction_abs_error_ms"] = {
             b: round(1e3 * v["sum"] / v["count"], 1) for b, v in errs.items() if v.get("count")}
-    del trace_rows
     json.dump(row, open(os.path.join(d, "run.json"), "w"), indent=1)
 
 
@@ -346,7 +354,7 @@ def main():
     p = sub.add_parser("aiperf-results"); p.add_argument("dir"); p.add_argument("--trace", required=True); p.add_argument("--out", required=True)
     p = sub.add_parser("capacity"); p.add_argument("dir"); p.add_argument("--out", required=True)
     p = sub.add_parser("words-ratio"); p.add_argument("url"); p.add_argument("--model", required=True)
-    p = sub.add_parser("run-summary"); p.add_argument("dir")
+    p = sub.add_parser("run-summary"); p.add_argument("dir"); p.add_argument("--trace", required=True)
     for k in ("setup", "workload", "load", "rep", "contender", "client"):
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--ttft-slo-ms", type=float, required=True); p.add_argument("--tpot-slo-ms", type=float, required=True)

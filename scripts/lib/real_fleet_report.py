@@ -117,7 +117,7 @@ def pooled_cdf(out, pronto, key, rows_by_contender, order, slo):
 def knee_svg(series, title):
     """TTFT p99 (log axis) against offered load (linear, %), one polyline per router."""
     import math
-    w, h, x0, x1, y0, y1 = 760, 460, 80, 560, 50, 400
+    w, h, x0, x1, y0, y1 = 820, 460, 80, 560, 50, 400
     pts = [v for s in series.values() for _, v in s if v and v > 0]
     if not pts:
         return None
@@ -196,7 +196,8 @@ def report(a):
                     by.setdefault(r["contender"], []).append(r)
             if not by:
                 continue
-            offered = ""
+            rates = [r["offered_rps"] for r in groups[key] if r.get("offered_rps")]
+            offered = f" ({statistics.mean(rates):.3f} req/s offered)" if rates else ""
             lines.append(f"## {setup} set-up, {wl} at {load:.0%} of capacity"
                          + (" — client `pronto replay`" if client == "replay" else " — client AIPerf") + offered)
             lines.append("")
@@ -226,9 +227,9 @@ def report(a):
     pred = [r for r in runs if r.get("pronto_prediction_abs_error_ms")]
     if pred:
         lines += ["## Pronto's TTFT prediction error (mean |predicted − actual| per backend, ms)", "",
-                  "| set-up | workload | load | rep | contender | per backend |", "|---|---|---|---|---|---|"]
+                  "| set-up | workload | load | rep | contender | client | per backend |", "|---|---|---|---|---|---|---|"]
         for r in pred:
-            lines.append(f"| {r['setup']} | {r['workload']} | {r['load']:.0%} | {r['rep']} | {r['contender']} | "
+            lines.append(f"| {r['setup']} | {r['workload']} | {r['load']:.0%} | {r['rep']} | {r['contender']} | {r['client']} | "
                          + ", ".join(f"{b}: {v}" for b, v in sorted(r["pronto_prediction_abs_error_ms"].items())) + " |")
         lines.append("")
     open(os.path.join(out, "report", "tables.md"), "w").write("\n".join(lines) + "\n")

@@ -196,9 +196,8 @@ def main():
     if not rows:
         sys.exit("workload: no requests (rate or duration too small?)")
     write(rows, a.out)
-    span = max(rows[-1]["timestamp"] / 1000.0, 1e-9)
     mean_in = sum(r["input_length"] for r in rows) / len(rows)
-    print(f"{a.kind}: {len(rows)} requests over {span:.1f} s ({len(rows) / span:.2f} req/s), "
+    print(f"{a.kind}: {len(rows)} requests in {a.duration:g} s ({len(rows) / a.duration:.3f} req/s offered; target {a.rate:.3f}), "
           f"mean input {mean_in:.0f} tokens")
 
 
