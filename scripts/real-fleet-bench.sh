@@ -36,6 +36,9 @@
 #   SMG_ARGS= VLLM_ROUTER_ARGS=          extra peer-router flags
 #   ENGINE_PORT=8101 ZMQ_PORT=5557       engine i listens on ENGINE_PORT+i, publishes on ZMQ_PORT+i
 #   WORKLOAD_ARGS="--system 1024 ..."    extra flags of scripts/lib/real_fleet_workloads.py
+#   RESUME=1 (with OUT=an earlier run's directory)  keep its measured capacities and finished
+#                      runs (run.json present) and run only what is missing; the report covers all
+#   TRACES=DIR         the shared traces (default ../shared/traces; read in place, never copied)
 #   EXTERNAL_ENGINES=1 (debugging only)  use engines already serving on those ports, started with
 #                      the flags start_engines uses; one set-up only, and no warm-up
 #
@@ -114,7 +117,21 @@ if [[ -z ${BIN:-} ]]; then
   BIN=${CARGO_TARGET_DIR:-$repo/target}/release/pronto
 fi
 BIN=$(realpath "$BIN")
-for t in /work/shared/traces "$shared/traces"; do [[ -d $t ]] && TRACES=${TRACES:-$t}; done
+# AIPerf 0.13 decodes its prompts in worker processes that force HF_HUB_OFFLINE=1, where a local
+# tokenizer directory is then looked up as a Hub repo id and fails (parallel_decode.py, for 10 or
+# more prompts). So AIPerf gets the model directory's tokenizer files as a Hub-cache snapshot
+# (symlinks, no download) under a local repo id, and runs offline.
+AIPERF_HF=$PEERS/aiperf-hf
+aiperf_tok=pronto-local/$model
+snap=$AIPERF_HF/hub/models--pronto-local--$model
+rev=0000000000000000000000000000000000000000
+mkdir -p "$snap/snapshots/$rev" "$snap/refs"
+printf %s "$rev" >"$snap/refs/main"
+for f in "$MODEL_DIR"/*; do
+  [[ $f == *.safetensors || $f == *.bin ]] || ln -sfn "$f" "$snap/snapshots/$rev/"
+done
+run_aiperf() { HF_HOME=$AIPERF_HF HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$aiperf" profile --model "$model" --tokenizer "$aiperf_tok" "$@"; }
+TRACES=${TRACES:-$shared/traces}
 MOONCAKE=${MOONCAKE:-$TRACES/mooncake/conversation_trace.jsonl}
 AZURE=${AZURE:-$TRACES/azure/AzureLLMInferenceTrace_conv.csv}
 
@@ -132,7 +149,13 @@ AZURE=${AZURE:-$TRACES/azure/AzureLLMInferenceTrace_conv.csv}
   echo "smg: $("$PEERS/smg/bin/smg" --version 2>/dev/null | head -1)"
   echo "vllm-router: $("$PEERS/vllm-router/bin/pip" show vllm-router 2>/dev/null | sed -n 's/^Version: //p')"
   echo "aiperf: $("$PEERS/aiperf/bin/pip" show aiperf 2>/dev/null | sed -n 's/^Version: //p')"
-} >"$OUT/env.txt"
+} >"$OUT/env-now.txt"
+if [[ ${RESUME:-0} == 1 && -f $OUT/env.txt ]]; then
+  { echo; echo "resumed $(date -u +%FT%TZ):"; cat "$OUT/env-now.txt"; } >>"$OUT/env.txt"
+else
+  mv "$OUT/env-now.txt" "$OUT/env.txt"
+fi
+rm -f "$OUT/env-now.txt"
 cat "$OUT/env.txt"
 
 # --- 2. engines ---------------------------------------------------------------------------------
@@ -141,6 +164,7 @@ start_engines() { # setup
   for i in 0 1; do
     blocks=$KV_BLOCKS seqs=$MAX_SEQS
     if [[ $1 == hetero && $i == 1 ]]; then blocks=$HETERO_KV_BLOCKS seqs=$HETERO_MAX_SEQS; fi
+    [[ $i == 0 ]] && : >"$OUT/$1/engines.txt"
     echo "engine $i: core $i, $blocks KV blocks of $BLOCK tokens, --max-num-seqs $seqs" >>"$OUT/$1/engines.txt"
     VLLM_SERVER_DEV_MODE=1 VLLM_CPU_KVCACHE_SPACE=$KVCACHE_GIB VLLM_CPU_OMP_THREADS_BIND=$i \
       taskset -c "$i" "$shared/peers/serve-vllm-cpu.sh" "$((ENGINE_PORT + i))" "$MODEL_DIR" \
@@ -242,7 +266,7 @@ stop_router() {
 run_client() { # dir trace target client
   local dir=$1 trace=$2 target=$3
   if [[ $4 == aiperf ]]; then
-    "$aiperf" profile --model "$model" --tokenizer "$MODEL_DIR" --url "$target" \
+    run_aiperf --url "$target" \
       --endpoint-type chat --streaming --input-file "$trace" --custom-dataset-type mooncake_trace \
       --isl-block-size "$BLOCK" --fixed-schedule --use-server-token-count --extra-inputs '{"ignore_eos": true}' \
       --goodput "time_to_first_token:$TTFT_SLO_MS inter_token_latency:$TPOT_SLO_MS" \
@@ -261,6 +285,8 @@ run_one() { # setup kind load rep contender trace [client]
   local setup=$1 kind=$2 load=$3 rep=$4 c=$5 trace=$6 client=${7:-aiperf}
   local dir=$OUT/runs/$setup/$kind@$load/${c//:/-}/rep$rep
   [[ $client == replay ]] && dir=$OUT/runs/$setup/$kind@$load/${c//:/-}-replay/rep$rep
+  if [[ ${RESUME:-0} == 1 && -f $dir/run.json ]]; then log "$setup $kind@$load rep $rep: $c ($client) kept"; return; fi
+  rm -rf "$dir"
   mkdir -p "$dir"
   reset_engines
   log "$setup $kind@$load rep $rep: $c ($client)"
@@ -300,12 +326,13 @@ make_trace() { # kind rate seed out
 # request throughput (completed requests / the run's duration).
 measure_capacity() { # setup kind
   local dir=$OUT/$1/capacity-$2
+  [[ ${RESUME:-0} == 1 && -f $dir/capacity.json ]] && return
   mkdir -p "$dir"
   make_trace "$2" 1 1 "$dir/trace.jsonl" >/dev/null
   head -n "$CAP_REQUESTS" "$dir/trace.jsonl" >"$dir/trace-cap.jsonl"
   reset_engines
   log "$1: capacity of $2 (closed loop, $((2 * CAP_CONC)) in flight, $CAP_REQUESTS requests)"
-  "$aiperf" profile --model "$model" --tokenizer "$MODEL_DIR" --url "${engines[0]}" --url "${engines[1]}" \
+  run_aiperf --url "${engines[0]}" --url "${engines[1]}" \
     --endpoint-type chat --streaming --input-file "$dir/trace-cap.jsonl" --custom-dataset-type mooncake_trace \
     --isl-block-size "$BLOCK" --no-fixed-schedule --concurrency "$((2 * CAP_CONC))" \
     --request-count "$CAP_REQUESTS" --use-server-token-count --extra-inputs '{"ignore_eos": true}' --random-seed 1 --ui-type none \
