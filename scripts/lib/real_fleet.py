@@ -332,7 +332,7 @@ def cmd_best_peers(a):
             by.setdefault(r["contender"], []).append(r["ttft_mean_ms"])
     contenders = a.contenders.split()
     rank = sorted((statistics.mean(v), c) for c, v in by.items())
-    pronto = [c for _, c in rank if c.startswith("pronto:") and "round_robin" not in c]
+    pronto = [c for _, c in rank if c.startswith("pronto:predicted_ttft")]
     peers = [c for _, c in rank if not c.startswith("pronto:")]
     # Without runs to rank (e.g. multiturn:0.8 not in WORKLOADS): the contenders' own order.
     pronto = pronto or [c for c in contenders if c.startswith("pronto:predicted_ttft")][:1] or contenders[:1]

@@ -106,7 +106,7 @@ def pooled_cdf(out, pronto, key, rows_by_contender, order, slo):
         return None
     cmp_out = os.path.join(base, "compare")
     subprocess.run([pronto, "compare-report", *args, "--out", cmp_out, "--title",
-                    f"TTFT CDF: {wl} at {load:.0%} of capacity, {setup} set-up (repetitions pooled)",
+                    f"{wl} at {load:.0%} of capacity, {setup} set-up (AIPerf, repetitions pooled)",
                     "--ttft-slo", f"{slo[0]:g}ms", "--tpot-slo", f"{slo[1]:g}ms"],
                    check=True, stdout=subprocess.DEVNULL)
     svg = f"ttft-cdf-{name}.svg"
