@@ -13,10 +13,13 @@ Kinds:
              turn resends the history); sessions start as a Poisson process, turns follow after
              an exponential think time; a session ends after 2..MAX_TURNS turns or when the next
              turn would pass MAX_INPUT tokens.
-  mooncake   a slice of the Mooncake conversation trace (path given, never copied): each
-             512-token block becomes one BLOCK-token block (same hash ids, so the same sharing),
-             prompts truncated to MAX_INPUT tokens (truncation keeps prefixes), ties in the 3 s
-             buckets spread evenly, the slice's arrival pattern rescaled to RATE.
+  mooncake   a slice of the Mooncake conversation trace (path given, never copied): whole
+             conversations (requests sharing their first two blocks), each kept with
+             probability SAMPLE (default 1/8), from OFFSET seconds on, until there are
+             RATE x DURATION requests; each 512-token block becomes one BLOCK-token block (same hash ids, so
+             the same sharing), prompts truncated to MAX_INPUT tokens (truncation keeps
+             prefixes), ties in the 3 s buckets spread evenly, the arrival pattern rescaled to
+             RATE.
   noreuse    the Azure conversation trace's prompt lengths (lengths only, SCALE × each, capped at
              MAX_INPUT) with hash ids unique to each request, its arrival pattern rescaled to RATE.
 
@@ -101,10 +104,11 @@ def mooncake(a, rng):
     with open(a.trace) as f:
         for line in f:
             if line.strip():
-                raw.append(json.loads(line))
-    raw = raw[a.offset:]
+                r = json.loads(line)
+                if r["timestamp"] >= a.offset * 1000:
+                    raw.append(r)
     # Spread ties evenly over their bucket (the conversation trace has 3 s buckets).
-    rows = []
+    spread = []
     i = 0
     while i < len(raw):
         j = i
@@ -112,16 +116,29 @@ def mooncake(a, rng):
             j += 1
         nxt = raw[j]["timestamp"] if j < len(raw) else raw[i]["timestamp"] + 3000
         for k in range(i, j):
-            r = raw[k]
-            scaled = max(1, int(r["input_length"] * a.block / 512))
-            n = min(blocks_for(scaled, a.block), a.max_input // a.block)
-            length = min(scaled, n * a.block)
-            rows.append({"t": (r["timestamp"] + (nxt - r["timestamp"]) * (k - i) / (j - i)) / 1000.0,
-                         "input_length": length,
-                         "output_length": max(1, min(r["output_length"], a.max_output)),
-                         "hash_ids": r["hash_ids"][:n]})
+            spread.append((raw[k]["timestamp"] + (nxt - raw[i]["timestamp"]) * (k - i) / (j - i), raw[k]))
         i = j
-        if len(rows) > a.rate * a.duration * 4 + 100:
+    # Whole conversations, sampled: requests that share their first two blocks (the shared
+    # system block and the conversation's first own block) belong to one conversation. Keep
+    # each conversation with probability SAMPLE (seeded), in trace order, until there are
+    # RATE x DURATION requests: the slice keeps the turns (and the reuse) of 1/SAMPLE times as
+    # long a stretch of the trace, whatever the rate, instead of a sliver of unrelated first
+    # turns.
+    keep = {}
+    want = round(a.rate * a.duration)
+    rows = []
+    for t, r in spread:
+        key = tuple(r["hash_ids"][:2])
+        if key not in keep:
+            keep[key] = rng.random() < a.sample
+        if not keep[key]:
+            continue
+        scaled = max(1, int(r["input_length"] * a.block / 512))
+        n = min(blocks_for(scaled, a.block), a.max_input // a.block)
+        rows.append({"t": t / 1000.0, "input_length": min(scaled, n * a.block),
+                     "output_length": max(1, min(r["output_length"], a.max_output)),
+                     "hash_ids": r["hash_ids"][:n]})
+        if len(rows) >= want:
             break
     return rescale(rows, a.rate, a.duration)
 
@@ -176,7 +193,9 @@ def main():
     w.add_argument("--max-output", type=int, default=32)
     w.add_argument("--seed", type=int, default=1)
     w.add_argument("--trace", help="mooncake: conversation_trace.jsonl; noreuse: Azure conv CSV")
-    w.add_argument("--offset", type=int, default=0, help="mooncake: first trace row of the slice")
+    w.add_argument("--offset", type=float, default=0, help="mooncake: start of the window, s")
+    w.add_argument("--sample", type=float, default=0.125,
+                   help="mooncake: share of the trace's conversations kept")
     w.add_argument("--scale", type=float, default=1.0, help="noreuse: prompt length multiplier")
     w.add_argument("--agents", type=int, default=4)
     w.add_argument("--system", type=int, default=1536, help="multiturn: system prompt tokens")
@@ -197,8 +216,18 @@ def main():
         sys.exit("workload: no requests (rate or duration too small?)")
     write(rows, a.out)
     mean_in = sum(r["input_length"] for r in rows) / len(rows)
+    # Blocks that continue a prefix seen earlier in the trace: the hit share an infinite cache
+    # would reach (an upper bound for any router).
+    seen, reusable, blocks = set(), 0, 0
+    for r in rows:
+        prefix = ()
+        for h in r["hash_ids"]:
+            prefix += (h,)
+            blocks += 1
+            reusable += prefix in seen
+            seen.add(prefix)
     print(f"{a.kind}: {len(rows)} requests in {a.duration:g} s ({len(rows) / a.duration:.3f} req/s offered; target {a.rate:.3f}), "
-          f"mean input {mean_in:.0f} tokens")
+          f"mean input {mean_in:.0f} tokens, {100 * reusable / max(blocks, 1):.0f} % of blocks reusable")
 
 
 if __name__ == "__main__":
