@@ -292,7 +292,10 @@ run_one() { # setup kind load rep contender trace [client]
   log "$setup $kind@$load rep $rep: $c ($client)"
   if ! start_router "$c" "$dir"; then
     echo "{\"skipped\": \"did not start (see router.log)\"}" >"$dir/router.json"
-    tail -n 20 "$dir/router.log" >&2; stop_router; return
+    tail -n 20 "$dir/router.log" >&2; stop_router
+    helper run-summary "$dir" --trace "$trace" --ttft-slo-ms "$TTFT_SLO_MS" --tpot-slo-ms "$TPOT_SLO_MS" \
+      --setup "$setup" --workload "$kind" --load "$load" --rep "$rep" --contender "$c" --client "$client"
+    return
   fi
   helper engine-snapshot "${engines[@]}" --out "$dir/engines-before.json"
   local before
