@@ -109,8 +109,13 @@ if [[ ! -x $PEERS/smg/bin/smg || ! -x $PEERS/vllm-router/bin/vllm-router ]]; the
   log "installing the peer routers"
   "$shared/peers/install-routers.sh"
 fi
-"$PEERS/smg/bin/smg" launch --help 2>/dev/null | grep -q least_load ||
-  { echo "real-fleet-bench: $PEERS/smg is not smg 1.13+ (no least_load)" >&2; exit 1; }
+smg_help=$("$PEERS/smg/bin/smg" launch --help 2>/dev/null || true)
+for want in least_load power_of_two cache_aware --selection-accounting-ttl-ms; do
+  grep -q -- "$want" <<<"$smg_help" ||
+    { echo "real-fleet-bench: $PEERS/smg lacks $want: not smg 1.13+" >&2; exit 1; }
+done
+"$PEERS/vllm-router/bin/vllm-router" --help 2>/dev/null | grep -q kv_aware ||
+  { echo "real-fleet-bench: $PEERS/vllm-router has no kv_aware policy" >&2; exit 1; }
 if [[ -z ${BIN:-} ]]; then
   log "building pronto (release)"
   cargo build --release --locked --bin pronto
