@@ -33,12 +33,12 @@ pub use pronto_core::load::RequestLoad;
 pub use pronto_core::predict::TtftModel;
 
 use crate::config::Backend as BackendConfig;
-use crate::predict::Coefficients;
-use crate::routing::views::RoutingBackend;
-use crate::routing::BackendView;
 use crate::telemetry::Metrics;
 use pronto_core::ids::BackendId;
 use pronto_core::load::{Atomic, Booking};
+use pronto_core::predict::Coefficients;
+use pronto_core::routing::views::RoutingBackend;
+use pronto_core::routing::BackendView;
 use pronto_core::state::{BackendState, Settings};
 
 /// The epoch every backend's routing state counts time from: one for the process, so a
@@ -498,7 +498,7 @@ impl InflightGuard {
     /// `at` are ignored: a late copy's censored time is not its real TTFT).
     pub fn first_token(
         &mut self,
-        inputs: &crate::predict::TtftInputs,
+        inputs: &pronto_core::predict::TtftInputs,
         actual_s: f64,
         at: Instant,
     ) -> Option<f64> {
@@ -601,7 +601,7 @@ mod tests {
         );
         assert_eq!((v.kv_reserved_tokens, v.kv_capacity_tokens), (150, None));
         assert!(v.cache_residency_s().is_infinite(), "capacity unknown");
-        let x = crate::predict::TtftInputs::default();
+        let x = pronto_core::predict::TtftInputs::default();
         assert!(g.first_token(&x, 0.1, now).is_some());
         assert!(g.first_token(&x, 0.1, now).is_none(), "observed once");
         let v = b.view(now);

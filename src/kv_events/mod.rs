@@ -14,9 +14,9 @@
 //! whenever that index is live and trusted, and from the approximate index otherwise. The
 //! rules for gaps, reconnects and trust are in [`index`]'s docs.
 //!
-//! Matching needs the engine's token ids to be the ones Pronto hashes ([`crate::tokens`]):
+//! Matching needs the engine's token ids to be the ones Pronto hashes ([`pronto_core::tokens`]):
 //! true for the simulator, which publishes the same events, and for a real engine when its
-//! pool has the model's `tokenizer:` ([`crate::tokenizer`]). Otherwise the index never
+//! pool has the model's `tokenizer:` ([`pronto_tokenizer`]). Otherwise the index never
 //! becomes trusted and routing stays approximate.
 
 pub mod zmtp;

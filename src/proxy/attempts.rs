@@ -32,11 +32,11 @@ use super::upstream::{attempt, client_key_is_ours, upstream_request_head, Attemp
 use super::{migrate, request_id, Proxy, UPSTREAM_IDLE_KEEPALIVE};
 use crate::edge::gate::Pass;
 use crate::error::GatewayError;
-use crate::routing::Policy;
 use crate::state::{Attempted, GatewayState, Pool, Routed};
 use crate::telemetry::RetryReason;
 use pronto_core::cluster::repair::MAX_MOVES;
 use pronto_core::ids::BackendId;
+use pronto_core::routing::Policy;
 use pronto_core::slo::Objective;
 use pronto_core::splice::{Api, Splicer};
 

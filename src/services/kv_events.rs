@@ -268,7 +268,7 @@ mod tests {
     use super::*;
     use crate::backend::log_capture;
     use crate::kv_events::decode::{encode_message, Encoding, KvEvent};
-    use crate::tokens::{block_hashes, BLOCK_TOKENS};
+    use pronto_core::tokens::{block_hashes, BLOCK_TOKENS};
     use zeromq::{Socket, SocketSend};
 
     async fn bind_pub() -> (zeromq::PubSocket, String) {

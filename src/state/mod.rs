@@ -39,14 +39,14 @@ use std::sync::Arc;
 use pronto_core::cluster::BackendRef;
 use pronto_core::ids::{BackendId, RouteId};
 
-use crate::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
 use crate::backend::Backend;
 use crate::cluster::Link;
 use crate::config::{Config, Resources, Route};
 use crate::models::rename;
 use crate::models::served::{Listed, ServedModels};
-use crate::routing::Policy;
 use crate::telemetry::Metrics;
+use pronto_core::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
+use pronto_core::routing::Policy;
 
 pub mod activity;
 mod handle;
@@ -481,7 +481,7 @@ impl GatewayState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokens::BlockHash;
+    use pronto_core::tokens::BlockHash;
     use std::time::Instant;
 
     fn config(policy: &str, backends: &[(&str, u16)]) -> Arc<Config> {
