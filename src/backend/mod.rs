@@ -7,7 +7,7 @@
 //! until the response stream really ends (or the client disconnects): increments and decrements
 //! are never paired by hand.
 //!
-//! Engine-side load scraped from each backend's `/metrics` ([`EngineScraper`]) is kept in
+//! Engine-side load scraped from each backend's `/metrics` (`services::scrape`) is kept in
 //! the backend's [`EngineState`] and enters the routing view only while it is fresh.
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]

@@ -3,7 +3,7 @@
 //! vLLM and SGLang publish every change of their prefix cache (`BlockStored`, `BlockRemoved`,
 //! `AllBlocksCleared`) on a ZMQ PUB socket. A backend configured with
 //! `kv_events: {endpoint: tcp://HOST:PORT, block_size: N}` gets
-//! - a subscriber task ([`subscriber`]: a minimal ZMTP client, [`zmtp`]) that reconnects with
+//! - a subscriber task (`services::kv_events`: a minimal ZMTP client, [`zmtp`]) that reconnects with
 //!   backoff,
 //! - a decoder for both event encodings ([`decode`], in the routing core),
 //! - an [`ExactIndex`] of the blocks the engine holds, expressed as Pronto's own chained
