@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{metric_value, metrics, metrics_when, Gateway};
-use pronto::kv_events::{decode_message, encode_message, Encoding, ExactIndex, KvEvent};
+use pronto_core::kv_index::{decode_message, encode_message, Encoding, ExactIndex, KvEvent};
 use pronto_core::tokens::{block_hashes, BLOCK_TOKENS};
 use pronto_sim::engine::{Engine, EngineConfig, SimRequest};
 use pronto_sim::fleet::SimFleet;

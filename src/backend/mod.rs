@@ -25,12 +25,8 @@ use pingora_core::upstreams::peer::HttpPeer;
 
 pub use latency::LatencyStats;
 pub use lifecycle::{CheckFailure, HealthChange, StallChange};
-pub use pronto_core::engine::metrics as engine_metrics;
-pub use pronto_core::engine::{
-    EngineFlavor, EngineMetricsError, EngineSample, EngineState, Scraped, STALE_AFTER_FAILURES,
-};
-pub use pronto_core::load::RequestLoad;
-pub use pronto_core::predict::TtftModel;
+use pronto_core::engine::EngineSample;
+use pronto_core::load::RequestLoad;
 
 use crate::config::Backend as BackendConfig;
 use crate::telemetry::Metrics;
@@ -100,7 +96,7 @@ impl Backend {
         let created = Instant::now();
         let kv_events = config.kv_events.as_ref().map(|k| {
             Arc::new(
-                crate::kv_events::ExactIndex::new(k.block_size)
+                pronto_core::kv_index::ExactIndex::new(k.block_size)
                     .with_sink(metrics.kv_index_sink(&config.name)),
             )
         });
@@ -164,7 +160,7 @@ impl Backend {
     }
 
     /// The exact prefix index fed by the engine's KV-cache events (`kv_events` configured).
-    pub fn kv_events(&self) -> Option<&Arc<crate::kv_events::ExactIndex>> {
+    pub fn kv_events(&self) -> Option<&Arc<pronto_core::kv_index::ExactIndex>> {
         self.state.exact.as_ref()
     }
 
@@ -641,7 +637,7 @@ mod tests {
             prefix_hits: None,
             cache_hit_rate: None,
             kv_capacity_tokens: cap,
-            flavor: crate::backend::engine_metrics::EngineFlavor::Vllm,
+            flavor: pronto_core::engine::metrics::EngineFlavor::Vllm,
         };
         b.record_engine_sample(sample(Some(100_000.0)), t0, Duration::from_secs(1));
         // An unknown capacity in a later scrape keeps the known one.
