@@ -8,7 +8,7 @@
 //! are never paired by hand.
 //!
 //! Engine-side load scraped from each backend's `/metrics` (`services::scrape`) is kept in
-//! the backend's [`EngineState`] and enters the routing view only while it is fresh.
+//! the backend's [`EngineState`](pronto_core::engine::EngineState) and enters the routing view only while it is fresh.
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
