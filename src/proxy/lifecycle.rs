@@ -7,8 +7,9 @@
 //!
 //! Each step is a method that returns what the next needs, or the [`GatewayError`] the client
 //! gets. The attempt loop and its steps (route, race plan, repair watch, dispatch, attempt,
-//! failure bookkeeping, commit, explain, relay, finish) are [`super::attempts`]'s: nothing
-//! has reached the client until an attempt commits.
+//! failure bookkeeping) are [`super::attempts`]'s, and what follows a commit (commit, explain,
+//! relay, finish) [`super::commit`]'s: nothing has reached the client until an attempt
+//! commits.
 
 use std::time::Instant;
 

@@ -22,6 +22,7 @@ mod app;
 mod attempts;
 mod body;
 mod budget;
+mod commit;
 mod keepalive;
 mod lifecycle;
 mod local;
