@@ -7,8 +7,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use pronto::affinity::{IndexConfig, PrefixIndex};
-use pronto::tokens::{chain_hash, BlockHash};
+use pronto_core::affinity::{IndexConfig, PrefixIndex};
+use pronto_core::tokens::{chain_hash, BlockHash};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 

@@ -14,9 +14,9 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughpu
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use pronto::request::{parse_request, Endpoint};
-use pronto::sse::SseScanner;
-use pronto::tokens;
+use pronto_core::request::{parse_request, Endpoint};
+use pronto_core::sse::SseScanner;
+use pronto_core::tokens;
 
 const WORDS: &[&str] = &[
     "the",
@@ -81,7 +81,7 @@ fn bench_parse(c: &mut Criterion) {
         });
         // The share of `pronto/*` spent tokenizing and hashing the canonical prompt.
         let prompt =
-            pronto::request::parse_request_with_prompt(Endpoint::ChatCompletions, &body, None)
+            pronto_core::request::parse_request_with_prompt(Endpoint::ChatCompletions, &body, None)
                 .unwrap()
                 .prompt;
         g.bench_function(format!("block_hashes_only/{name}"), |b| {

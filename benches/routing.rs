@@ -14,12 +14,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use pronto::backend::{EngineFlavor, EngineSample, RequestLoad};
 use pronto::config::Config;
-use pronto::request::RequestFeatures;
 use pronto::state::GatewayState;
 use pronto::telemetry::Metrics;
-use pronto::tokens::{chain_hash, BlockHash};
+use pronto_core::engine::{EngineFlavor, EngineSample};
+use pronto_core::load::RequestLoad;
+use pronto_core::request::RequestFeatures;
+use pronto_core::tokens::{chain_hash, BlockHash};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 

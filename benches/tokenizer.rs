@@ -17,9 +17,9 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughpu
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use pronto::request::{parse_request, Endpoint};
-use pronto::tokenizer::ModelTokenizer;
-use pronto::tokens::{block_hashes, BLOCK_TOKENS};
+use pronto_core::request::{parse_request, Endpoint};
+use pronto_core::tokens::{block_hashes, BLOCK_TOKENS};
+use pronto_tokenizer::ModelTokenizer;
 
 const WORDS: &[&str] = &[
     "the", "model", "cache", "prefix", "token", "request", "latency", "GPU", "replica", "queue",

@@ -124,7 +124,7 @@ async fn main() {
         .collect();
     println!(
         "backends={n} time_scale={scale} max_tokens={max_tokens} prompt={} tokens",
-        pronto::tokens::count_tokens(sample.as_bytes())
+        pronto_core::tokens::count_tokens(sample.as_bytes())
     );
     println!(
         "{:>6} {:>8} {:>10} {:>10} {:>12} {:>6}",

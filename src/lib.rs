@@ -4,17 +4,14 @@
 //! This crate is the gateway: config, the pingora glue ([`proxy`]), live backend state
 //! ([`backend`]), background services, admin and telemetry. What decides — request features,
 //! the TTFT predictor, prefix indexes, the load ledger, views and policies — is the pure
-//! routing core, `pronto_core` (re-exported here as [`request`], [`routing`], …). The
+//! routing core, `pronto_core`, used under its own name (`pronto_core::routing`, …). The
 //! simulator and the bench tools (`pronto_sim`, `pronto_bench`) are behind the default
 //! `tools` feature.
 //!
-//! Data flows one way: request bytes → [`request::RequestFeatures`] → [`routing`] decision →
+//! Data flows one way: request bytes → [`pronto_core::request::RequestFeatures`] → [`pronto_core::routing`] decision →
 //! [`proxy`] → observations fed back into the backends' live state ([`backend`]).
 
 #![warn(missing_docs)]
-
-pub use pronto_core::{affinity, predict, request, routing, sse, tokens};
-pub use pronto_tokenizer as tokenizer;
 
 pub mod admin;
 pub mod backend;

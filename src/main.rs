@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use pronto::config::{Config, Loaded, Resources};
-use pronto::routing::PolicyKind;
+use pronto_core::routing::PolicyKind;
 
 #[derive(Parser)]
 #[command(

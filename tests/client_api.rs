@@ -231,7 +231,7 @@ async fn serve_explain_headers_turns_them_on_for_a_backend_flag_pool() {
 fn serving_listed(urls: &[String]) -> pronto::server::Handle {
     let mut config = pronto::config::Config::from_backend_urls_serving_listed(
         urls,
-        pronto::routing::PolicyKind::RoundRobin,
+        pronto_core::routing::PolicyKind::RoundRobin,
     )
     .unwrap();
     config.listen = "127.0.0.1:0".parse().unwrap();

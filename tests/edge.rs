@@ -449,8 +449,8 @@ async fn a_client_that_half_closes_mid_stream_never_sees_it_complete() {
 /// random bytes. Nothing may panic; the scanner reports a first token at most once.
 #[test]
 fn mutated_requests_and_streams_never_panic() {
-    use pronto::request::{parse_request, Endpoint};
-    use pronto::sse::SseScanner;
+    use pronto_core::request::{parse_request, Endpoint};
+    use pronto_core::sse::SseScanner;
     use rand::{Rng, SeedableRng};
 
     let mut rng = rand::rngs::SmallRng::seed_from_u64(0x5eed);

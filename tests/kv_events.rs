@@ -7,8 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::{metric_value, metrics, metrics_when, Gateway};
-use pronto::kv_events::{decode_message, encode_message, Encoding, ExactIndex, KvEvent};
-use pronto::tokens::{block_hashes, BLOCK_TOKENS};
+use pronto_core::kv_index::{decode_message, encode_message, Encoding, ExactIndex, KvEvent};
+use pronto_core::tokens::{block_hashes, BLOCK_TOKENS};
 use pronto_sim::engine::{Engine, EngineConfig, SimRequest};
 use pronto_sim::fleet::SimFleet;
 use pronto_sim::fleet_config::FleetConfig;
@@ -295,7 +295,7 @@ async fn the_gateway_routes_by_the_engines_published_cache() {
 /// Fleet and gateway both tokenizing with `spec` (a `tokenizer:` value): the engines as a real
 /// one does, the gateway's pool through its `tokenizer:`.
 async fn fleet_and_gateway_with_tokenizer(spec: &str) -> (SimFleet, Gateway, [f64; 2]) {
-    let tokenizer = pronto::tokenizer::ModelTokenizer::from_spec(spec, None).expect(spec);
+    let tokenizer = pronto_tokenizer::ModelTokenizer::from_spec(spec, None).expect(spec);
     fleet_and_gateway(
         2000,
         pronto_sim::fleet::SimFleetOptions {

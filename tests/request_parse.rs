@@ -1,10 +1,10 @@
 //! Request parsing through the public API: every content shape, field order, escapes, errors,
 //! hostile inputs and a huge prompt.
 
-use pronto::request::{
+use pronto_core::request::{
     parse_request, parse_request_with_prompt, Endpoint, RequestError, RequestFeatures,
 };
-use pronto::tokens::{self, BLOCK_TOKENS};
+use pronto_core::tokens::{self, BLOCK_TOKENS};
 
 const CHAT: Endpoint = Endpoint::ChatCompletions;
 
@@ -57,7 +57,7 @@ fn defaults_and_nulls_for_optional_fields() {
 
 #[test]
 fn reasoning_effort_is_read_on_chat_and_unknown_levels_pass_as_not_given() {
-    use pronto::predict::ReasoningEffort;
+    use pronto_core::predict::ReasoningEffort;
     let msgs = r#""model":"m","messages":[{"role":"user","content":"x"}]"#;
     for (value, want) in [
         (r#""high""#, Some(ReasoningEffort::High)),

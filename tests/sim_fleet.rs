@@ -249,7 +249,7 @@ async fn non_streaming_chat_and_completions_include_usage() {
     assert_eq!(v["usage"]["completion_tokens"], 2);
     assert_eq!(
         v["usage"]["prompt_tokens"].as_u64().unwrap() as usize,
-        pronto::tokens::count_tokens(b"one two\nthree")
+        pronto_core::tokens::count_tokens(b"one two\nthree")
     );
 
     // Streaming completions: text chunks, no role chunk.
@@ -599,7 +599,7 @@ async fn probes_answer_load_tokenize_render_models_over_h1_and_h2c() {
             .await
             .unwrap();
         let ids: Vec<u32> = serde_json::from_value(tok["tokens"].clone()).unwrap();
-        assert_eq!(ids, pronto::tokens::token_ids(b"hello world"));
+        assert_eq!(ids, pronto_core::tokens::token_ids(b"hello world"));
         assert_eq!(tok["count"], ids.len());
 
         let msgs = json!([{"role": "user", "content": "hi"}]);
@@ -615,7 +615,7 @@ async fn probes_answer_load_tokenize_render_models_over_h1_and_h2c() {
         assert_eq!(r[0], msgs);
         assert_eq!(r[1][0]["prompt"], "user: hi\n");
         let ids: Vec<u32> = serde_json::from_value(r[1][0]["prompt_token_ids"].clone()).unwrap();
-        assert_eq!(ids, pronto::tokens::token_ids(b"user: hi\n"));
+        assert_eq!(ids, pronto_core::tokens::token_ids(b"user: hi\n"));
         let r: Value = client
             .post(format!("{url}/v1/completions/render"))
             .json(&json!({"prompt": "abc"}))

@@ -30,11 +30,11 @@ use http::{Response, StatusCode};
 use pingora_core::apps::http_app::ServeHttp;
 use pingora_core::protocols::http::ServerSession;
 
-use crate::request::{parse_request, Endpoint};
 use crate::services::reload::{Reloader, Trigger};
 use crate::state::activity::RecentDecisions;
 use crate::state::StateHandle;
 use crate::telemetry::{Metrics, ReloadResult};
+use pronto_core::request::{parse_request, Endpoint};
 
 const JSON: &str = "application/json";
 
@@ -241,7 +241,7 @@ impl Admin {
                 Ok(Ok(Some(ids))) => {
                     v["result"] = "exact".into();
                     v["prompt_tokens"] = ids.len().into();
-                    v["full_blocks"] = (ids.len() / crate::tokens::BLOCK_TOKENS).into();
+                    v["full_blocks"] = (ids.len() / pronto_core::tokens::BLOCK_TOKENS).into();
                     v["token_ids"] = ids.into();
                 }
                 Ok(Ok(None)) => v["result"] = "skipped".into(),

@@ -7,8 +7,8 @@
 //! until the response stream really ends (or the client disconnects): increments and decrements
 //! are never paired by hand.
 //!
-//! Engine-side load scraped from each backend's `/metrics` ([`EngineScraper`]) is kept in
-//! the backend's [`EngineState`] and enters the routing view only while it is fresh.
+//! Engine-side load scraped from each backend's `/metrics` (`services::scrape`) is kept in
+//! the backend's [`EngineState`](pronto_core::engine::EngineState) and enters the routing view only while it is fresh.
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
@@ -25,20 +25,16 @@ use pingora_core::upstreams::peer::HttpPeer;
 
 pub use latency::LatencyStats;
 pub use lifecycle::{CheckFailure, HealthChange, StallChange};
-pub use pronto_core::engine::metrics as engine_metrics;
-pub use pronto_core::engine::{
-    EngineFlavor, EngineMetricsError, EngineSample, EngineState, Scraped, STALE_AFTER_FAILURES,
-};
-pub use pronto_core::load::RequestLoad;
-pub use pronto_core::predict::TtftModel;
+use pronto_core::engine::EngineSample;
+use pronto_core::load::RequestLoad;
 
 use crate::config::Backend as BackendConfig;
-use crate::predict::Coefficients;
-use crate::routing::views::RoutingBackend;
-use crate::routing::BackendView;
 use crate::telemetry::Metrics;
 use pronto_core::ids::BackendId;
 use pronto_core::load::{Atomic, Booking};
+use pronto_core::predict::Coefficients;
+use pronto_core::routing::views::RoutingBackend;
+use pronto_core::routing::BackendView;
 use pronto_core::state::{BackendState, Settings};
 
 /// The epoch every backend's routing state counts time from: one for the process, so a
@@ -100,7 +96,7 @@ impl Backend {
         let created = Instant::now();
         let kv_events = config.kv_events.as_ref().map(|k| {
             Arc::new(
-                crate::kv_events::ExactIndex::new(k.block_size)
+                pronto_core::kv_index::ExactIndex::new(k.block_size)
                     .with_sink(metrics.kv_index_sink(&config.name)),
             )
         });
@@ -164,7 +160,7 @@ impl Backend {
     }
 
     /// The exact prefix index fed by the engine's KV-cache events (`kv_events` configured).
-    pub fn kv_events(&self) -> Option<&Arc<crate::kv_events::ExactIndex>> {
+    pub fn kv_events(&self) -> Option<&Arc<pronto_core::kv_index::ExactIndex>> {
         self.state.exact.as_ref()
     }
 
@@ -498,7 +494,7 @@ impl InflightGuard {
     /// `at` are ignored: a late copy's censored time is not its real TTFT).
     pub fn first_token(
         &mut self,
-        inputs: &crate::predict::TtftInputs,
+        inputs: &pronto_core::predict::TtftInputs,
         actual_s: f64,
         at: Instant,
     ) -> Option<f64> {
@@ -601,7 +597,7 @@ mod tests {
         );
         assert_eq!((v.kv_reserved_tokens, v.kv_capacity_tokens), (150, None));
         assert!(v.cache_residency_s().is_infinite(), "capacity unknown");
-        let x = crate::predict::TtftInputs::default();
+        let x = pronto_core::predict::TtftInputs::default();
         assert!(g.first_token(&x, 0.1, now).is_some());
         assert!(g.first_token(&x, 0.1, now).is_none(), "observed once");
         let v = b.view(now);
@@ -641,7 +637,7 @@ mod tests {
             prefix_hits: None,
             cache_hit_rate: None,
             kv_capacity_tokens: cap,
-            flavor: crate::backend::engine_metrics::EngineFlavor::Vllm,
+            flavor: pronto_core::engine::metrics::EngineFlavor::Vllm,
         };
         b.record_engine_sample(sample(Some(100_000.0)), t0, Duration::from_secs(1));
         // An unknown capacity in a later scrape keeps the known one.

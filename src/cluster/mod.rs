@@ -48,7 +48,7 @@
 //! ## Collision repair
 //! A replica hears of the others' dispatches a sync delay late. When it folds one to backend
 //! X, it dates it one sync delay back and wakes its own requests waiting on X for their first
-//! token ([`Targets::heard_dispatches`]); those sent after that date were routed without
+//! token (`Targets::heard_dispatches` in `services::cluster`); those sent after that date were routed without
 //! knowing of it, and the proxy takes their decision again (`cluster.collision_repair`, the
 //! proxy's `repair` module, [`pronto_core::cluster::repair`]).
 //!

@@ -220,7 +220,7 @@ pub struct PoolFile {
     /// Default profile hint of the pool's backends (a backend's own fields override it).
     pub profile: Option<ProfileFile>,
     /// The model's tokenizer: a `tokenizer.json` or a model directory holding one (exact
-    /// prompt tokens and engine-matching block hashes; see `crate::tokenizer`).
+    /// prompt tokens and engine-matching block hashes; see `pronto_tokenizer`).
     pub tokenizer: Option<String>,
     /// A chat template file overriding the one found beside the tokenizer.
     pub chat_template: Option<String>,
@@ -419,10 +419,10 @@ impl<'de> Deserialize<'de> for Quantity {
 /// A pool's policy: `policy: cache_aware` or `policy: {name: cache_aware, cache_threshold: 0.5}`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PolicyFile {
-    /// Policy name as written; validated against [`crate::routing::PolicyKind::ALL`].
+    /// Policy name as written; validated against [`pronto_core::routing::PolicyKind::ALL`].
     pub name: String,
     /// The map form's other keys, in file order: the policy's parameters, checked during
-    /// validation by [`crate::routing::PolicySpec::from_parts`].
+    /// validation by [`pronto_core::routing::PolicySpec::from_parts`].
     pub params: Vec<(String, serde_json::Value)>,
 }
 

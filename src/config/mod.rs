@@ -62,7 +62,7 @@ pub fn text_hash(text: &str) -> String {
 }
 pub use validate::{validate, validate_with_env, ConfigError, ConfigWarning};
 
-use crate::routing::PolicySpec;
+use pronto_core::routing::PolicySpec;
 
 /// A 1-based line and column in a config file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::predict::Coefficients;
-use crate::routing::PolicySpec;
+use pronto_core::predict::Coefficients;
+use pronto_core::routing::PolicySpec;
 
 use super::route::{AdmissionSettings, Route};
 use super::Diagnostic;
@@ -85,7 +85,7 @@ pub struct TokenizerRef {
     pub path: PathBuf,
     /// The pool's own chat template file, if it names one.
     pub chat_template: Option<PathBuf>,
-    /// [`crate::tokenizer::ModelTokenizer::fingerprint`] of what was loaded.
+    /// [`pronto_tokenizer::ModelTokenizer::fingerprint`] of what was loaded.
     pub fingerprint: String,
 }
 

@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::schema::{policy_schema, schema_value};
-use crate::routing::{PolicyKind, Reason};
+use pronto_core::routing::{PolicyKind, Reason};
 
 /// The reference, as Markdown.
 pub fn config_reference() -> String {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use pingora_core::tls::sign::CertifiedKey;
 
 use super::Config;
-use crate::tokenizer::ModelTokenizer;
+use pronto_tokenizer::ModelTokenizer;
 
 /// The runtime objects a config's files were loaded into.
 #[derive(Default, Clone)]

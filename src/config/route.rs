@@ -63,7 +63,7 @@ use std::time::Duration;
 use super::file::{ConfigFile, MatchFile, RouteFile};
 use super::model::Pool;
 use super::validate::{key_path, valid_name, Checker};
-use crate::routing::PolicySpec;
+use pronto_core::routing::PolicySpec;
 
 /// Priority classes when the file names none, most urgent first.
 pub const DEFAULT_PRIORITY_CLASSES: [&str; 2] = ["interactive", "batch"];
@@ -545,7 +545,7 @@ impl Checker {
             Some(p.policy.kind())
         });
         if objective == RouteObjective::Ttfa
-            && effective.is_some_and(|k| k != crate::routing::PolicyKind::PredictedTtft)
+            && effective.is_some_and(|k| k != pronto_core::routing::PolicyKind::PredictedTtft)
         {
             self.warn(
                 format!("{path}.objective"),

@@ -20,7 +20,7 @@ use super::duration::{format_duration, format_size};
 use super::model::*;
 use super::route::{DEFAULT_PRIORITY_CLASSES, DEFAULT_QUEUE_SIZE, MAX_QUEUE_SIZE};
 use super::validate::{MAX_BODY_BYTES, MAX_THREADS, MIN_BODY_BYTES};
-use crate::routing::PolicyKind;
+use pronto_core::routing::PolicyKind;
 
 /// The JSON Schema of the gateway config file, pretty-printed.
 pub fn config_schema() -> String {

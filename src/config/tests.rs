@@ -1,7 +1,7 @@
 //! Loader tests: located messages, syntax and type errors, quick start, hash, check-config.
 
 use super::*;
-use crate::routing::PolicyKind;
+use pronto_core::routing::PolicyKind;
 
 const BROKEN: &str = "\
 listen: 127.0.0.1:8080
@@ -21,7 +21,7 @@ fn validation_errors_display_with_file_line_column_and_path() {
     let err = Config::from_yaml_str(BROKEN, "pronto.yaml").unwrap_err();
     assert_eq!(
         err.to_string(),
-        format!("pronto.yaml:4:13: pools.llama-3-8b.policy: unknown policy `fastest`; valid policies: {}\n", crate::routing::PolicyKind::ALL.join(", ")) + "pronto.yaml:9:14: pools.llama-3-8b.backends[1].url: unsupported scheme `ftp`; use http or https\n\
+        format!("pronto.yaml:4:13: pools.llama-3-8b.policy: unknown policy `fastest`; valid policies: {}\n", pronto_core::routing::PolicyKind::ALL.join(", ")) + "pronto.yaml:9:14: pools.llama-3-8b.backends[1].url: unsupported scheme `ftp`; use http or https\n\
          pronto.yaml:10:17: pools.llama-3-8b.backends[1].weight: must be at least 1, got 0"
     );
 }
@@ -191,7 +191,7 @@ fn from_backend_urls_names_backends_in_order() {
 #[test]
 fn from_backend_urls_carries_policy_parameters() {
     let urls = vec!["http://127.0.0.1:8001".to_string()];
-    let spec = PolicySpec::CacheAware(crate::routing::CacheAwareParams {
+    let spec = PolicySpec::CacheAware(pronto_core::routing::CacheAwareParams {
         cache_threshold: 0.5,
         ..Default::default()
     });

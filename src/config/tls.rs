@@ -125,7 +125,7 @@ pub(super) fn resolve_paths(file: &mut super::file::ConfigFile, path: &Path) {
         // `tiktoken:<name>` names an encoding, not a file.
         pool.tokenizer
             .iter_mut()
-            .filter(|t| !t.starts_with(crate::tokenizer::tiktoken::TIKTOKEN_PREFIX))
+            .filter(|t| !t.starts_with(pronto_tokenizer::tiktoken::TIKTOKEN_PREFIX))
             .for_each(resolve);
         pool.chat_template.iter_mut().for_each(resolve);
         for b in pool.backends.iter_mut().flatten() {

@@ -1,5 +1,5 @@
 //! A pool's `tokenizer:` / `chat_template:` (the model's own tokenizer, see
-//! [`crate::tokenizer`]; `tiktoken:<name>` for an OpenAI encoding): loaded at
+//! [`pronto_tokenizer`]; `tiktoken:<name>` for an OpenAI encoding): loaded at
 //! validation, so a missing or broken file, or an unknown encoding, is a located error and an
 //! invalid config never replaces a working one. Relative paths were resolved against the
 //! config file's directory beforehand ([`super::tls::resolve_paths`]; a `tiktoken:` value is
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::file::PoolFile;
 use super::model::TokenizerRef;
 use super::validate::Checker;
-use crate::tokenizer::ModelTokenizer;
+use pronto_tokenizer::ModelTokenizer;
 
 impl Checker {
     /// A pool's `tokenizer` (and `chat_template`), loaded into the resources under `model`;

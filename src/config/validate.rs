@@ -31,7 +31,7 @@ use std::time::Duration;
 use super::duration::{format_size, parse_duration, parse_size};
 use super::file::{BackendFile, ConfigFile, KvEventsFile, PolicyFile, PoolFile, Quantity};
 use super::model::*;
-use crate::routing::PolicySpec;
+use pronto_core::routing::PolicySpec;
 
 mod limits;
 mod pools;

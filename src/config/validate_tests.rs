@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::config::file;
-use crate::routing::PolicyKind;
+use pronto_core::routing::PolicyKind;
 
 /// Two valid backends in pool `m`; tests append top-level sections.
 const POOL: &str = "
@@ -191,7 +191,7 @@ fn policy_parameters_are_typed_with_defaults() {
     assert_eq!(spec("cache_aware"), PolicyKind::CacheAware.spec());
     assert_eq!(
         spec("{name: cache_aware, cache_threshold: 0.5, balance_abs_threshold: 8}"),
-        PolicySpec::CacheAware(crate::routing::CacheAwareParams {
+        PolicySpec::CacheAware(pronto_core::routing::CacheAwareParams {
             cache_threshold: 0.5,
             balance_abs_threshold: 8,
             balance_rel_threshold: 1.5,
@@ -199,11 +199,13 @@ fn policy_parameters_are_typed_with_defaults() {
     );
     assert_eq!(
         spec("{name: power_of_two, seed: 42}"),
-        PolicySpec::PowerOfTwo(crate::routing::SeedParams { seed: 42 })
+        PolicySpec::PowerOfTwo(pronto_core::routing::SeedParams { seed: 42 })
     );
     assert_eq!(
         spec("{name: consistent_hash, virtual_nodes: 40}"),
-        PolicySpec::ConsistentHash(crate::routing::ConsistentHashParams { virtual_nodes: 40 })
+        PolicySpec::ConsistentHash(pronto_core::routing::ConsistentHashParams {
+            virtual_nodes: 40
+        })
     );
 }
 

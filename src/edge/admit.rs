@@ -13,9 +13,9 @@ use super::{Admitting, Failure};
 use crate::config::{Route, Slo, SloAction};
 use crate::edge::admission::{Departure, ShedReason};
 use crate::error::GatewayError;
-use crate::request::RequestFeatures;
 use crate::state::{GatewayState, Pool, Routed};
 use pronto_core::ids::BackendId;
+use pronto_core::request::RequestFeatures;
 
 /// Longest `Retry-After` suggested for an SLO miss, seconds.
 const MAX_RETRY_AFTER_S: u32 = 60;

@@ -17,8 +17,8 @@ use crate::config::Route;
 use crate::edge::auth;
 use crate::edge::ratelimit::{Grant, Scope, TokenCharge};
 use crate::error::GatewayError;
-use crate::sse::Usage;
 use crate::state::GatewayState;
+use pronto_core::sse::Usage;
 
 /// What the edge checks granted one request; dropping it releases its concurrency slots.
 #[derive(Default)]

@@ -30,7 +30,7 @@ pub struct Admitting<'s> {
     /// Its settings.
     pub route: &'s Route,
     /// The rank its request queues at: the key's priority class unless the route names its
-    /// own ([`gate::Pass::rank`]).
+    /// own (`Pass::rank`).
     pub rank: u32,
 }
 

@@ -10,7 +10,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::kv_events::{decode_message, encode_message as encode_batch, Encoding, KvEvent};
+use pronto_core::kv_index::{decode_message, encode_message as encode_batch, Encoding, KvEvent};
 
 /// A connected pair over 127.0.0.1: (the publisher's end, a reader on the subscriber's end).
 async fn pair() -> (TcpStream, FrameReader<TcpStream>) {

@@ -7,7 +7,7 @@
 //!
 //! ## Upstream: one splice
 //! The request parser already knows where the body's `model` string literal lies
-//! ([`crate::request::RequestFeatures::model_span`]). The body sent to such a backend is the
+//! ([`pronto_core::request::RequestFeatures::model_span`]). The body sent to such a backend is the
 //! client's with that literal replaced by the backend's name ([`splice`]): one copy of the
 //! body, nothing parsed or serialized again. Every other byte is the client's.
 //!
@@ -352,7 +352,7 @@ mod tests {
         let mut b = crate::config::Config::from_backend_urls(
             &["http://127.0.0.1:1".to_string()],
             "chat",
-            crate::routing::PolicyKind::RoundRobin,
+            pronto_core::routing::PolicyKind::RoundRobin,
         )
         .unwrap()
         .pools[0]

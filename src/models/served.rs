@@ -75,7 +75,8 @@ mod tests {
             .map(|i| format!("http://127.0.0.1:{}", 9000 + i))
             .collect();
         let config =
-            Config::from_backend_urls(&urls, "p", crate::routing::PolicyKind::RoundRobin).unwrap();
+            Config::from_backend_urls(&urls, "p", pronto_core::routing::PolicyKind::RoundRobin)
+                .unwrap();
         config.pools[0]
             .backends
             .iter()

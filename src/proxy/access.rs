@@ -39,8 +39,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::config::AccessLog;
 use crate::error::GatewayError;
-use crate::routing::Reason;
 use crate::state::activity::{round_ms, RecentDecision};
+use pronto_core::routing::Reason;
 
 use super::relay::{RelayEnd, RelayOutcome};
 

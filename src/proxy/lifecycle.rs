@@ -7,8 +7,9 @@
 //!
 //! Each step is a method that returns what the next needs, or the [`GatewayError`] the client
 //! gets. The attempt loop and its steps (route, race plan, repair watch, dispatch, attempt,
-//! failure bookkeeping, commit, explain, relay, finish) are [`super::attempts`]'s: nothing
-//! has reached the client until an attempt commits.
+//! failure bookkeeping) are [`super::attempts`]'s, and what follows a commit (commit, explain,
+//! relay, finish) [`super::commit`]'s: nothing has reached the client until an attempt
+//! commits.
 
 use std::time::Instant;
 
@@ -22,9 +23,9 @@ use crate::config::Route;
 use crate::edge::gate::Pass;
 use crate::edge::Admitting;
 use crate::error::GatewayError;
-use crate::request::{parse_request, Endpoint, RequestFeatures};
 use crate::state::{GatewayState, Pool, Routed, Target};
 use pronto_core::ids::{BackendId, RouteId};
+use pronto_core::request::{parse_request, Endpoint, RequestFeatures};
 use pronto_core::slo::Objective;
 
 pub(super) use crate::edge::Failure;
@@ -270,7 +271,7 @@ pub(super) async fn parse_off_thread(
     endpoint: Endpoint,
     body: &Bytes,
     session: Option<&str>,
-) -> Result<crate::request::RequestFeatures, Failure> {
+) -> Result<pronto_core::request::RequestFeatures, Failure> {
     let parsed = if body.len() <= INLINE_PARSE_MAX_BYTES {
         parse_request(endpoint, body, session).map_err(|e| e.to_string())
     } else {

@@ -1,7 +1,7 @@
 //! Tests of [`super`]'s pure parts.
 
 use super::*;
-use crate::routing::{BackendView, Decision, EngineLoad, Reason};
+use pronto_core::routing::{BackendView, Decision, EngineLoad, Reason};
 use std::time::Duration;
 
 fn routed(view: BackendView, predicted: f64) -> Routed {

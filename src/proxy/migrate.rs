@@ -42,10 +42,10 @@ use super::upstream::{attempt, upstream_request_head, Attempt, Deadlines};
 use super::{tokenize, Proxy, UPSTREAM_IDLE_KEEPALIVE};
 use crate::config::Route;
 use crate::edge::gate::Pass;
-use crate::request::Endpoint;
 use crate::state::GatewayState;
 use crate::telemetry::MigrationOutcome;
 use pronto_core::ids::BackendId;
+use pronto_core::request::Endpoint;
 use pronto_core::splice::{continuation_body, Api, Splicer};
 
 /// The API of a stream that may migrate on `route` of a pool that continues streams, with

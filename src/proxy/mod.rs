@@ -4,7 +4,7 @@
 //! Pingora 0.9's proxy forwards a body it has pre-read only up to 64 KiB (DESIGN §3.1), and
 //! Pronto must see the whole prompt before it chooses a backend. So Pronto does not use
 //! pingora-proxy: [`Proxy::handle`] does the whole job —
-//! read the body ([`body`]), parse it ([`crate::request`]), route ([`crate::routing`]), talk to
+//! read the body ([`body`]), parse it ([`pronto_core::request`]), route ([`pronto_core::routing`]), talk to
 //! the backend with pingora's connector ([`upstream`]), relay the answer ([`relay`]) —
 //! and [`App`] finishes the session for reuse. Pingora-core still provides HTTP/1.1 and h2c
 //! parsing, the upstream connectors and their connection pool.
@@ -22,6 +22,7 @@ mod app;
 mod attempts;
 mod body;
 mod budget;
+mod commit;
 mod keepalive;
 mod lifecycle;
 mod local;
@@ -48,13 +49,13 @@ use pingora_core::protocols::http::ServerSession;
 
 use crate::edge::Failure;
 use crate::error::GatewayError;
-use crate::request::Endpoint;
 use crate::state::activity::{ActiveRequests, RecentDecisions};
 use crate::state::StateHandle;
 use crate::state::{GatewayState, Pool, Routed};
 use crate::telemetry::{Metrics, NONE};
 use access::Access;
 pub use app::App;
+use pronto_core::request::Endpoint;
 use request_id::{IdSource, RequestIds};
 use upstream::Connectors;
 

@@ -9,8 +9,8 @@
 use std::time::Instant;
 
 use crate::backend::{latency, Backend, InflightGuard};
-use crate::predict::TtftInputs;
 use crate::telemetry::Metrics;
+use pronto_core::predict::TtftInputs;
 
 use super::relay::RelayOutcome;
 

@@ -31,12 +31,12 @@ use super::upstream::{attempt, client_key_is_ours, upstream_request_head, Attemp
 use super::Proxy;
 use crate::config::route::RaceOn;
 use crate::config::Route;
-use crate::request::RequestFeatures;
-use crate::routing::Policy;
 use crate::state::{Attempted, GatewayState, Pool, Routed};
 use crate::telemetry::{FailoverReason, RaceKind};
 use pronto_core::ids::BackendId;
 use pronto_core::race::{Action, DeadlineKind, HedgeBucket, Race as CoreRace, Side, Trigger};
+use pronto_core::request::RequestFeatures;
+use pronto_core::routing::Policy;
 
 /// One dispatched attempt's state: its decision, its booking, when it was dispatched.
 pub(super) struct Entrant {
@@ -435,7 +435,7 @@ fn kind_of(t: Trigger) -> RaceKind {
 mod tests {
     use super::*;
     use crate::config::race::HEDGE_BURST;
-    use crate::routing::{BackendView, Decision, Reason};
+    use pronto_core::routing::{BackendView, Decision, Reason};
 
     fn routed(predicted: Option<f64>) -> Routed {
         Routed {

@@ -33,8 +33,8 @@ use super::upstream::is_hop_by_hop;
 use crate::coalesce;
 use crate::error::GatewayError;
 use crate::models::rename::Unrename;
-use crate::sse::{usage_from_body, SseScanner, Usage};
 use pronto_core::splice::Splicer;
+use pronto_core::sse::{usage_from_body, SseScanner, Usage};
 
 /// How a relay ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

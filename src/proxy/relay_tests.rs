@@ -14,11 +14,12 @@ use tokio::io::{AsyncWriteExt, DuplexStream};
 use tokio::sync::Notify;
 
 use super::*;
-use crate::backend::{Backend, RequestLoad};
+use crate::backend::Backend;
 use crate::coalesce::Coalesce;
 use crate::proxy::test_io::Recorder;
 use crate::telemetry::Metrics;
 use pronto_core::ids::BackendId;
+use pronto_core::load::RequestLoad;
 
 /// The relay's two ends, and the pipes that feed them.
 struct Ends {

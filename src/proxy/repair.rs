@@ -33,8 +33,6 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 use super::upstream::Attempt;
-use crate::request::RequestFeatures;
-use crate::routing::Policy;
 use crate::state::{Pool, Routed};
 use crate::telemetry::{CollisionOutcome, Metrics};
 #[cfg(doc)]
@@ -43,6 +41,8 @@ use pronto_core::cluster::repair::{relocation, Relocation};
 use pronto_core::ids::BackendId;
 use pronto_core::load::RequestLoad;
 use pronto_core::predict::TtftInputs;
+use pronto_core::request::RequestFeatures;
+use pronto_core::routing::Policy;
 
 /// One attempt's watch for collisions: set up before its dispatch, so no remote dispatch
 /// folded after it is missed.

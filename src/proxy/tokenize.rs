@@ -1,5 +1,5 @@
 //! A pool's model tokenizer on the request path: exact prompt tokens and engine-matching
-//! block hashes replace the parser's estimate (see [`crate::tokenizer`]).
+//! block hashes replace the parser's estimate (see [`pronto_tokenizer`]).
 //!
 //! Small prompts are tokenized on the proxy thread; prompts over
 //! [`INLINE_MAX_BYTES`] on tokio's blocking pool, so a long document never stalls the other
@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::request::{Endpoint, RequestFeatures};
 use crate::state::Pool;
 use crate::telemetry::Metrics;
-use crate::tokenizer::TokenizeError;
-use crate::tokenizer::INLINE_MAX_BYTES;
-use crate::tokens::{block_hashes, TokenId, BLOCK_TOKENS};
+use pronto_core::request::{Endpoint, RequestFeatures};
+use pronto_core::tokens::{block_hashes, TokenId, BLOCK_TOKENS};
+use pronto_tokenizer::TokenizeError;
+use pronto_tokenizer::INLINE_MAX_BYTES;
 
 /// Whether two pools count tokens alike (same tokenizer object, or both the estimate).
 pub(super) fn same_tokenizer(a: &Pool, b: &Pool) -> bool {

@@ -9,7 +9,7 @@
 //! `tokio::net::lookup_host`, which runs `getaddrinfo` on tokio's blocking pool, never on a
 //! proxy thread) yields addresses; those of the section's `family` are sorted and
 //! deduplicated. When that set differs from the one the live state was built with,
-//! [`GatewayState::with_discovered`] builds a new state — the rebuild a reload does, so
+//! [`GatewayState::with_discovered`](crate::state::GatewayState::with_discovered) builds a new state — the rebuild a reload does, so
 //! unchanged backends keep their learned state and removed ones drain — and it is swapped in.
 //!
 //! A failed resolution, or one with no address of the wanted family, keeps the last known set
@@ -22,7 +22,7 @@
 //! Both this task and a reload replace the state through [`crate::state::StateHandle::update`]:
 //! a compare-and-swap against the state the new one was built from, rebuilt from the newer
 //! state when the other got in first. Neither update is lost: a reload carries the addresses
-//! discovery last stored ([`GatewayState::rebuild`]), and discovery rebuilds on the reloaded
+//! discovery last stored ([`GatewayState::rebuild`](crate::state::GatewayState::rebuild)), and discovery rebuilds on the reloaded
 //! config.
 //!
 //! Discovered backends are named `<pool>-<ip>:<port>` (see [`crate::config::Discover`]).

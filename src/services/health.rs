@@ -1,7 +1,7 @@
 //! Active health checks: `GET <url><health.path>` on every backend each `health.interval`.
 //!
 //! A check passes on any 2xx within `health.timeout`. The checker reads the current
-//! [`GatewayState`] on every round, so a reload's backends are picked up without restarting it.
+//! [`GatewayState`](crate::state::GatewayState) on every round, so a reload's backends are picked up without restarting it.
 //! Passive ejection lives on [`crate::backend::Backend`]; an ejected backend is re-admitted once its
 //! ejection period is over and its active check passes.
 //!

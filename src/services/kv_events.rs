@@ -31,10 +31,10 @@ use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 
 use crate::backend::lifecycle::{Change, Condition, KvChange, KvLink};
-use crate::kv_events::index::ExactIndex;
 use crate::kv_events::zmtp::SubConnection;
 use crate::state::StateHandle;
 use crate::telemetry::Metrics;
+use pronto_core::kv_index::ExactIndex;
 
 /// First reconnect (and restart) delay.
 pub const MIN_BACKOFF: Duration = Duration::from_millis(100);
@@ -267,8 +267,8 @@ mod tests {
 
     use super::*;
     use crate::backend::log_capture;
-    use crate::kv_events::decode::{encode_message, Encoding, KvEvent};
-    use crate::tokens::{block_hashes, BLOCK_TOKENS};
+    use pronto_core::kv_index::{encode_message, Encoding, KvEvent};
+    use pronto_core::tokens::{block_hashes, BLOCK_TOKENS};
     use zeromq::{Socket, SocketSend};
 
     async fn bind_pub() -> (zeromq::PubSocket, String) {

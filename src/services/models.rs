@@ -16,7 +16,7 @@
 //!
 //! A failed ask keeps the backend's last list: a backend that is down is kept out of routing
 //! by health checking, not by forgetting its models. When the lists change,
-//! [`GatewayState::with_listed_models`] builds the state anew — the rebuild a reload does, so
+//! [`GatewayState::with_listed_models`](crate::state::GatewayState::with_listed_models) builds the state anew — the rebuild a reload does, so
 //! everything learnt about each backend is carried over — and it is swapped in through
 //! [`crate::state::StateHandle::update`]. The log says which backend lists what, and why one cannot
 //! be asked, once per change rather than once per ask.

@@ -21,8 +21,8 @@
 //! located `file:line:col: field.path: message`). An invalid file changes nothing: the
 //! problems are logged at `warn`, kept as `last_error` for `GET /admin/config`, counted in
 //! `pronto_config_reloads_total{result="error"}`, and `pronto_config_last_reload_successful`
-//! drops to 0. A valid file becomes a new [`GatewayState`] built by
-//! [`GatewayState::rebuild`] (unchanged backends, prefix indexes and policies are carried
+//! drops to 0. A valid file becomes a new [`GatewayState`](crate::state::GatewayState) built by
+//! [`GatewayState::rebuild`](crate::state::GatewayState::rebuild) (unchanged backends, prefix indexes and policies are carried
 //! over; see [`crate::state`]) and is stored in the `ArcSwap` in one step: a request sees
 //! either the old state or the new one, never a mix, and requests in flight finish on the
 //! state they started with.

@@ -177,7 +177,7 @@ fn no_file_no_reload() {
     let config = Config::from_backend_urls(
         &["http://127.0.0.1:1".to_string()],
         "m",
-        crate::routing::PolicyKind::LeastInflight,
+        pronto_core::routing::PolicyKind::LeastInflight,
     )
     .unwrap();
     let metrics = Metrics::new();

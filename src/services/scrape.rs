@@ -36,11 +36,11 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 
-use crate::backend::engine_metrics::{EngineMetricsError, EngineSample};
 use crate::backend::lifecycle::{Change, Condition};
 use crate::backend::Backend;
 use crate::state::GatewayState;
 use crate::state::StateHandle;
+use pronto_core::engine::metrics::{EngineMetricsError, EngineSample};
 use pronto_core::ids::BackendId;
 
 /// Default time between two scrapes of a backend.

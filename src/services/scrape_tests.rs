@@ -9,10 +9,10 @@ use axum::routing::get;
 
 use super::*;
 use crate::backend::log_capture;
-use crate::backend::STALE_AFTER_FAILURES;
 use crate::config::Config;
 use crate::telemetry::Metrics;
 use pronto_core::engine::MIN_STALE_AFTER;
+use pronto_core::engine::STALE_AFTER_FAILURES;
 
 const VLLM: &str = include_str!("../../crates/pronto-core/tests/fixtures/metrics/vllm.txt");
 

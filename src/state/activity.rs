@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use crate::routing::Reason;
+use pronto_core::routing::Reason;
 
 /// Requests currently being handled, across all proxy threads.
 #[derive(Debug, Default)]

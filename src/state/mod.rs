@@ -39,14 +39,14 @@ use std::sync::Arc;
 use pronto_core::cluster::BackendRef;
 use pronto_core::ids::{BackendId, RouteId};
 
-use crate::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
 use crate::backend::Backend;
 use crate::cluster::Link;
 use crate::config::{Config, Resources, Route};
 use crate::models::rename;
 use crate::models::served::{Listed, ServedModels};
-use crate::routing::Policy;
 use crate::telemetry::Metrics;
+use pronto_core::affinity::{IndexConfig, PrefixIndex, MAX_BACKENDS};
+use pronto_core::routing::Policy;
 
 pub mod activity;
 mod handle;
@@ -481,7 +481,7 @@ impl GatewayState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokens::BlockHash;
+    use pronto_core::tokens::BlockHash;
     use std::time::Instant;
 
     fn config(policy: &str, backends: &[(&str, u16)]) -> Arc<Config> {
@@ -638,5 +638,32 @@ mod tests {
             !Arc::ptr_eq(&new.backends[0], &old.backends[0]),
             "identity includes the pool"
         );
+    }
+
+    #[test]
+    fn a_route_is_matched_once_to_its_id_and_its_policy_applies_on_its_own_pool_only() {
+        let yaml = "routes:\n  \
+            - {name: own, match: {model: a}, pool: pa, policy: round_robin}\n  \
+            - {name: plain, match: {model: b}, pool: pb}\n\
+            pools:\n  \
+            pa: {policy: random, backends: [{name: a0, url: 'http://127.0.0.1:1'}]}\n  \
+            pb: {policy: random, backends: [{name: b0, url: 'http://127.0.0.1:2'}]}\n";
+        let config = Arc::new(Config::from_yaml_str(yaml, "t").unwrap());
+        let s = GatewayState::new(config, Default::default(), &Metrics::new());
+        let headers = http::HeaderMap::new();
+        let target = |model| s.route(model, "/v1/chat/completions", &headers).unwrap();
+        let (own, plain) = (target("a"), target("b"));
+        let (own_id, own_route) = own.route.unwrap();
+        assert_eq!((own_id, &*own_route.name), (RouteId(0), "own"));
+        assert_eq!(plain.route.map(|(id, _)| id), Some(RouteId(1)));
+        let (pa, pb) = (s.pool("pa").unwrap(), s.pool("pb").unwrap());
+        // The route's own policy on its pool; the pool's after a fallback elsewhere, for a
+        // route without one, and for no route.
+        let policy = s.policy_for(pa, Some(own_id));
+        assert!(!Arc::ptr_eq(policy, &pa.policy));
+        assert_eq!(policy.name(), "round_robin");
+        assert!(Arc::ptr_eq(s.policy_for(pb, Some(own_id)), &pb.policy));
+        assert!(Arc::ptr_eq(s.policy_for(pb, Some(RouteId(1))), &pb.policy));
+        assert!(Arc::ptr_eq(s.policy_for(pa, None), &pa.policy));
     }
 }

@@ -12,15 +12,15 @@ use pronto_core::ids::BackendId;
 use pronto_core::routing::views::{self, PoolRouting, Scratch};
 use pronto_core::stall::StallRule;
 
-use crate::affinity::PrefixIndex;
 use crate::backend::{Backend, InflightGuard};
 use crate::cluster::Link;
 use crate::models::rename;
 use crate::models::served::ServedModels;
-use crate::predict::{ReasoningLengths, TtftInputs};
-use crate::request::{RequestFeatures, TokenRatio};
-use crate::routing::{decide, runner_up, BackendView, Decision, NoBackend, Policy, RunnerUp};
-use crate::tokenizer::ModelTokenizer;
+use pronto_core::affinity::PrefixIndex;
+use pronto_core::predict::{ReasoningLengths, TtftInputs};
+use pronto_core::request::{RequestFeatures, TokenRatio};
+use pronto_core::routing::{decide, runner_up, BackendView, Decision, NoBackend, Policy, RunnerUp};
+use pronto_tokenizer::ModelTokenizer;
 
 thread_local! {
     /// Each proxy thread's view buffers: building views allocates nothing after warm-up.
@@ -39,7 +39,7 @@ pub struct Routed {
     /// Whether another backend was eligible (a retry has somewhere to go).
     pub others_left: bool,
     /// The other eligible backend predicted soonest, and its prediction (the explain
-    /// headers; [`crate::routing::runner_up`]); `None` unless routed with `explain`.
+    /// headers; [`pronto_core::routing::runner_up`]); `None` unless routed with `explain`.
     pub runner_up: Option<RunnerUp>,
 }
 

@@ -256,11 +256,14 @@ async fn completion(
     }
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let stream = v["stream"].as_bool().unwrap_or(false);
-    let prompt_tokens =
-        pronto::request::parse_request(pronto::request::Endpoint::ChatCompletions, &body, None)
-            .map_or(10, |f| {
-                (f64::from(f.prompt_tokens) * b.prompt_token_factor).round() as u32
-            });
+    let prompt_tokens = pronto_core::request::parse_request(
+        pronto_core::request::Endpoint::ChatCompletions,
+        &body,
+        None,
+    )
+    .map_or(10, |f| {
+        (f64::from(f.prompt_tokens) * b.prompt_token_factor).round() as u32
+    });
     let name = s.name.clone();
     if !stream {
         tokio::time::sleep(b.first_token_delay + b.token_delay * b.tokens as u32).await;

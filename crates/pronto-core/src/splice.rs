@@ -480,7 +480,7 @@ pub fn continuation_body(
 }
 
 /// Whether the client's request allows a continuation at all.
-pub fn check_request(api: Api, req: &Map<String, Value>) -> Result<(), NotContinuable> {
+pub(crate) fn check_request(api: Api, req: &Map<String, Value>) -> Result<(), NotContinuable> {
     let above_one = |k: &str| req.get(k).and_then(Value::as_u64).is_some_and(|n| n > 1);
     if above_one("n") || above_one("best_of") {
         return Err(NotContinuable::SeveralChoices);

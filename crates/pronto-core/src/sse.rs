@@ -6,7 +6,7 @@
 //!
 //! ## Algorithm
 //! Lines end in `\n` or `\r\n`. Complete lines are processed in place, as slices of the chunk.
-//! Only a line split across chunks is carried over, and only up to [`MAX_LINE_BYTES`]; the rest
+//! Only a line split across chunks is carried over, and only up to `MAX_LINE_BYTES`; the rest
 //! of an absurdly long line is dropped (the line is processed truncated — every path truncates
 //! the same way, so results do not depend on chunking). A blank line dispatches the event. Fields:
 //! `data:` (with or without the space; several `data:` lines join with `\n`), `event:` (only
@@ -44,7 +44,7 @@
 use serde::Deserialize;
 
 /// Longest line (and longest event data) kept across chunks; longer ones are truncated.
-pub const MAX_LINE_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_LINE_BYTES: usize = 64 * 1024;
 
 /// Token accounting reported by the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -245,13 +245,13 @@ impl SseScanner {
         self.error.as_deref()
     }
 
-    /// Lines longer than [`MAX_LINE_BYTES`] that were truncated.
+    /// Lines longer than `MAX_LINE_BYTES` that were truncated.
     pub fn truncated_lines(&self) -> u32 {
         self.truncated_lines
     }
 
     /// Bytes held between chunks (carry-over plus open event data); never above
-    /// 2 × [`MAX_LINE_BYTES`].
+    /// 2 × `MAX_LINE_BYTES`.
     pub fn buffered_bytes(&self) -> usize {
         self.carry.len() + self.data.len()
     }

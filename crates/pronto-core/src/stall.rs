@@ -14,7 +14,7 @@
 //!
 //! `booked_prefill_s` is what the backend's own TTFT model predicts for the work the ledger
 //! has booked on it: a request with no prompt queued behind its outstanding prefill, running
-//! decodes and engine queue ([`booked_prefill_s`]). A backend with a long prefill queue is
+//! decodes and engine queue (`booked_prefill_s`). A backend with a long prefill queue is
 //! given that long (times `factor`) before its silence counts; an idle-looking one only
 //! `floor`.
 //!
@@ -79,7 +79,7 @@ impl StallRule {
 /// Predicted seconds for the work booked on `v`: its TTFT model's prediction for a request
 /// with no uncached prompt behind its outstanding prefill, running decodes and engine queue
 /// (0 without a model).
-pub fn booked_prefill_s(v: &BackendView) -> f64 {
+pub(crate) fn booked_prefill_s(v: &BackendView) -> f64 {
     let Some(m) = v.ttft_model else {
         return 0.0;
     };

@@ -27,7 +27,7 @@ pub fn civil_date(t: SystemTime) -> (i64, i64, i64) {
 /// converts a few spans per backend. Exact as `ns as f64 * 1e-9` up to `i64::MAX` ns (292
 /// years); a longer span reads as 292 years.
 #[inline]
-pub fn secs_from_ns(ns: u64) -> f64 {
+pub(crate) fn secs_from_ns(ns: u64) -> f64 {
     (ns.min(i64::MAX as u64) as i64) as f64 * 1e-9
 }
 

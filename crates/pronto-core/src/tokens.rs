@@ -6,7 +6,7 @@
 //! the same block hashes in the gateway's prefix index.
 //!
 //! ## The tokenizer
-//! A token is a run of at most [`MAX_TOKEN_BYTES`] bytes. A whitespace byte may only start a
+//! A token is a run of at most `MAX_TOKEN_BYTES` bytes. A whitespace byte may only start a
 //! token (as in BPE vocabularies, where `" the"` is one token), so a token ends when it is full
 //! or when the next byte is whitespace. Scanning is left to right and each boundary depends only
 //! on the bytes before it and the one byte after it, so a shared text prefix yields a shared token
@@ -21,7 +21,7 @@
 //! `i` mean equal prompts up to the end of block `i`. Only full blocks are hashed.
 
 /// Longest token, in bytes.
-pub const MAX_TOKEN_BYTES: usize = 4;
+pub(crate) const MAX_TOKEN_BYTES: usize = 4;
 /// Tokens per KV block (vLLM's default block size on GPU).
 pub const BLOCK_TOKENS: usize = 16;
 
@@ -88,7 +88,7 @@ pub fn tokens(text: &[u8]) -> Tokens<'_> {
 
 /// The id of one token.
 #[inline]
-pub fn token_id(token: &[u8]) -> TokenId {
+pub(crate) fn token_id(token: &[u8]) -> TokenId {
     fnv32(token)
 }
 

@@ -10,7 +10,7 @@
 //! since, and is gone once those fill the cache: residency ≈ `capacity / allocation rate`. The
 //! router knows both parts of the rate (it dispatched the prompts and asked for the outputs),
 //! so [`Residency`] keeps an exponentially decayed sum of allocated tokens (time constant
-//! [`RATE_TAU_S`]) and answers the rate; [`residency_s`] turns a capacity, the tokens in-flight
+//! `RATE_TAU_S`) and answers the rate; `residency_s` turns a capacity, the tokens in-flight
 //! requests pin and a rate into the window a dispatched prefix stays creditable,
 //! `max(capacity, pinned) / rate` (what the routing view does:
 //! `BackendView::cache_residency_s`). Unknown
@@ -22,7 +22,7 @@ use std::time::Instant;
 use crate::time::secs_from_ns;
 
 /// Time constant of the allocation-rate average, seconds.
-pub const RATE_TAU_S: f64 = 30.0;
+pub(crate) const RATE_TAU_S: f64 = 30.0;
 
 /// The allocation rate into one backend's KV cache, from which its residency follows.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -50,7 +50,7 @@ impl Residency {
         }
     }
 
-    /// Tokens allocated per second, averaged over about [`RATE_TAU_S`] (over the time since
+    /// Tokens allocated per second, averaged over about `RATE_TAU_S` (over the time since
     /// the first allocation while that is shorter, so a cold start is not read as idle).
     pub fn rate(&self, now: Instant) -> f64 {
         self.alloc_rate(now).per_s()
@@ -72,7 +72,7 @@ impl Residency {
     /// The state as four words relative to `epoch` (for lock-free publication): the bits of
     /// τ over the decayed sum, the last and first allocation times in nanoseconds since
     /// `epoch` (`u64::MAX`: none) and the bits of exp(−(last − first)/τ).
-    /// [`alloc_rate_from_words`] reads the rate back from them.
+    /// `alloc_rate_from_words` reads the rate back from them.
     pub fn to_words(&self, epoch: Instant) -> [u64; 4] {
         let ns = |t: Option<Instant>| {
             t.map_or(u64::MAX, |t| {
@@ -110,7 +110,7 @@ fn tau_over(decayed_tokens: f64) -> f64 {
 /// their epoch: integer time arithmetic, no `exp` and no division — what a routing view pays
 /// per backend.
 #[inline]
-pub fn alloc_rate_from_words(w: [u64; 4], now_ns: u64) -> AllocRate {
+pub(crate) fn alloc_rate_from_words(w: [u64; 4], now_ns: u64) -> AllocRate {
     let [tau_over_sum, last, first, first_decay] = w;
     if last == u64::MAX || first == u64::MAX {
         return AllocRate::NONE;
@@ -214,7 +214,11 @@ const FIRST_SECOND_DECAY: f64 = 0.967_216_100_482_005_9;
 /// on the Mooncake traces at 95 % load that alone made `predicted_ttft` 2–2.75 × slower than
 /// `cache_aware` (`docs/benchmarks/eval-95-seeds`).
 #[inline]
-pub fn residency_s(capacity_tokens: Option<f64>, pinned_tokens: f64, rate: AllocRate) -> f64 {
+pub(crate) fn residency_s(
+    capacity_tokens: Option<f64>,
+    pinned_tokens: f64,
+    rate: AllocRate,
+) -> f64 {
     // The rate is evaluated only when the capacity is known: its `exp` is the costly part.
     let Some(c) = capacity_tokens else {
         return f64::INFINITY;
@@ -225,12 +229,6 @@ pub fn residency_s(capacity_tokens: Option<f64>, pinned_tokens: f64, rate: Alloc
     } else {
         f64::INFINITY
     }
-}
-
-/// A published rate, `age_s` seconds old, decayed as [`Residency::rate`] would decay it with no
-/// allocation since.
-pub fn decayed_rate(rate_tokens_per_s: f64, age_s: f64) -> f64 {
-    rate_tokens_per_s * (-age_s.max(0.0) / RATE_TAU_S).exp()
 }
 
 #[cfg(test)]

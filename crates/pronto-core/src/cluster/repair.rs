@@ -10,7 +10,7 @@
 //!
 //! The rule: the views are built without the request's own prefix record (as if it had not
 //! been sent) and with the late booking; its own booking is taken out of the view of the
-//! backend it is on ([`unbook`]); the policy decides over them; the request moves when the
+//! backend it is on (`unbook`); the policy decides over them; the request moves when the
 //! decision is another backend and the policy's prediction for staying exceeds that
 //! decision's by more than `margin` (a fraction: 0.2 is 20 %). The margin pays for what a
 //! move costs and a prediction cannot see: the prefill already done where it is, and the
@@ -39,7 +39,7 @@ pub const MAX_MOVES: u32 = 3;
 
 /// `view` without one booking of `load` still in prefill: what the ledger would show had
 /// it not been booked (its KV allocation rate keeps it: a rate cannot be taken back).
-pub fn unbook(view: &mut BackendView, load: RequestLoad) {
+pub(crate) fn unbook(view: &mut BackendView, load: RequestLoad) {
     view.inflight = view.inflight.saturating_sub(1);
     view.outstanding_prefill_tokens = view
         .outstanding_prefill_tokens

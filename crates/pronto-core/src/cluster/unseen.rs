@@ -5,7 +5,7 @@
 //! arrive at different replicas close together can land on the same backend. [`Unseen`]
 //! measures how much is missing: the rate of the remote dispatches folded (the decayed
 //! average [`Residency`] keeps of KV allocations, here one unit per dispatch: time constant
-//! [`RATE_TAU_S`](crate::affinity::residency::RATE_TAU_S), over the time since the first
+//! `RATE_TAU_S`, over the time since the first
 //! while that is shorter), and the sync delay — the time a replica's own messages take to come back to it through the channel, which is
 //! what its messages take to reach the others, with no clock shared. Their product
 //! ([`Unseen::expected`]) is the number of remote dispatches a decision has not heard of:

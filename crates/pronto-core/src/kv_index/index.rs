@@ -28,7 +28,7 @@
 //!   model's `tokenizer:` (the `pronto-tokenizer` crate). The index is trusted
 //!   once one lookup found a request's leading block in it; until then it answers `None` and
 //!   the approximate index decides, so an engine whose ids never map does no harm.
-//! - **Bound**: more than [`MAX_ENGINE_BLOCKS`] engine blocks (missed removals) forces a resync.
+//! - **Bound**: more than `MAX_ENGINE_BLOCKS` engine blocks (missed removals) forces a resync.
 //!
 //! Locking: one `RwLock` per backend, written by that backend's subscriber task for the
 //! duration of one batch (no await inside), read by routing decisions.
@@ -43,7 +43,7 @@ use super::decode::{decode_message, EngineHash, EventBatch, KvEvent};
 use crate::tokens::{chain_hash, BlockHash, BLOCK_TOKENS};
 
 /// Engine blocks tracked per backend at most before the index resyncs.
-pub const MAX_ENGINE_BLOCKS: usize = 1 << 22;
+pub(crate) const MAX_ENGINE_BLOCKS: usize = 1 << 22;
 
 #[derive(Debug, Default)]
 struct State {

@@ -15,7 +15,7 @@
 //! earlier observation's weight × `exp(−Δt/τ)`, τ = 60 s, as the TTFT model), projected onto
 //! non-negative coefficients. While the batches seen are too alike to tell a slope (variance
 //! under 1), the fit keeps the mean and takes its shape from a prior: a decode step's cost
-//! doubles at [`PRIOR_DOUBLING_BATCH`] sequences (`s_per_seq = base / 64`), which is what
+//! doubles at `PRIOR_DOUBLING_BATCH` sequences (`s_per_seq = base / 64`), which is what
 //! memory-bound decode of 8B–70B models at 1–2k tokens of context costs on H100/A100-class GPUs
 //! (the sim profiles' `decode_ms_per_seq + 2 · decode_ms_per_kctx` over `floor_ms`: 1/64 for
 //! an H100 8B, 1/52 for an A100 8B, 1/90 for a 70B on 8 GPUs). So a lightly loaded backend
@@ -24,7 +24,7 @@
 //! batch is still charged for a larger one. A fitted slope flatter than the prior's is
 //! replaced by the prior's shape through the same mean, so no backend's predicted TPOT ignores
 //! the requests added to it (a flat model would draw every `ttfa` request until the
-//! observations caught up, a stream's length later). No prediction before [`MIN_SAMPLES`]
+//! observations caught up, a stream's length later). No prediction before `MIN_SAMPLES`
 //! observations.
 //!
 //! **Central and cautious.** That estimate is the *central* one, for comparing backends (the
@@ -40,13 +40,13 @@ use std::time::Instant;
 use crate::seq_cell::SeqCell;
 
 /// Observations before a TPOT model predicts.
-pub const MIN_SAMPLES: u32 = 3;
+pub(crate) const MIN_SAMPLES: u32 = 3;
 /// Forgetting time constant, seconds.
 const TAU_S: f64 = 60.0;
 /// Below this variance of the observed batches the slope comes from the prior (module docs).
 const MIN_BATCH_VARIANCE: f64 = 1.0;
 /// The prior's batch at which a decode step costs twice its empty-batch cost.
-pub const PRIOR_DOUBLING_BATCH: f64 = 64.0;
+pub(crate) const PRIOR_DOUBLING_BATCH: f64 = 64.0;
 
 /// Learned TPOT coefficients of one backend: the central estimate (`base_s`, `s_per_seq`,
 /// what comparing backends needs) and the cautious one (`cautious_*`, what checking an
@@ -111,7 +111,7 @@ impl TpotFit {
         self.last_s = Some(self.last_s.map_or(at_s, |t| t.max(at_s)));
     }
 
-    /// The fit, once it has [`MIN_SAMPLES`] observations (see the module docs).
+    /// The fit, once it has `MIN_SAMPLES` observations (see the module docs).
     pub fn coefficients(&self) -> Option<TpotCoefficients> {
         if self.samples < MIN_SAMPLES || self.s0 <= 0.0 {
             return None;

@@ -8,8 +8,8 @@
 //! `stream_options.include_usage` — Pronto never adds that field, since it changes what the
 //! client receives) gives one sample of `engine tokens / our tokens`.
 //!
-//! [`TokenRatio`] keeps an EWMA of the log of that ratio (weight [`ALPHA`] per sample, so
-//! about the last 20 responses count), clamped to [`MIN_RATIO`]..=[`MAX_RATIO`] so a template
+//! [`TokenRatio`] keeps an EWMA of the log of that ratio (weight `ALPHA` per sample, so
+//! about the last 20 responses count), clamped to `MIN_RATIO`..=`MAX_RATIO` so a template
 //! mismatch or a bogus `usage` cannot distort routing by more than 4×. Starts at 1 (trust our
 //! count). Lock-free: one atomic holding the f64 bits, updated by compare-and-swap; readers pay
 //! one relaxed load.
@@ -17,14 +17,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// EWMA weight of the newest sample.
-pub const ALPHA: f64 = 0.05;
+pub(crate) const ALPHA: f64 = 0.05;
 /// Smallest ratio believed.
-pub const MIN_RATIO: f64 = 0.25;
+pub(crate) const MIN_RATIO: f64 = 0.25;
 /// Largest ratio believed.
-pub const MAX_RATIO: f64 = 4.0;
+pub(crate) const MAX_RATIO: f64 = 4.0;
 /// Prompts shorter than this (our count) are not sampled: the chat template's fixed tokens
 /// dominate them and would bias the ratio.
-pub const MIN_SAMPLE_TOKENS: u32 = 32;
+pub(crate) const MIN_SAMPLE_TOKENS: u32 = 32;
 
 /// The learned engine-tokens-per-Pronto-token ratio of one model's pool.
 #[derive(Debug)]

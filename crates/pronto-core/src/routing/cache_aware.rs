@@ -53,11 +53,11 @@ use super::{BackendView, Decision, NoBackend, Policy, Reason, Snapshot};
 use crate::request::RequestFeatures;
 
 /// SGLang's default `cache_threshold`.
-pub const DEFAULT_CACHE_THRESHOLD: f64 = 0.3;
+pub(crate) const DEFAULT_CACHE_THRESHOLD: f64 = 0.3;
 /// SGLang's default `balance_abs_threshold`.
-pub const DEFAULT_BALANCE_ABS_THRESHOLD: u32 = 64;
+pub(crate) const DEFAULT_BALANCE_ABS_THRESHOLD: u32 = 64;
 /// SGLang's default `balance_rel_threshold`.
-pub const DEFAULT_BALANCE_REL_THRESHOLD: f64 = 1.5;
+pub(crate) const DEFAULT_BALANCE_REL_THRESHOLD: f64 = 1.5;
 
 /// Cache-aware routing with load-imbalance override (SGLang semantics).
 #[derive(Debug, Clone, PartialEq)]

@@ -40,9 +40,9 @@ use super::{BackendView, Decision, LeastInflight, NoBackend, Policy, Reason, Sna
 use crate::request::RequestFeatures;
 
 /// Default points per unit of weight.
-pub const DEFAULT_VIRTUAL_NODES: u32 = 160;
+pub(crate) const DEFAULT_VIRTUAL_NODES: u32 = 160;
 /// Most points one backend gets on the ring, whatever its weight.
-pub const MAX_POINTS_PER_BACKEND: u64 = 1 << 16;
+pub(crate) const MAX_POINTS_PER_BACKEND: u64 = 1 << 16;
 
 /// The splitmix64 increment, spacing a backend's points.
 const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;

@@ -38,7 +38,7 @@ pub use random::Random;
 pub use round_robin::RoundRobin;
 pub use spec::{
     CacheAwareParams, ConsistentHashParams, PolicyKind, PolicySpec, PredictedTtftParams,
-    SeedParams, SpecError, MAX_VIRTUAL_NODES,
+    SeedParams, SpecError,
 };
 
 pub use crate::affinity::residency::AllocRate;
@@ -210,7 +210,7 @@ impl BackendView {
     /// Seconds a prefix stays in the backend's cache after the dispatch that last used it
     /// (infinite: unknown): pinned while that request is in flight, then cycled out of the
     /// evictable part, `max(capacity, reserved) / allocation rate`
-    /// ([`crate::affinity::residency::residency_s`]). Prefix credit older than this is not
+    /// (`crate::affinity::residency::residency_s`). Prefix credit older than this is not
     /// given.
     #[inline]
     pub fn cache_residency_s(&self) -> f64 {
@@ -260,12 +260,12 @@ impl BackendView {
 }
 
 /// Output tokens assumed for a request that does not say (`max_tokens` absent).
-pub const DEFAULT_OUTPUT_TOKENS: u32 = 256;
+pub(crate) const DEFAULT_OUTPUT_TOKENS: u32 = 256;
 
 /// Tokens a request is expected to generate: its `max_tokens`, or
 /// [`DEFAULT_OUTPUT_TOKENS`] when it sets none.
 #[inline]
-pub fn expected_output_tokens(features: &RequestFeatures) -> u32 {
+pub(crate) fn expected_output_tokens(features: &RequestFeatures) -> u32 {
     features.max_tokens.unwrap_or(DEFAULT_OUTPUT_TOKENS)
 }
 
@@ -273,7 +273,7 @@ pub fn expected_output_tokens(features: &RequestFeatures) -> u32 {
 /// backend is believed to hold (`matched_blocks[i]`, e.g. from
 /// [`crate::affinity::PrefixIndex::match_lengths`]). A hit never covers the whole prompt: an
 /// engine always computes the last prompt token.
-pub fn apply_prefix_matches(
+pub(crate) fn apply_prefix_matches(
     views: &mut [BackendView],
     matched_blocks: &[u32],
     block_tokens: f64,

@@ -119,7 +119,7 @@ impl Default for PredictedTtft {
 /// Default [`PredictedTtft::decode_stall_weight`]: a second of stall on another stream costs
 /// 0.2 s of this request's TTFT. Chosen on the offline matrix at 95 % load
 /// (`docs/design/predicted-ttft.md`, *Overload and goodput*).
-pub const DEFAULT_DECODE_STALL_WEIGHT: f64 = 0.2;
+pub(crate) const DEFAULT_DECODE_STALL_WEIGHT: f64 = 0.2;
 
 impl Policy for PredictedTtft {
     fn name(&self) -> &'static str {

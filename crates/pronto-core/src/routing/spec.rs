@@ -32,7 +32,7 @@ use super::{
 };
 
 /// Largest accepted `consistent_hash.virtual_nodes`.
-pub const MAX_VIRTUAL_NODES: u32 = 10_000;
+pub(crate) const MAX_VIRTUAL_NODES: u32 = 10_000;
 
 /// Policy names accepted in config.
 #[derive(
@@ -247,7 +247,7 @@ impl Default for PredictedTtftParams {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ConsistentHashParams {
-    /// Ring points per unit of backend weight, 1..=[`MAX_VIRTUAL_NODES`].
+    /// Ring points per unit of backend weight, 1..=`MAX_VIRTUAL_NODES`.
     pub virtual_nodes: u32,
 }
 

@@ -14,7 +14,7 @@
 //! 3. replaced by its exact index's answer when the engine publishes KV events and that index
 //!    is live and trusted;
 //! 4. turned into cached tokens: `blocks × BLOCK_TOKENS × token_ratio`, never the whole prompt
-//!    ([`apply_prefix_matches`]);
+//!    (`apply_prefix_matches`);
 //! 5. with the pool's stall rule, a backend silent past its bound is marked stalled in its
 //!    ledger and left out while another is eligible ([`crate::stall`]); the backends it newly
 //!    marked are in [`Scratch::newly_stalled`], for the caller's log and counters.
