@@ -62,7 +62,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use super::{exact_hit, start_step, Backend, Chooser, SimBackend, Track};
+use super::{start_step, Backend, Chooser, SimBackend, Track};
 use crate::engine::{Engine, EngineEvent, SimRequest};
 use crate::eval_replicas::{Replicas, Tracked};
 use crate::fleet_config::FaultConfig;
@@ -659,7 +659,7 @@ impl Races {
         let Some(Action::Launch(kind)) = en.race.on_trigger(kind, || bucket.take()) else {
             return;
         };
-        let Chooser::Policy(policy, exact) = w.chooser else {
+        let Chooser::Policy(policy, _) = w.chooser else {
             en.race.launch_failed();
             return;
         };
@@ -667,15 +667,10 @@ impl Races {
         let now = w.base + Duration::from_secs_f64(t);
         let residency = policy.limits_prefix_credit_to_residency();
         let tried = [BackendId(first as u64)];
-        let mut views = w
+        let views = w
             .router
             .views_excluding(en.replica, &en.features, t, residency, &tried)
             .to_vec();
-        if *exact {
-            for (v, b) in views.iter_mut().zip(w.backends.iter()) {
-                v.cached_tokens = exact_hit(&b.engine, &en.ids, &en.features);
-            }
-        }
         let Ok(d) = pronto_core::routing::decide(&**policy, &en.features, &views, now) else {
             en.race.launch_failed();
             return;
@@ -707,7 +702,7 @@ impl Races {
         let id = i as u64 | SECOND;
         let generated = w.tracks[i].output_tokens.saturating_add(thinking);
         let engine = &mut w.backends[b].engine;
-        if engine.config().block_size == BLOCK_TOKENS {
+        if engine.config().block_size == BLOCK_TOKENS && !engine.logs_kv_events() {
             let hashes = en.features.block_hashes.clone().into();
             engine.add_hashed(id, en.features.prompt_tokens, hashes, generated);
         } else {
