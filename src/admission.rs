@@ -1,4 +1,6 @@
-//! SLO admission: the bounded gateway queue in front of the pools.
+//! SLO admission: the bounded gateway queue in front of the pools. The rules (what a miss is,
+//! what it does, the queue's order) are [`pronto_core::admission`]'s, shared with the
+//! evaluator; this module is their gateway driver.
 //!
 //! A route with a `ttft_slo` is admission-controlled (see [`crate::config::route`]). When a
 //! request arrives, before the routing policy runs, the proxy asks whether the route's pool can
@@ -53,42 +55,8 @@ use tokio::sync::Notify;
 
 use crate::telemetry::Metrics;
 
-/// Why admission refused a request (a bounded metric label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ShedReason {
-    /// The best predicted TTFT exceeds the route's SLO.
-    SloMiss,
-    /// No backend of the pool is eligible.
-    NoCapacity,
-    /// Queued requests of the same or a more urgent class come first.
-    QueuedAhead,
-    /// The admission queue is full.
-    QueueFull,
-    /// The request's queue deadline passed with no backend free.
-    Deadline,
-}
-
-impl ShedReason {
-    /// Every reason, for registering the series at zero.
-    pub const ALL: [ShedReason; 5] = [
-        ShedReason::SloMiss,
-        ShedReason::NoCapacity,
-        ShedReason::QueuedAhead,
-        ShedReason::QueueFull,
-        ShedReason::Deadline,
-    ];
-
-    /// The `reason` label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ShedReason::SloMiss => "slo_miss",
-            ShedReason::NoCapacity => "no_capacity",
-            ShedReason::QueuedAhead => "queued_ahead",
-            ShedReason::QueueFull => "queue_full",
-            ShedReason::Deadline => "deadline",
-        }
-    }
-}
+use pronto_core::admission::QueueKey;
+pub use pronto_core::admission::ShedReason;
 
 /// The gateway's admission queue (one per gateway; it outlives config reloads).
 #[derive(Debug)]
@@ -115,8 +83,13 @@ struct Entry {
 }
 
 impl Entry {
-    fn key(&self) -> (u32, Instant, u64) {
-        (self.rank, self.deadline, self.id)
+    /// Its place in its pool's queue ([`QueueKey`]: class, deadline, arrival).
+    fn key(&self) -> QueueKey<Instant> {
+        QueueKey {
+            rank: self.rank,
+            deadline: self.deadline,
+            seq: self.id,
+        }
     }
 }
 

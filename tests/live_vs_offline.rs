@@ -123,6 +123,7 @@ async fn live_and_offline_agree_on_a_short_trace_slice() {
         migration: 1,
         ttft_slo: pronto_sim::evaluate::SloLimit(None),
         tpot_slo: pronto_sim::evaluate::SloLimit(None),
+        on_slo_miss: None,
         objective: pronto_sim::evaluate::EvalObjective::Ttft,
         first_token_deadline: None,
         hedge: None,

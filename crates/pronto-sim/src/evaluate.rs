@@ -98,7 +98,9 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::engine::{Engine, EngineEvent};
-pub use super::eval_args::{prepare_trace, EvalObjective, EvaluateArgs, Generated, SloLimit};
+pub use super::eval_args::{
+    prepare_trace, EvalObjective, EvalOnMiss, EvaluateArgs, Generated, SloLimit,
+};
 use super::eval_replicas::{Replicas, Replication, Tracked};
 use super::eval_report::{percentile, tpot_and_goodput, RequestOutcome, RunReport};
 use super::eval_router::ScrapedLoad;
@@ -110,6 +112,7 @@ pub use fleet::{
     apply_load, engine_capacity_rps, fleet_capacity_rps, load_fleet, reasoning_capacity_rps,
     SimBackend,
 };
+use pronto_core::admission::Verdict;
 use pronto_core::predict::ReasoningLengths;
 use pronto_core::request::RequestFeatures;
 use pronto_core::slo::{Objective, SloTargets};
@@ -209,6 +212,7 @@ pub fn evaluate_replicated(
         slo: *slo,
         objective,
         races: RaceConfig::default(),
+        admission: None,
     };
     evaluate_route(fleet, model, reqs, policy, rep, &route)
 }
@@ -224,6 +228,8 @@ pub struct RouteSettings {
     pub objective: EvalObjective,
     /// `--first-token-deadline`, `--hedge`.
     pub races: RaceConfig,
+    /// `--on-slo-miss`: SLO admission against `slo.ttft_s` ([`pronto_core::admission`]).
+    pub admission: Option<pronto_core::admission::OnMiss>,
 }
 
 /// One run: `reqs` through a fresh fleet under `policy`, the router replicated as `rep` says,
@@ -261,7 +267,10 @@ pub fn evaluate_crashing(
         ref slo,
         objective,
         ref races,
+        admission,
     } = *route;
+    // SLO admission applies with a TTFT objective, as on a route with `ttft_slo`.
+    let admission = admission.zip(slo.ttft_s);
     anyhow::ensure!(!fleet.is_empty(), "the fleet has no backends");
     let chooser = Chooser::of(policy)?;
     let mut oracle_thinking: Vec<u32> = Vec::new();
@@ -560,6 +569,27 @@ pub fn evaluate_crashing(
                 Chooser::Policy(p, _) => pronto_core::routing::decide(&**p, features, views, now)
                     .ok()
                     .map(|d| (d.index, d.predicted_ttft_s, Some(d.reason), views[d.index])),
+            };
+            // SLO admission, by the gateway's rules: the queue is first-come first-served (one
+            // class), so nothing waits ahead of its head; a waiting head holds the rest back.
+            let chosen = match admission {
+                Some((on, slo_s)) => {
+                    let decided = chosen.as_ref().map(|c| c.1);
+                    let missed = pronto_core::admission::miss(false, decided, slo_s);
+                    let expired = t >= tracks[i].arrival_s + slo_s;
+                    let eligible = chosen.is_some();
+                    match pronto_core::admission::on_miss(
+                        missed.map(|m| m.0),
+                        on,
+                        expired,
+                        eligible,
+                    ) {
+                        Verdict::Send => chosen,
+                        Verdict::Wait => break,
+                        Verdict::Shed(_) | Verdict::Fallback => None,
+                    }
+                }
+                None => chosen,
             };
             queue.pop_front();
             race.earn();
