@@ -13,7 +13,7 @@
 //! recorded at dispatch and observed at the first token as the gateway does. The engines'
 //! `/metrics` are "scraped" from their true queues on the virtual clock, each backend on its
 //! own timer as the gateway's scraper runs them: every 250 ms (the gateway's default), backend
-//! `i` at phase `frac(i × 0.618…)` of the interval ([`Scrapes`]), so a burst after a quiet gap
+//! `i` at phase `frac(i × 0.618…)` of the interval (`Scrapes`), so a burst after a quiet gap
 //! sees samples as old as the gateway's would be, not taken at its arrival.
 //! `now` is a fixed [`Instant`] plus the virtual offset. TTFT = first-token step end −
 //! arrival; E2E = finish − arrival. Nothing is random: a run is a pure function of trace,

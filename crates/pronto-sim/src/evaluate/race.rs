@@ -17,7 +17,10 @@
 //! time, unscaled: the same at `--time-scale 1`).
 //!
 //! ## Failover and hedging (`--first-token-deadline`, `--hedge`)
-//! Every evaluator request is streamed. At dispatch, [`pronto_core::race::plan`] gives the
+//! The sequencing — when the second copy goes out, what the loser does — is not written here:
+//! it is [`pronto_core::race::Race`]'s, the state machine the gateway's `proxy::race` drives
+//! too; this module schedules its triggers on the virtual clock and carries out its actions
+//! on the simulated engines and the router's ledger. Every evaluator request is streamed. At dispatch, [`pronto_core::race::plan`] gives the
 //! request's triggers from its decision's prediction, exactly as the gateway's `Plan::of`: the
 //! hedge delay (the budget, a [`HedgeBucket`] per run, earned by every routed request) and the
 //! deadline. At a trigger (an event of the simulation, processed after step ends and before
