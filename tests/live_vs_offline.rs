@@ -20,7 +20,7 @@ use pronto_sim::fleet_config::FleetConfig;
 use pronto_sim::workload::TraceFormat;
 
 const MODEL: &str = "llama-3-8b";
-const LIMIT: usize = 120;
+const LIMIT: usize = 240;
 const LOAD: f64 = 0.8;
 /// Live mean TTFT ÷ offline mean TTFT stays within 1 ± this (the agreement table's bound).
 const MEAN_BOUND: f64 = 0.15;
@@ -123,6 +123,7 @@ async fn live_and_offline_agree_on_a_short_trace_slice() {
         migration: 1,
         ttft_slo: pronto_sim::evaluate::SloLimit(None),
         tpot_slo: pronto_sim::evaluate::SloLimit(None),
+        on_slo_miss: None,
         objective: pronto_sim::evaluate::EvalObjective::Ttft,
         first_token_deadline: None,
         hedge: None,

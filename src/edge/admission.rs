@@ -1,4 +1,6 @@
-//! SLO admission: the bounded gateway queue in front of the pools.
+//! SLO admission: the bounded gateway queue in front of the pools. The rules (what a miss is,
+//! what it does, the queue's order) are [`pronto_core::admission`]'s, shared with the
+//! evaluator; this module is their gateway driver.
 //!
 //! A route with a `ttft_slo` is admission-controlled (see [`crate::config::route`]). When a
 //! request arrives, before the routing policy runs, the proxy asks whether the route's pool can
@@ -53,7 +55,8 @@ use tokio::sync::Notify;
 
 use crate::telemetry::Metrics;
 
-pub use crate::telemetry::ShedReason;
+use pronto_core::admission::QueueKey;
+pub use pronto_core::admission::ShedReason;
 
 /// The gateway's admission queue (one per gateway; it outlives config reloads).
 #[derive(Debug)]
@@ -80,8 +83,13 @@ struct Entry {
 }
 
 impl Entry {
-    fn key(&self) -> (u32, Instant, u64) {
-        (self.rank, self.deadline, self.id)
+    /// Its place in its pool's queue ([`QueueKey`]: class, deadline, arrival).
+    fn key(&self) -> QueueKey<Instant> {
+        QueueKey {
+            rank: self.rank,
+            deadline: self.deadline,
+            seq: self.id,
+        }
     }
 }
 

@@ -115,18 +115,11 @@ impl Edge {
                 state.config.explain_headers,
             )
             .ok();
-        // A policy that cannot predict (no model anywhere) does not hold the request back.
-        let predicted = routed.map(|r| r.decision.predicted_ttft_s.unwrap_or(0.0));
+        // The rule is the core's, shared with the evaluator ([`pronto_core::admission::miss`]).
         let rank = route.map_or(0, |r| r.rank);
-        let miss = if check_queue && self.admission.waiting_ahead(&pool.model, rank) {
-            Some((ShedReason::QueuedAhead, predicted.unwrap_or(f64::INFINITY)))
-        } else {
-            match predicted {
-                None => Some((ShedReason::NoCapacity, f64::INFINITY)),
-                Some(p) if p > slo.ttft.as_secs_f64() => Some((ShedReason::SloMiss, p)),
-                Some(_) => None,
-            }
-        };
+        let ahead = check_queue && self.admission.waiting_ahead(&pool.model, rank);
+        let decided = routed.as_ref().map(|r| r.decision.predicted_ttft_s);
+        let miss = pronto_core::admission::miss(ahead, decided, slo.ttft.as_secs_f64());
         (miss, routed)
     }
 

@@ -19,6 +19,9 @@
 //! bound of its real TTFT. An attempt that *fails* during the race (connect error, 5xx,
 //! timeout) is counted and marked tried, and the other is awaited alone; its outcome is the
 //! race's. Everything here runs in the request's task: no spawn, no lock across an await.
+//!
+//! These rules are [`pronto_core::race::Race`]'s, a clock-free state machine the offline
+//! evaluator drives as well; this module waits on tokio time and carries out its actions.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -124,42 +124,9 @@ pub const UPSTREAM_ERROR_KINDS: [&str; 7] = [
     "mid_stream",
 ];
 
-/// Why admission refused a request (a bounded metric label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ShedReason {
-    /// The best predicted TTFT exceeds the route's SLO.
-    SloMiss,
-    /// No backend of the pool is eligible.
-    NoCapacity,
-    /// Queued requests of the same or a more urgent class come first.
-    QueuedAhead,
-    /// The admission queue is full.
-    QueueFull,
-    /// The request's queue deadline passed with no backend free.
-    Deadline,
-}
-
-impl ShedReason {
-    /// Every reason, for registering the series at zero.
-    pub const ALL: [ShedReason; 5] = [
-        ShedReason::SloMiss,
-        ShedReason::NoCapacity,
-        ShedReason::QueuedAhead,
-        ShedReason::QueueFull,
-        ShedReason::Deadline,
-    ];
-
-    /// The `reason` label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ShedReason::SloMiss => "slo_miss",
-            ShedReason::NoCapacity => "no_capacity",
-            ShedReason::QueuedAhead => "queued_ahead",
-            ShedReason::QueueFull => "queue_full",
-            ShedReason::Deadline => "deadline",
-        }
-    }
-}
+/// Why admission refused a request (a bounded metric label): the core's admission verdict,
+/// named here so telemetry's labels are all in one place.
+pub use pronto_core::admission::ShedReason;
 
 /// Why an active health check failed (a bounded metric label, [`CheckFailure::label`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,6 +15,7 @@
 // Reached from every request: no panics (tests may unwrap, clippy.toml).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod admission;
 pub mod affinity;
 pub mod cluster;
 pub mod engine;

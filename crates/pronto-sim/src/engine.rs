@@ -228,6 +228,11 @@ impl Engine {
         self.kv_events.get_or_insert_with(Vec::new);
     }
 
+    /// Whether KV-cache events are logged ([`Engine::enable_kv_events`]).
+    pub fn logs_kv_events(&self) -> bool {
+        self.kv_events.is_some()
+    }
+
     /// KV-cache events logged since the last call, in order.
     pub fn take_kv_events(&mut self) -> Vec<KvEvent> {
         self.flush_evictions();

@@ -88,6 +88,11 @@ pub struct EvaluateArgs {
     /// counts against it; `off`: none.
     #[arg(long, default_value = "50ms")]
     pub tpot_slo: SloLimit,
+    /// SLO admission, as a route's `on_slo_miss` with `--ttft-slo`: a request that cannot
+    /// meet it now is refused (`shed`) or waits in the gateway queue until it can or its
+    /// deadline passes (`queue`) — [`pronto_core::admission`]; absent: every request is sent.
+    #[arg(long, value_enum)]
+    pub on_slo_miss: Option<EvalOnMiss>,
     /// What `predicted_ttft` minimises, as a route's `objective:`: `ttft`, or `ttfa` (the
     /// first answer token: TTFT + the reasoning length learned from finished requests × each
     /// backend's predicted TPOT).
@@ -123,6 +128,26 @@ pub struct EvaluateArgs {
     /// `health.stall: {enabled: false}`: no progress-based exclusion.
     #[arg(long)]
     pub no_stall: bool,
+}
+
+/// `--on-slo-miss` (a route's `on_slo_miss:`; `fallback` needs a second pool, which the
+/// evaluator does not model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EvalOnMiss {
+    /// Refuse the request.
+    Shed,
+    /// Queue it until it can meet the SLO or its deadline passes.
+    Queue,
+}
+
+impl EvalOnMiss {
+    /// The core's rule.
+    pub fn rule(self) -> pronto_core::admission::OnMiss {
+        match self {
+            EvalOnMiss::Shed => pronto_core::admission::OnMiss::Shed,
+            EvalOnMiss::Queue => pronto_core::admission::OnMiss::Queue,
+        }
+    }
 }
 
 /// `--race-on` (a route's `race_on:`).

@@ -198,10 +198,11 @@ impl Replicas {
         capacities: &[Option<u64>],
         base: Instant,
         cfg: Replication,
+        exact: Option<&[usize]>,
     ) -> Replicas {
         let replicas = (0..cfg.replicas.max(1))
             .map(|i| Replica {
-                router: RouterSideState::new(names, capacities, base),
+                router: RouterSideState::new(names, capacities, base, exact),
                 id: ReplicaId(i as u64),
                 remote: Remote::new(PEER_TIMEOUT),
                 outbox: Outbox::new(ObserveLimit::DEFAULT),
@@ -369,6 +370,14 @@ impl Replicas {
         self.on_finish(tr, backend, None, t);
     }
 
+    /// A KV-event message of `backend`'s engine: every replica's exact index applies it (each
+    /// gateway replica subscribes to every engine's publisher).
+    pub fn apply_kv_events(&self, backend: usize, batch: &pronto_core::kv_index::EventBatch) {
+        for rep in &self.replicas {
+            rep.router.apply_kv_events(backend, batch);
+        }
+    }
+
     /// Replica `r`'s views for `features` at `t` without the backends `tried`.
     pub fn views_excluding(
         &mut self,
@@ -527,7 +536,7 @@ mod tests {
         let base = Instant::now();
         let features = RequestFeatures::synthetic("m", String::new(), Some(16));
         let model_after = |calls: &[(bool, f64, f64)]| {
-            let mut r = Replicas::new(&["b0"], &[None], base, Replication::default());
+            let mut r = Replicas::new(&["b0"], &[None], base, Replication::default(), None);
             let view = r.views_excluding(0, &features, 0.0, false, &[])[0];
             let mut tr = r.on_dispatch(0, 0, Some(0.1), &view, &features, 0.0);
             for &(held, ttft_s, t) in calls {

@@ -19,6 +19,7 @@ use pronto_core::affinity::{IndexConfig, PrefixIndex};
 use pronto_core::cluster::{BackendRef, Local};
 use pronto_core::engine::{stale_after, EngineFlavor, EngineSample, DEFAULT_SCRAPE_INTERVAL};
 use pronto_core::ids::BackendId;
+use pronto_core::kv_index::{EventBatch, ExactIndex};
 use pronto_core::load::Plain;
 use pronto_core::predict::Coefficients;
 use pronto_core::request::{RequestFeatures, TokenRatio};
@@ -85,21 +86,27 @@ pub struct RouterSideState {
 impl RouterSideState {
     /// Idle backends with these names, in pool order; times relative to `epoch`. `capacities`:
     /// each engine's KV-cache capacity in tokens, as a scrape of its cache config would report.
+    /// `exact`: each engine's block size, when its KV events feed an exact prefix index
+    /// ([`RouterSideState::apply_kv_events`]), as a gateway backend with `kv_events:`.
     pub fn new<S: AsRef<str>>(
         names: &[S],
         capacities: &[Option<u64>],
         epoch: Instant,
+        exact: Option<&[usize]>,
     ) -> RouterSideState {
         let backends: Vec<SimRouterBackend> = names
             .iter()
             .enumerate()
             .map(|(i, n)| {
+                let index = exact
+                    .and_then(|sizes| sizes.get(i))
+                    .map(|&bs| Arc::new(ExactIndex::new(bs)));
                 let state = BackendState::new(
                     BackendId(i as u64),
                     n.as_ref(),
                     Coefficients::default(),
                     epoch,
-                    None,
+                    index,
                 );
                 if let Some(Some(c)) = capacities.get(i) {
                     state.set_kv_capacity(*c);
@@ -123,6 +130,14 @@ impl RouterSideState {
             scratch: Scratch::default(),
             stall: None,
             stall_marks: 0,
+        }
+    }
+
+    /// One message of `backend`'s KV-event publisher reached this router: its exact index
+    /// applies it, as the gateway's subscriber does ([`ExactIndex::apply`]).
+    pub fn apply_kv_events(&self, backend: usize, batch: &EventBatch) {
+        if let Some(x) = &self.backends[backend].state.exact {
+            x.apply(batch);
         }
     }
 
@@ -333,10 +348,48 @@ impl Local for RouterSideState {
 mod tests {
     use super::*;
 
+    /// `+exact`: what an engine's KV events say it holds reaches the views through the shared
+    /// view builder, and only for that engine; before any event, the approximate index decides.
+    #[test]
+    fn kv_events_feed_the_exact_index_the_views_read() {
+        use crate::engine::{Engine, EngineConfig, SimRequest};
+        use crate::profile::Profile;
+        let now = Instant::now();
+        let cfg = EngineConfig::from_profile(Profile::builtin("h100-llama3-8b").unwrap());
+        let sizes = [cfg.block_size, cfg.block_size];
+        let s = RouterSideState::new(&["a", "b"], &[None, None], now, Some(&sizes));
+        let ids: Vec<u32> = (0..256).collect();
+        let mut f = RequestFeatures::synthetic("m", String::new(), None);
+        f.prompt_tokens = ids.len() as u32;
+        f.block_hashes = pronto_core::tokens::block_hashes(&ids, pronto_core::tokens::BLOCK_TOKENS);
+        let mut s = s;
+        assert_eq!(s.views(&f, now, false)[0].cached_tokens, 0);
+        let mut e = Engine::new(cfg);
+        e.enable_kv_events();
+        e.add_request(SimRequest {
+            id: 1,
+            prompt: ids.clone(),
+            max_tokens: 2,
+        });
+        while e.step().is_some() {}
+        let events = e.take_kv_events();
+        assert!(!events.is_empty(), "the engine logged what it stored");
+        let batch = EventBatch {
+            seq: 1,
+            ts: 0.0,
+            events,
+            dp_rank: None,
+        };
+        s.apply_kv_events(0, &batch);
+        let v = s.views(&f, now, false);
+        assert!(v[0].cached_tokens > 0, "{:?}", v[0].cached_tokens);
+        assert_eq!(v[1].cached_tokens, 0, "nothing was routed or stored on b");
+    }
+
     #[test]
     fn counts_follow_the_request_lifecycle_and_the_model_learns() {
         let now = Instant::now();
-        let mut s = RouterSideState::new(&["a", "b"], &[None, None], now);
+        let mut s = RouterSideState::new(&["a", "b"], &[None, None], now, None);
         let mut f = RequestFeatures::synthetic("m", "x".into(), None);
         f.prompt_tokens = 100;
         let chosen = s.views(&f, now, true)[1];

@@ -206,6 +206,7 @@ fn conversation_slice(load: f64, limit: usize) -> Option<EvaluateArgs> {
         migration: 1,
         ttft_slo: SloLimit(None),
         tpot_slo: SloLimit(None),
+        on_slo_miss: None,
         objective: crate::evaluate::EvalObjective::Ttft,
         first_token_deadline: None,
         hedge: None,
@@ -685,4 +686,55 @@ fn a_policy_takes_its_parameters_after_its_name() {
         let e = run(bad).unwrap_err().to_string();
         assert!(e.contains(says), "{bad}: {e}");
     }
+}
+
+/// SLO admission offline, by the gateway's rules (`pronto_core::admission`): at 1.5 × capacity
+/// with a tight TTFT SLO, `shed` refuses what would miss it, so what it serves starts sooner;
+/// `queue` holds requests back instead, shedding none while a backend can still take them.
+#[test]
+fn slo_admission_sheds_or_queues_what_would_miss() {
+    use crate::eval_replicas::Replication;
+    use pronto_core::admission::OnMiss;
+    use pronto_core::slo::SloTargets;
+    let reqs = workload(1.5);
+    let run = |admission| {
+        let route = RouteSettings {
+            slo: SloTargets {
+                ttft_s: Some(0.3),
+                tpot_s: None,
+            },
+            admission,
+            ..RouteSettings::default()
+        };
+        let fleet = small_fleet();
+        evaluate_route(
+            &fleet,
+            "m",
+            &reqs,
+            "predicted_ttft",
+            Replication::default(),
+            &route,
+        )
+        .unwrap()
+    };
+    let open = run(None);
+    let shed = run(Some(OnMiss::Shed));
+    let queued = run(Some(OnMiss::Queue));
+    assert_eq!(open.shed, 0);
+    assert!(shed.shed > 0, "an overload sheds");
+    assert_eq!(
+        shed.completed + shed.shed + shed.rejected,
+        reqs.len() as u64
+    );
+    assert!(
+        shed.ttft_mean_ms < open.ttft_mean_ms,
+        "what is admitted starts sooner: {} vs {}",
+        shed.ttft_mean_ms,
+        open.ttft_mean_ms
+    );
+    assert!(queued.shed < shed.shed, "{} vs {}", queued.shed, shed.shed);
+    assert_eq!(
+        queued.completed + queued.shed + queued.rejected,
+        reqs.len() as u64
+    );
 }

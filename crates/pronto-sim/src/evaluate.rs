@@ -13,7 +13,7 @@
 //! recorded at dispatch and observed at the first token as the gateway does. The engines'
 //! `/metrics` are "scraped" from their true queues on the virtual clock, each backend on its
 //! own timer as the gateway's scraper runs them: every 250 ms (the gateway's default), backend
-//! `i` at phase `frac(i × 0.618…)` of the interval ([`Scrapes`]), so a burst after a quiet gap
+//! `i` at phase `frac(i × 0.618…)` of the interval (`Scrapes`), so a burst after a quiet gap
 //! sees samples as old as the gateway's would be, not taken at its arrival.
 //! `now` is a fixed [`Instant`] plus the virtual offset. TTFT = first-token step end −
 //! arrival; E2E = finish − arrival. Nothing is random: a run is a pure function of trace,
@@ -36,11 +36,12 @@
 //!
 //! ## `POLICY+exact`: the exact prefix index
 //! Any gateway policy name with the suffix [`EXACT_SUFFIX`] (`predicted_ttft+exact`) runs that
-//! policy with each backend's expected prefix hit taken from what its engine really holds —
-//! what the gateway's KV-event-fed exact index ([`pronto_core::kv_index`]) reports — instead of
-//! the approximate prefix index (which only knows what was routed where). The engine state
-//! read is the one after the latest scheduled step (a live engine publishes a step's events
-//! when the step ends, one step later); everything else the policy sees is unchanged.
+//! policy as a gateway whose backends have `kv_events:`: each engine logs the KV events vLLM's
+//! publisher would send, each router keeps a [`pronto_core::kv_index::ExactIndex`] per backend
+//! fed with them — one batch per engine step, applied when the step ends, as a live engine
+//! publishes it — and the views come from the shared view builder (`views::build`), which
+//! takes a backend's prefix hit from its exact index while that index is live and trusted,
+//! and from the approximate index otherwise, exactly as in the gateway.
 //!
 //! ## `--load X`
 //! Capacity is the fleet's sustainable request rate for this trace's request mix:
@@ -97,7 +98,9 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::engine::{Engine, EngineEvent};
-pub use super::eval_args::{prepare_trace, EvalObjective, EvaluateArgs, Generated, SloLimit};
+pub use super::eval_args::{
+    prepare_trace, EvalObjective, EvalOnMiss, EvaluateArgs, Generated, SloLimit,
+};
 use super::eval_replicas::{Replicas, Replication, Tracked};
 use super::eval_report::{percentile, tpot_and_goodput, RequestOutcome, RunReport};
 use super::eval_router::ScrapedLoad;
@@ -109,6 +112,7 @@ pub use fleet::{
     apply_load, engine_capacity_rps, fleet_capacity_rps, load_fleet, reasoning_capacity_rps,
     SimBackend,
 };
+use pronto_core::admission::Verdict;
 use pronto_core::predict::ReasoningLengths;
 use pronto_core::request::RequestFeatures;
 use pronto_core::slo::{Objective, SloTargets};
@@ -128,7 +132,7 @@ mod wedge;
 
 use chooser::Chooser;
 use feed::{start_step, submit};
-use oracle::{exact_hit, oracle_pick};
+use oracle::oracle_pick;
 
 /// Requests in a `--load` calibration run.
 pub const CALIBRATION_SAMPLE: usize = 400;
@@ -208,6 +212,7 @@ pub fn evaluate_replicated(
         slo: *slo,
         objective,
         races: RaceConfig::default(),
+        admission: None,
     };
     evaluate_route(fleet, model, reqs, policy, rep, &route)
 }
@@ -223,6 +228,8 @@ pub struct RouteSettings {
     pub objective: EvalObjective,
     /// `--first-token-deadline`, `--hedge`.
     pub races: RaceConfig,
+    /// `--on-slo-miss`: SLO admission against `slo.ttft_s` ([`pronto_core::admission`]).
+    pub admission: Option<pronto_core::admission::OnMiss>,
 }
 
 /// One run: `reqs` through a fresh fleet under `policy`, the router replicated as `rep` says,
@@ -260,10 +267,12 @@ pub fn evaluate_crashing(
         ref slo,
         objective,
         ref races,
+        admission,
     } = *route;
+    // SLO admission applies with a TTFT objective, as on a route with `ttft_slo`.
+    let admission = admission.zip(slo.ttft_s);
     anyhow::ensure!(!fleet.is_empty(), "the fleet has no backends");
     let chooser = Chooser::of(policy)?;
-    let mut exact_views = Vec::new();
     let mut oracle_thinking: Vec<u32> = Vec::new();
     let names: Vec<&str> = fleet.iter().map(|b| b.name.as_str()).collect();
     let capacities: Vec<Option<u64>> = fleet
@@ -271,7 +280,16 @@ pub fn evaluate_crashing(
         .map(|b| Some((b.config.num_kv_blocks * b.config.block_size) as u64))
         .collect();
     let base = Instant::now();
-    let mut router = Replicas::new(&names, &capacities, base, rep);
+    // `+exact`: each engine publishes its KV events, each router's exact index applies them.
+    let exact = matches!(chooser, Chooser::Policy(_, true));
+    let block_sizes: Vec<usize> = fleet.iter().map(|b| b.config.block_size).collect();
+    let mut router = Replicas::new(
+        &names,
+        &capacities,
+        base,
+        rep,
+        exact.then_some(&block_sizes[..]),
+    );
     router.set_stall_rule(races.stall);
     // Each request's booking and prediction inputs, while it is in flight.
     let mut dispatched: Vec<Option<Tracked>> = (0..reqs.len()).map(|_| None).collect();
@@ -281,13 +299,21 @@ pub fn evaluate_crashing(
     let mut clock: f64;
     let mut backends: Vec<Backend> = fleet
         .iter()
-        .map(|b| Backend {
-            engine: Engine::new(b.config.clone()),
-            busy_until: None,
-            pending: Vec::new(),
-            wedge: b.wedge,
+        .map(|b| {
+            let mut engine = Engine::new(b.config.clone());
+            if exact {
+                engine.enable_kv_events();
+            }
+            Backend {
+                engine,
+                busy_until: None,
+                pending: Vec::new(),
+                wedge: b.wedge,
+            }
         })
         .collect();
+    // Per backend, the KV-event publisher's sequence number.
+    let mut kv_seq = vec![0u64; fleet.len()];
     let mut tracks: Vec<Track> = Vec::with_capacity(reqs.len());
     let mut ttft = Vec::with_capacity(reqs.len());
     let mut ttfa = Vec::with_capacity(reqs.len());
@@ -452,6 +478,21 @@ pub fn evaluate_crashing(
                     }
                 }
                 if !raced {
+                    // The step that ended published its KV events (a live engine sends them
+                    // when the step ends); the routers' exact indexes apply them now.
+                    if exact {
+                        let events = backends[b].engine.take_kv_events();
+                        if !events.is_empty() {
+                            kv_seq[b] += 1;
+                            let batch = pronto_core::kv_index::EventBatch {
+                                seq: kv_seq[b],
+                                ts: t,
+                                events,
+                                dp_rank: None,
+                            };
+                            router.apply_kv_events(b, &batch);
+                        }
+                    }
                     start_step(&mut backends[b], t);
                 }
                 // After the step's events: a first token that arrived at `t` is not undone.
@@ -525,21 +566,30 @@ pub fn evaluate_crashing(
                     let b = oracle_pick(&backends, ids, id, r, t, thinking);
                     Some((b, None, None, views[b]))
                 }
-                Chooser::Policy(p, exact) => {
-                    let views = if *exact {
-                        exact_views.clear();
-                        exact_views.extend_from_slice(views);
-                        for (v, b) in exact_views.iter_mut().zip(&backends) {
-                            v.cached_tokens = exact_hit(&b.engine, ids, features);
-                        }
-                        &exact_views[..]
-                    } else {
-                        views
-                    };
-                    pronto_core::routing::decide(&**p, features, views, now)
-                        .ok()
-                        .map(|d| (d.index, d.predicted_ttft_s, Some(d.reason), views[d.index]))
+                Chooser::Policy(p, _) => pronto_core::routing::decide(&**p, features, views, now)
+                    .ok()
+                    .map(|d| (d.index, d.predicted_ttft_s, Some(d.reason), views[d.index])),
+            };
+            // SLO admission, by the gateway's rules: the queue is first-come first-served (one
+            // class), so nothing waits ahead of its head; a waiting head holds the rest back.
+            let chosen = match admission {
+                Some((on, slo_s)) => {
+                    let decided = chosen.as_ref().map(|c| c.1);
+                    let missed = pronto_core::admission::miss(false, decided, slo_s);
+                    let expired = t >= tracks[i].arrival_s + slo_s;
+                    let eligible = chosen.is_some();
+                    match pronto_core::admission::on_miss(
+                        missed.map(|m| m.0),
+                        on,
+                        expired,
+                        eligible,
+                    ) {
+                        Verdict::Send => chosen,
+                        Verdict::Wait => break,
+                        Verdict::Shed(_) | Verdict::Fallback => None,
+                    }
                 }
+                None => chosen,
             };
             queue.pop_front();
             race.earn();

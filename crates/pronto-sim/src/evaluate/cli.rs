@@ -20,6 +20,7 @@ pub fn run_evaluate(args: EvaluateArgs) -> anyhow::Result<()> {
             slo: args.slo(),
             objective: args.objective,
             races: args.races(),
+            admission: args.on_slo_miss.map(|m| m.rule()),
         };
         let plan = CrashPlan::of(&FleetConfig::load(&args.fleet)?, args.migration);
         let report =

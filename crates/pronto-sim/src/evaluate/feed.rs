@@ -18,9 +18,10 @@ pub(super) fn submit(
     generated: u32,
     t: f64,
 ) {
-    // Block hashes at the gateway's block size, reused by engines of that size.
+    // Block hashes at the gateway's block size, reused by engines of that size (an engine
+    // that publishes KV events needs the token ids its events carry).
     let hashes = std::mem::take(&mut features.block_hashes);
-    if b.engine.config().block_size == BLOCK_TOKENS {
+    if b.engine.config().block_size == BLOCK_TOKENS && !b.engine.logs_kv_events() {
         b.engine
             .add_hashed(id, r.input_tokens, hashes.into(), generated);
     } else {

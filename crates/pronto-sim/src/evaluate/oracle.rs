@@ -1,19 +1,10 @@
-//! The evaluator's oracle (module docs of [`super`], *The `oracle` policy*) and the exact
-//! prefix hit of `POLICY+exact`: both read the engines' true state.
+//! The evaluator's oracle (module docs of [`super`], *The `oracle` policy*): it reads the
+//! engines' true state.
 
 use std::sync::Arc;
 
-use super::{Backend, Engine, EngineEvent, RequestFeatures, StepWork, TraceRequest};
-use pronto_core::tokens::{BlockHash, BLOCK_TOKENS};
-
-/// The prefix hit `engine` would give this prompt now: what an exact, event-fed index reports.
-pub(super) fn exact_hit(engine: &Engine, ids: &[u32], features: &RequestFeatures) -> u32 {
-    if engine.config().block_size == BLOCK_TOKENS {
-        engine.cached_prefix_tokens_hashed(ids.len() as u32, &features.block_hashes)
-    } else {
-        engine.cached_prefix_tokens(ids)
-    }
-}
+use super::{Backend, Engine, EngineEvent, StepWork, TraceRequest};
+use pronto_core::tokens::BlockHash;
 
 /// The backend with the smallest true TTFT for this request (see the module docs), or with
 /// `thinking` given (`--objective ttfa`), the smallest true TTFA: the request generates

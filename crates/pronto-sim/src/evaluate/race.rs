@@ -17,7 +17,10 @@
 //! time, unscaled: the same at `--time-scale 1`).
 //!
 //! ## Failover and hedging (`--first-token-deadline`, `--hedge`)
-//! Every evaluator request is streamed. At dispatch, [`pronto_core::race::plan`] gives the
+//! The sequencing — when the second copy goes out, what the loser does — is not written here:
+//! it is [`pronto_core::race::Race`]'s, the state machine the gateway's `proxy::race` drives
+//! too; this module schedules its triggers on the virtual clock and carries out its actions
+//! on the simulated engines and the router's ledger. Every evaluator request is streamed. At dispatch, [`pronto_core::race::plan`] gives the
 //! request's triggers from its decision's prediction, exactly as the gateway's `Plan::of`: the
 //! hedge delay (the budget, a [`HedgeBucket`] per run, earned by every routed request) and the
 //! deadline. At a trigger (an event of the simulation, processed after step ends and before
@@ -62,7 +65,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use super::{exact_hit, start_step, Backend, Chooser, SimBackend, Track};
+use super::{start_step, Backend, Chooser, SimBackend, Track};
 use crate::engine::{Engine, EngineEvent, SimRequest};
 use crate::eval_replicas::{Replicas, Tracked};
 use crate::fleet_config::FaultConfig;
@@ -659,7 +662,7 @@ impl Races {
         let Some(Action::Launch(kind)) = en.race.on_trigger(kind, || bucket.take()) else {
             return;
         };
-        let Chooser::Policy(policy, exact) = w.chooser else {
+        let Chooser::Policy(policy, _) = w.chooser else {
             en.race.launch_failed();
             return;
         };
@@ -667,15 +670,10 @@ impl Races {
         let now = w.base + Duration::from_secs_f64(t);
         let residency = policy.limits_prefix_credit_to_residency();
         let tried = [BackendId(first as u64)];
-        let mut views = w
+        let views = w
             .router
             .views_excluding(en.replica, &en.features, t, residency, &tried)
             .to_vec();
-        if *exact {
-            for (v, b) in views.iter_mut().zip(w.backends.iter()) {
-                v.cached_tokens = exact_hit(&b.engine, &en.ids, &en.features);
-            }
-        }
         let Ok(d) = pronto_core::routing::decide(&**policy, &en.features, &views, now) else {
             en.race.launch_failed();
             return;
@@ -707,7 +705,7 @@ impl Races {
         let id = i as u64 | SECOND;
         let generated = w.tracks[i].output_tokens.saturating_add(thinking);
         let engine = &mut w.backends[b].engine;
-        if engine.config().block_size == BLOCK_TOKENS {
+        if engine.config().block_size == BLOCK_TOKENS && !engine.logs_kv_events() {
             let hashes = en.features.block_hashes.clone().into();
             engine.add_hashed(id, en.features.prompt_tokens, hashes, generated);
         } else {
