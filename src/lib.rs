@@ -28,6 +28,9 @@ pub mod demo;
 pub mod discovery;
 pub mod error;
 pub mod framing;
+/// The cargo-fuzz target's body (`fuzz/`, `tests/fuzz_smoke.rs`); only with the `fuzzing`
+/// feature.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;

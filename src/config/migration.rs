@@ -31,11 +31,14 @@ pub const DEFAULT_MIGRATION_ATTEMPTS: u32 = 1;
 /// The most continuations one stream may be sent.
 pub const MAX_MIGRATION_ATTEMPTS: u64 = 8;
 
-/// `migration:` as written (top level or on a route).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Stream migration: a stream whose backend fails after its first token is continued on the
+/// next-best backend with the text so far, spliced into the same client stream
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MigrationFile {
-    /// Continuations one stream may be sent (0: off).
+    /// Continuations one stream may be sent, each on another backend (0: off)
+    #[schemars(range(min = 0, max = MAX_MIGRATION_ATTEMPTS))]
+    #[schemars(extend("default" = DEFAULT_MIGRATION_ATTEMPTS))]
     pub max_attempts: Option<u64>,
 }
 

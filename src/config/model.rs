@@ -205,7 +205,7 @@ pub struct Health {
 }
 
 /// The access log: one line per request, target `pronto::access` (see
-/// `crate::proxy::access`).
+/// `proxy::access`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AccessLog {
     /// Write it at all.
@@ -223,7 +223,7 @@ impl Default for AccessLog {
     }
 }
 
-/// Live reload of the config file (see [`crate::reload`]).
+/// Live reload of the config file (see `reload`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReloadSettings {
     /// Poll the file for changes (modification time and size, then a content hash).
@@ -250,7 +250,7 @@ pub struct Pool {
     pub policy: PolicySpec,
     /// Static backends, in file order; at least one unless `discover` is set.
     pub backends: Vec<Backend>,
-    /// Backends found by resolving a DNS name ([`crate::discovery`]), added after `backends`.
+    /// Backends found by resolving a DNS name (`discovery`), added after `backends`.
     pub discover: Option<Discover>,
     /// The pool's default profile hint, as written (already merged into each backend's
     /// [`Backend::profile`]; kept to write the effective config back).
@@ -260,7 +260,7 @@ pub struct Pool {
     /// and engine-matching block hashes. Equal across reloads when its files are unchanged.
     pub tokenizer: Option<TokenizerRef>,
     /// The pool also serves every model its backends list at `GET /v1/models`, each on the
-    /// backends that list it ([`crate::models::served`]). Set by `pronto serve --backend URL`
+    /// backends that list it (`models::served`). Set by `pronto serve --backend URL`
     /// without `--model`; a config file cannot.
     pub serve_listed_models: bool,
     /// The pool's `served_model_name`, as written (already in each static backend's
@@ -278,7 +278,7 @@ pub struct Pool {
 
 impl Pool {
     /// Whether the pool asks its backends what they serve at `GET /v1/models`
-    /// ([`crate::models::discover`]): it serves their models, or a backend's
+    /// (`models::discover`): it serves their models, or a backend's
     /// `served_model_name` (its own or the pool's) is `discover`.
     pub fn asks_models(&self) -> bool {
         let discover = |n: &Option<ServedName>| matches!(n, Some(ServedName::Discover));
@@ -288,7 +288,7 @@ impl Pool {
     }
 }
 
-/// A pool's `scrape:` section (see [`crate::backend::EngineScraper`]).
+/// A pool's `scrape:` section (see `backend::EngineScraper`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scrape {
     /// Time between two scrapes of each backend while they succeed; failures back off
@@ -455,7 +455,7 @@ pub struct Backend {
     pub api_key: Option<UpstreamKey>,
     /// The model name this backend serves, when it is not the name clients send (its own
     /// `served_model_name` or its pool's): the request's `model` is rewritten to it upstream
-    /// and back in the answer ([`crate::models::rename`]).
+    /// and back in the answer (`models::rename`).
     pub served_model_name: Option<ServedName>,
 }
 
@@ -466,7 +466,7 @@ pub enum ServedName {
     Named(Arc<str>),
     /// `discover`: the one model the backend lists at `GET /v1/models` (or the pool's own
     /// name when it lists several, that one among them); until it is known, the backend is
-    /// not routed to ([`crate::models::discover`]).
+    /// not routed to (`models::discover`).
     Discover,
 }
 
@@ -486,12 +486,25 @@ impl ServedName {
 /// A key the gateway presents to a backend. Held as written (it must be sent), never
 /// printed: `Debug` shows only that one is set.
 #[derive(Clone, PartialEq, Eq)]
-pub struct UpstreamKey(Arc<str>);
+pub struct UpstreamKey(Arc<str>, super::edge::SecretFile);
 
 impl UpstreamKey {
     /// Wrap a validated key (visible ASCII, no spaces).
     pub fn new(key: &str) -> UpstreamKey {
-        UpstreamKey(Arc::from(key))
+        UpstreamKey(
+            Arc::from(key),
+            super::edge::SecretFile::Inline(key.to_string()),
+        )
+    }
+
+    /// A key read from `from` (inline, `{env}` or `{file}`).
+    pub fn read_from(key: &str, from: super::edge::SecretFile) -> UpstreamKey {
+        UpstreamKey(Arc::from(key), from)
+    }
+
+    /// Where the key was read from, as written.
+    pub fn source(&self) -> &super::edge::SecretFile {
+        &self.1
     }
 
     /// The key itself, for the `Authorization` header.
@@ -506,7 +519,7 @@ impl std::fmt::Debug for UpstreamKey {
     }
 }
 
-/// Where a backend's engine publishes its KV-cache events (see [`crate::kv_events`]).
+/// Where a backend's engine publishes its KV-cache events (see `kv_events`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvEvents {
     /// `tcp://HOST:PORT`, as written.
