@@ -208,7 +208,7 @@ fn annotated_example_sets_every_field() {
     assert!(requests_per_minute.is_some() && tokens_per_minute.is_some());
     assert!(max_concurrent.is_some() && limit_keys.is_some() && limit_routes.is_some());
     assert!(priority_classes.is_some());
-    assert!(admission.expect("admission").queue_size.is_some());
+    assert!(admission.is_some());
     let file::RouteFile {
         name,
         matches,
@@ -259,11 +259,12 @@ fn annotated_example_sets_every_field() {
     assert!(model.is_some() && route_path.is_some() && headers.is_some() && api_keys.is_some());
     assert!(listen.is_some() && admin_listen.is_some() && threads.is_some());
     assert!(grace_period.is_some() && explain_headers.is_some());
-    let file::AccessLogFile {
-        enabled,
-        sample_rate,
+    // A section whose struct is the model (serde fills its defaults): the schema test below
+    // checks the example names each of its fields.
+    let pronto::config::AccessLog {
+        enabled: _,
+        sample_rate: _,
     } = access_log.expect("access_log");
-    assert!(enabled.is_some() && sample_rate.is_some());
     let file::LimitsFile {
         max_body_bytes,
         connect_timeout,

@@ -89,10 +89,7 @@ impl Config {
                 }),
             }),
             explain_headers: Some(self.explain_headers),
-            access_log: Some(AccessLogFile {
-                enabled: Some(self.access_log.enabled),
-                sample_rate: Some(self.access_log.sample_rate),
-            }),
+            access_log: Some(self.access_log),
             reload: Some(ReloadFile {
                 watch: Some(self.reload.watch),
                 watch_interval: Some(dur(self.reload.watch_interval)),
@@ -103,9 +100,7 @@ impl Config {
                     .map(|c| c.to_string())
                     .collect(),
             ),
-            admission: Some(AdmissionFile {
-                queue_size: Some(self.admission.queue_size as u64),
-            }),
+            admission: Some(self.admission),
             routes: (!self.routes.is_empty()).then(|| self.routes.iter().map(route).collect()),
             pools: Some(Pools(
                 self.pools

@@ -27,7 +27,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use super::model::*;
-use super::route::{DEFAULT_PRIORITY_CLASSES, DEFAULT_QUEUE_SIZE, MAX_QUEUE_SIZE};
+use super::route::DEFAULT_PRIORITY_CLASSES;
 use super::schema::{dur, size, DurationText, SizeText};
 use super::validate::MAX_THREADS;
 
@@ -61,7 +61,7 @@ pub struct ConfigFile {
     #[schemars(extend("default" = false))]
     pub explain_headers: Option<bool>,
     /// The access log: one line per request (log target pronto::access)
-    pub access_log: Option<AccessLogFile>,
+    pub access_log: Option<AccessLog>,
     /// Live reload of this file (also on SIGHUP and POST /admin/reload)
     pub reload: Option<ReloadFile>,
     /// Priority classes, most urgent first; queued requests of a class go before any of a
@@ -70,7 +70,7 @@ pub struct ConfigFile {
     #[schemars(extend("default" = DEFAULT_PRIORITY_CLASSES))]
     pub priority_classes: Option<Vec<String>>,
     /// The SLO admission queue (routes with on_slo_miss: queue)
-    pub admission: Option<AdmissionFile>,
+    pub admission: Option<super::route::AdmissionSettings>,
     /// Ordered routes, first match wins; without it a request goes to the pool named by its
     /// model
     #[schemars(length(min = 1))]
@@ -87,27 +87,6 @@ pub struct ConfigFile {
     pub tls: Option<super::tls::TlsFile>,
     /// Replica sync over NATS: several Pronto replicas that route as one
     pub cluster: Option<super::cluster::ClusterFile>,
-}
-
-/// The access log: one line per request (log target pronto::access)
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AccessLogFile {
-    /// Write one line per request when its response ends
-    #[schemars(extend("default" = DEFAULT_ACCESS_LOG_ENABLED))]
-    pub enabled: Option<bool>,
-    /// Share of requests written, chosen by a hash of the request id
-    #[schemars(range(min = 0, max = 1), extend("default" = DEFAULT_ACCESS_LOG_SAMPLE_RATE))]
-    pub sample_rate: Option<f64>,
-}
-
-/// The SLO admission queue (routes with on_slo_miss: queue)
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AdmissionFile {
-    /// Requests the queue holds at most, over all routes; beyond it, 429
-    #[schemars(range(min = 1, max = MAX_QUEUE_SIZE), extend("default" = DEFAULT_QUEUE_SIZE))]
-    pub queue_size: Option<u64>,
 }
 
 /// One entry of `routes:`.

@@ -204,13 +204,19 @@ pub struct Health {
     pub stall: Option<super::progress::StallRule>,
 }
 
-/// The access log: one line per request, target `pronto::access` (see
-/// `proxy::access`).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The access log: one line per request (log target pronto::access)
+///
+/// Both the file's `access_log:` section and the model: serde fills the defaults, the checker
+/// only checks the range of `sample_rate` (see `proxy::access`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct AccessLog {
-    /// Write it at all.
+    /// Write one line per request when its response ends
     pub enabled: bool,
-    /// Share of requests written, 0..=1, chosen by a hash of the request id.
+    /// Share of requests written, chosen by a hash of the request id
+    #[schemars(range(min = 0, max = 1))]
     pub sample_rate: f64,
 }
 

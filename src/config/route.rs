@@ -72,10 +72,17 @@ pub const DEFAULT_QUEUE_SIZE: usize = 1024;
 /// Largest accepted `admission.queue_size`.
 pub const MAX_QUEUE_SIZE: u64 = 1 << 20;
 
-/// The SLO admission queue's settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The SLO admission queue (routes with on_slo_miss: queue)
+///
+/// Both the file's `admission:` section and the model: serde fills the default, the checker
+/// only checks the range.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct AdmissionSettings {
-    /// Requests the queue holds at most, over all routes (>= 1).
+    /// Requests the queue holds at most, over all routes; beyond it, 429
+    #[schemars(range(min = 1, max = MAX_QUEUE_SIZE))]
     pub queue_size: usize,
 }
 
@@ -335,21 +342,18 @@ impl Checker {
         names.iter().map(|n| Arc::from(n.as_str())).collect()
     }
 
+    /// `admission:` as read (serde filled the default): the queue size's range.
     pub(super) fn admission(&mut self, f: &ConfigFile) -> AdmissionSettings {
-        let size = f.admission.as_ref().and_then(|a| a.queue_size);
-        match size {
-            None => AdmissionSettings::default(),
-            Some(n) if (1..=MAX_QUEUE_SIZE).contains(&n) => AdmissionSettings {
-                queue_size: n as usize,
-            },
-            Some(n) => {
-                self.error(
-                    "admission.queue_size",
-                    format!("must be between 1 and {MAX_QUEUE_SIZE}, got {n}"),
-                );
-                AdmissionSettings::default()
-            }
+        let a = f.admission.unwrap_or_default();
+        let n = a.queue_size as u64;
+        if (1..=MAX_QUEUE_SIZE).contains(&n) {
+            return a;
         }
+        self.error(
+            "admission.queue_size",
+            format!("must be between 1 and {MAX_QUEUE_SIZE}, got {n}"),
+        );
+        AdmissionSettings::default()
     }
 
     pub(super) fn routes(
