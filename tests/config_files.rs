@@ -229,8 +229,7 @@ fn annotated_example_sets_every_field() {
         migration: route_migration,
         keepalive,
     } = routes.expect("routes").remove(0);
-    assert!(route_migration.and_then(|m| m.max_attempts).is_some());
-    assert!(migration.and_then(|m| m.max_attempts).is_some());
+    assert!(route_migration.is_some() && migration.is_some());
     assert!(keepalive.is_some());
     let pronto::config::race::DeadlineFile {
         after: _,

@@ -13,7 +13,7 @@
 //! admin token, a backend key, a route's `match.api_keys`) is replaced by
 //! [`super::secrets::REDACTED`], which the loader refuses, so a copy of the effective config
 //! cannot silently run with a placeholder as its secret. Everything else loads back to the
-//! same [`Config`] (`tests/admin_config.rs` checks every config in the repository).
+//! same [`Config`] (`effective_tests.rs` checks `config/pronto.yaml` and every example).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -24,7 +24,6 @@ use super::cluster::{ClusterFile, RepairFile};
 use super::duration::format_size;
 use super::edge::{AdminFile, AuthFile, KeyFile, RateLimitFile, RateLimitsFile, SecretFile};
 use super::file::*;
-use super::migration::MigrationFile;
 use super::model::{Backend, Config, Pool, ProfileHint};
 use super::nats::{NatsAuth, NatsAuthFile, NatsSecret, NatsTlsFile};
 use super::progress::StallFile;
@@ -69,7 +68,7 @@ impl Config {
             retry: Some(RetryFile {
                 max_retries: Some(u64::from(self.retry.max_retries)),
             }),
-            migration: Some(migration(self.migration)),
+            migration: Some(self.migration),
             health: Some(HealthFile {
                 path: Some(self.health.path.clone()),
                 interval: Some(dur(self.health.interval)),
@@ -173,12 +172,6 @@ fn redacted(s: &SecretFile) -> SecretFile {
     }
 }
 
-fn migration(m: super::migration::Migration) -> MigrationFile {
-    MigrationFile {
-        max_attempts: Some(u64::from(m.max_attempts)),
-    }
-}
-
 fn policy(p: &PolicySpec) -> PolicyFile {
     super::policy_file(p)
 }
@@ -273,7 +266,7 @@ fn route(r: &Route) -> RouteFile {
                 max_predicted_ttft: h.max_predicted_ttft.map(dur),
             }
         }),
-        migration: r.migration.map(migration),
+        migration: r.migration,
         keepalive: r.keepalive.map(dur),
     }
 }

@@ -53,7 +53,7 @@ pub struct ConfigFile {
     pub retry: Option<RetryFile>,
     /// Stream migration: a stream whose backend fails after its first token is continued on
     /// the next-best backend with the text so far, spliced into the same client stream
-    pub migration: Option<super::migration::MigrationFile>,
+    pub migration: Option<super::migration::Migration>,
     /// Active and passive health checking
     pub health: Option<HealthFile>,
     /// Add x-pronto-* headers to responses: the backend, the decision's reason and
@@ -145,7 +145,7 @@ pub struct RouteFile {
     /// Overrides the top-level migration for this route. Stream migration: a stream whose
     /// backend fails after its first token is continued on the next-best backend with the
     /// text so far, spliced into the same client stream
-    pub migration: Option<super::migration::MigrationFile>,
+    pub migration: Option<super::migration::Migration>,
     /// Streams: send an SSE comment (: keep-alive) this often while waiting for the first
     /// token, so idle timeouts in front of Pronto do not cut a long prefill (100ms..=10m; off
     /// when absent)

@@ -502,7 +502,7 @@ impl Checker {
         let migration = r
             .migration
             .as_ref()
-            .map(|m| self.migration(&format!("{path}.migration"), Some(m), Default::default()));
+            .map(|m| self.migration(&format!("{path}.migration"), *m));
         let keepalive = self.keepalive(path, r.keepalive.as_ref());
         let race_on = match r.race_on.as_deref() {
             None | Some("ttft") => RaceOn::Ttft,

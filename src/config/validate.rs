@@ -216,7 +216,7 @@ impl Checker {
                 DEFAULT_MAX_RETRIES,
             ),
         };
-        let migration = self.migration("migration", f.migration.as_ref(), Default::default());
+        let migration = self.migration("migration", f.migration.unwrap_or_default());
         let health = self.health(f);
         let reload = self.reload(f);
         let pools = self.pools(f, retry);
