@@ -283,7 +283,7 @@ fn annotated_example_sets_every_field() {
     assert!(request_timeout.is_some() && header_timeout.is_some() && body_timeout.is_some());
     assert!(write_timeout.is_some() && keepalive_timeout.is_some() && min_send_rate.is_some());
     assert!(max_buffered_bytes.is_some() && max_connections.is_some());
-    assert!(retry.expect("retry").max_retries.is_some());
+    assert!(retry.is_some());
     let file::ReloadFile {
         watch,
         watch_interval,

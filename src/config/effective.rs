@@ -65,9 +65,7 @@ impl Config {
                 max_buffered_bytes: Some(size(l.max_buffered_bytes)),
                 max_connections: Some(l.max_connections),
             }),
-            retry: Some(RetryFile {
-                max_retries: Some(u64::from(self.retry.max_retries)),
-            }),
+            retry: Some(self.retry),
             migration: Some(self.migration),
             health: Some(HealthFile {
                 path: Some(self.health.path.clone()),

@@ -50,7 +50,7 @@ pub struct ConfigFile {
     /// Request limits and timeouts
     pub limits: Option<LimitsFile>,
     /// Retry policy
-    pub retry: Option<RetryFile>,
+    pub retry: Option<Retry>,
     /// Stream migration: a stream whose backend fails after its first token is continued on
     /// the next-best backend with the text so far, spliced into the same client stream
     pub migration: Option<super::migration::Migration>,
@@ -211,15 +211,6 @@ pub struct LimitsFile {
     /// Client connections open at once; one more gets 503 and is closed
     #[schemars(range(min = 1, max = 1_000_000), extend("default" = DEFAULT_MAX_CONNECTIONS))]
     pub max_connections: Option<u64>,
-}
-
-/// Retry policy
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RetryFile {
-    /// Retries on another backend, only while no byte reached the client
-    #[schemars(extend("default" = DEFAULT_MAX_RETRIES))]
-    pub max_retries: Option<u64>,
 }
 
 /// Active and passive health checking

@@ -180,10 +180,16 @@ pub struct Limits {
     pub max_connections: u64,
 }
 
-/// Retry policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Retry policy
+///
+/// Both the file's `retry:` section and the model: serde fills the default; nothing is left
+/// to check.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct Retry {
-    /// Retries on another backend, only while no byte has reached the client.
+    /// Retries on another backend, only while no byte reached the client
     pub max_retries: u32,
 }
 

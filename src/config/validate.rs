@@ -208,14 +208,7 @@ impl Checker {
             DEFAULT_GRACE_PERIOD,
         );
         let limits = self.limits(f);
-        let retry = Retry {
-            max_retries: self.count(
-                f.retry.as_ref().and_then(|r| r.max_retries),
-                "retry.max_retries",
-                0,
-                DEFAULT_MAX_RETRIES,
-            ),
-        };
+        let retry = f.retry.unwrap_or_default();
         let migration = self.migration("migration", f.migration.unwrap_or_default());
         let health = self.health(f);
         let reload = self.reload(f);
