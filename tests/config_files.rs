@@ -200,7 +200,7 @@ fn annotated_example_sets_every_field() {
         keys: limit_keys,
         routes: limit_routes,
     } = rate_limits.expect("rate_limits");
-    let pronto::config::edge::RateLimitFile {
+    let pronto::config::edge::RateLimit {
         requests_per_minute,
         tokens_per_minute,
         max_concurrent,

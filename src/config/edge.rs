@@ -192,27 +192,11 @@ impl<'de> Deserialize<'de> for SecretFile {
 #[serde(deny_unknown_fields)]
 pub struct RateLimitsFile {
     /// Limits applied to every key without its own entry
-    pub per_key: Option<RateLimitFile>,
+    pub per_key: Option<RateLimit>,
     /// Limits by key name (replace per_key for that key)
-    pub keys: Option<BTreeMap<String, RateLimitFile>>,
+    pub keys: Option<BTreeMap<String, RateLimit>>,
     /// Limits by route name
-    pub routes: Option<BTreeMap<String, RateLimitFile>>,
-}
-
-/// One set of limits as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-#[schemars(rename = "rate_limit")]
-pub struct RateLimitFile {
-    /// Requests per minute (burst: the whole minute)
-    #[schemars(range(min = 1))]
-    pub requests_per_minute: Option<u64>,
-    /// Prompt (estimated, then usage-corrected) + completion tokens per minute
-    #[schemars(range(min = 1))]
-    pub tokens_per_minute: Option<u64>,
-    /// Requests in flight at once
-    #[schemars(range(min = 1))]
-    pub max_concurrent: Option<u64>,
+    pub routes: Option<BTreeMap<String, RateLimit>>,
 }
 
 /// A SHA-256 digest.
@@ -293,14 +277,24 @@ pub fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-/// One validated set of limits; `None` fields are unlimited.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+/// One set of limits; `None` fields are unlimited.
+///
+/// Both the file's entries (`rate_limits.per_key`, `.keys.<name>`, `.routes.<name>`) and the
+/// model: the checker only refuses zeros and clamps to [`MAX_PER_MINUTE`].
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, serde::Serialize, JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
+#[schemars(rename = "rate_limit")]
 pub struct RateLimit {
-    /// Requests per minute (>= 1).
+    /// Requests per minute (burst: the whole minute)
+    #[schemars(range(min = 1))]
     pub requests_per_minute: Option<u32>,
-    /// Tokens per minute (>= 1).
+    /// Prompt (estimated, then usage-corrected) + completion tokens per minute
+    #[schemars(range(min = 1))]
     pub tokens_per_minute: Option<u32>,
-    /// Requests in flight at once (>= 1).
+    /// Requests in flight at once
+    #[schemars(range(min = 1))]
     pub max_concurrent: Option<u32>,
 }
 
@@ -655,11 +649,13 @@ impl Checker {
         }
     }
 
-    fn rate_limit(&mut self, path: &str, l: &RateLimitFile) -> RateLimit {
-        let mut one = |v: Option<u64>, field: &str| {
+    fn rate_limit(&mut self, path: &str, l: &RateLimit) -> RateLimit {
+        let mut one = |v: Option<u32>, field: &str| {
             v.map(|n| {
-                self.count(Some(n), &format!("{path}.{field}"), 1, 1)
-                    .clamp(1, MAX_PER_MINUTE)
+                if n == 0 {
+                    self.error(format!("{path}.{field}"), "must be at least 1, got 0");
+                }
+                n.clamp(1, MAX_PER_MINUTE)
             })
         };
         let limit = RateLimit {

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use super::cluster::{ClusterFile, RepairFile};
 use super::duration::format_size;
-use super::edge::{AdminFile, AuthFile, KeyFile, RateLimitFile, RateLimitsFile, SecretFile};
+use super::edge::{AdminFile, AuthFile, KeyFile, RateLimit, RateLimitsFile, SecretFile};
 use super::file::*;
 use super::model::{Backend, Config, Pool, ProfileHint};
 use super::nats::{NatsAuth, NatsAuthFile, NatsSecret, NatsTlsFile};
@@ -129,7 +129,7 @@ impl Config {
             }),
             // Limits need keys or routes to apply to: written only when some are set.
             rate_limits: (self.rate_limits != Default::default()).then(|| RateLimitsFile {
-                per_key: self.rate_limits.per_key.as_ref().map(rate_limit),
+                per_key: self.rate_limits.per_key,
                 keys: limits_by_name(&self.rate_limits.keys),
                 routes: limits_by_name(&self.rate_limits.routes),
             }),
@@ -174,23 +174,11 @@ fn policy(p: &PolicySpec) -> PolicyFile {
     super::policy_file(p)
 }
 
-fn rate_limit(r: &super::edge::RateLimit) -> RateLimitFile {
-    RateLimitFile {
-        requests_per_minute: r.requests_per_minute.map(u64::from),
-        tokens_per_minute: r.tokens_per_minute.map(u64::from),
-        max_concurrent: r.max_concurrent.map(u64::from),
-    }
-}
-
 /// Limits by key or route name; `None` when there are none (per-key limits need keys).
 fn limits_by_name(
     by: &BTreeMap<std::sync::Arc<str>, super::edge::RateLimit>,
-) -> Option<BTreeMap<String, RateLimitFile>> {
-    (!by.is_empty()).then(|| {
-        by.iter()
-            .map(|(name, r)| (name.to_string(), rate_limit(r)))
-            .collect()
-    })
+) -> Option<BTreeMap<String, RateLimit>> {
+    (!by.is_empty()).then(|| by.iter().map(|(name, r)| (name.to_string(), *r)).collect())
 }
 
 fn route(r: &Route) -> RouteFile {

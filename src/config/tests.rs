@@ -318,7 +318,8 @@ fn keepalive_timeout_is_whole_seconds() {
     );
 }
 
-/// Sections whose struct is the model (`retry`, `access_log`, `admission`, `migration`):
+/// Sections whose struct is the model (`retry`, `access_log`, `admission`, `migration`, a
+/// rate limit):
 /// a wrongly typed value is serde's error, located, with the field's path; a value of the
 /// right type out of range is the checker's.
 #[test]
@@ -353,6 +354,10 @@ fn model_sections_report_bad_values_located() {
         (
             "migration: {max_attempts: -2}",
             "f.yaml:1:27: migration.max_attempts: ",
+        ),
+        (
+            "rate_limits: {routes: {nope: {max_concurrent: many}}}",
+            "f.yaml:1:47: rate_limits.routes.nope.max_concurrent: ",
         ),
         (
             "migration: {max_attempts: 9}",
