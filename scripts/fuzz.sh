@@ -11,8 +11,8 @@ cd "$(dirname "$0")/.."
 targets=(parse_request sse_scanner kv_decode config_loader)
 if [[ "${1:-}" == "--check" ]]; then
   cargo check --manifest-path fuzz/Cargo.toml --bins
-  cargo test -p pronto-core --test fuzz_smoke
-  cargo test --test fuzz_smoke
+  cargo test -p pronto-core --features fuzzing --test fuzz_smoke
+  cargo test --features fuzzing --test fuzz_smoke
   exit 0
 fi
 secs="${1:-60}"

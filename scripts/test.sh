@@ -8,6 +8,16 @@ trap 'rm -f "$log"' EXIT
 # Style first: it is the cheapest failure.
 cargo fmt --all -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
+# Dependencies: licenses, bans (duplicate versions warn) and sources (deny.toml); advisories
+# when the RustSec database can be fetched (it cannot offline: deny.toml says why). Unused
+# dependencies: cargo-machete. Both are installed by bootstrap.sh.
+cargo deny --locked check licenses bans sources
+if cargo deny fetch db >/dev/null 2>&1; then
+  cargo deny --locked --offline check advisories
+else
+  echo "test.sh: the RustSec advisory database cannot be fetched (offline): advisories not checked" >&2
+fi
+cargo machete
 # The alerting rules load and pass their unit tests (seconds; tests/deploy.rs runs them as
 # well, and the deployment tests need the tools bootstrap installed: under CI a missing one
 # fails its test instead of skipping it).
@@ -17,6 +27,9 @@ cargo build --locked --workspace --all-targets
 cargo build --locked --bin pronto --no-default-features
 cargo test --locked --workspace --all-targets 2>&1 | tee -a "$log"
 cargo test --locked --workspace --doc 2>&1 | tee -a "$log"
+# The fuzz targets' bodies on stable (they are behind the `fuzzing` feature).
+cargo test --locked -p pronto-core --features fuzzing --test fuzz_smoke 2>&1 | tee -a "$log"
+cargo test --locked --features fuzzing --test fuzz_smoke 2>&1 | tee -a "$log"
 # The criterion benches compile (dev profile: the release build alone would take most of CI's
 # budget on two cores; `cargo bench` builds them optimised).
 cargo bench --locked --workspace --no-run --profile dev

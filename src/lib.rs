@@ -22,6 +22,9 @@ pub mod config;
 pub mod demo;
 pub mod edge;
 pub mod error;
+/// The cargo-fuzz target's body (`fuzz/`, `tests/fuzz_smoke.rs`); only with the `fuzzing`
+/// feature.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod kv_events;

@@ -127,6 +127,7 @@ mod tests {
         AdminSettings {
             token_digest: Some(sha256(t.as_bytes())),
             allowed_hosts: Vec::new(),
+            token_from: None,
         }
     }
 

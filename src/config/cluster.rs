@@ -1,5 +1,5 @@
 //! `cluster:` — several Pronto replicas that route as one, synced over NATS
-//! ([`crate::cluster`]): the file struct, its validation with field paths, the typed model.
+//! (`cluster`): the file struct, its validation with field paths, the typed model.
 //!
 //! ```yaml
 //! cluster:
@@ -46,30 +46,61 @@ pub const DEFAULT_MISSED_HEARTBEATS: u32 = 3;
 /// Longest replica name (it is a NATS subject token and appears in logs).
 const MAX_REPLICA_NAME: usize = 128;
 
-/// `cluster:` as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Replica sync over NATS: several Pronto replicas that route as one
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterFile {
-    /// NATS server URL(s), `nats://host:port`, comma-separated.
+    /// NATS server URL(s), nats://host:port or tls://host:port, comma-separated
     pub nats: Option<String>,
-    /// Subject prefix.
+    /// Subject prefix; a replica publishes on <subject>.<replica>
+    #[schemars(extend("default" = DEFAULT_SUBJECT))]
     pub subject: Option<String>,
-    /// This replica's name (inline, `{env: NAME}` or `{file: PATH}`).
+    /// This replica's name (letters, digits, _ and -): a string, {env: NAME} (e.g. the pod
+    /// name) or {file: PATH}
+    #[schemars(with = "Option<super::schema::ReplicaName>")]
     pub replica: Option<SecretFile>,
-    /// How often this replica publishes the snapshot of its bookings.
+    /// How often this replica publishes the snapshot of its bookings
+    #[schemars(with = "Option<super::schema::DurationText>")]
+    #[schemars(extend("default" = super::schema::dur(DEFAULT_HEARTBEAT)))]
     pub heartbeat: Option<Quantity>,
-    /// How long a silent replica still counts.
+    /// A replica silent this long has its bookings released (default 3 heartbeats)
+    #[schemars(with = "Option<super::schema::DurationText>")]
+    #[schemars(extend("default" = super::schema::dur(DEFAULT_HEARTBEAT * DEFAULT_MISSED_HEARTBEATS)))]
     pub peer_timeout: Option<Quantity>,
-    /// Collision repair's margin, or `off`.
+    /// Collision repair: a request waiting for its first token on a backend that another
+    /// replica (heard late) sent a request to just before it is routed again, and moves when
+    /// staying predicts more than this margin (a fraction) over the new decision; `off` or
+    /// false: never
+    #[schemars(extend("default" = 0.2))]
     pub collision_repair: Option<RepairFile>,
-    /// Credentials NATS asks of this replica.
+    /// Credentials NATS asks of this replica: one kind (token, user + password, nkey or creds)
     pub auth: Option<NatsAuthFile>,
-    /// TLS to NATS.
+    /// TLS to NATS (present: required, as with tls:// URLs)
     pub tls: Option<NatsTlsFile>,
 }
 
+impl schemars::JsonSchema for RepairFile {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "collision_repair".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "oneOf": [
+                { "type": "number", "minimum": 0, "maximum": 10 },
+                { "type": "boolean" },
+                { "const": "off" },
+            ],
+        })
+    }
+}
+
 /// `cluster.collision_repair` as written: a margin (`0.2`), or `off` / `false`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(untagged)]
 pub enum RepairFile {
     /// The margin.

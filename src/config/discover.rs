@@ -1,7 +1,7 @@
 //! Validation of a pool's `discover:` section and of profile hints (pool and backend).
 //!
 //! `discover: {dns: "vllm.internal:8000", interval: 10s, scheme: http, family: any}` makes every
-//! address the name resolves to a backend of the pool (see [`crate::discovery`]); the port
+//! address the name resolves to a backend of the pool (see `discovery`); the port
 //! defaults to 80 when `dns` has none. Only `http` is accepted: a discovered backend is
 //! addressed by IP, and TLS would need the name as SNI and `Host`, which the peer does not
 //! carry yet. `weight` and `max_inflight` apply to each discovered backend.

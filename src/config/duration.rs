@@ -1,16 +1,15 @@
 //! Human-written quantities: durations (`250ms`, `2s`, `1h30m`) and byte sizes (`32MiB`).
 //!
-//! Durations are one or more `<number><unit>` terms, optionally separated by spaces, summed:
-//! `1h30m`, `1m 30s`, `1.5s`. Units: `ns`, `us` (or `µs`), `ms`, `s`, `m`, `h`, `d`. A number
-//! without a unit is rejected — `30` could mean seconds or milliseconds, and guessing wrong is
-//! a silent 1000× error.
+//! Durations are read by `humantime`: one or more `<number><unit>` terms, optionally
+//! separated by spaces, summed (`1h30m`, `1m 30s`, `1.5s`); units `ns`, `us` (`µs`), `ms`,
+//! `s`, `m`, `h`, `d` and humantime's longer spellings (`sec`, `min`, `hours`, ...). A number
+//! without a unit is rejected with a hint — `30` could mean seconds or milliseconds, and
+//! guessing wrong is a silent 1000× error.
 //!
-//! Sizes are a plain integer (bytes) or `<number><unit>` with a binary unit (`KiB`, `MiB`,
-//! `GiB`, `TiB`: powers of 1024) or a decimal one (`B`, `KB`/`kB`, `MB`, `GB`, `TB`: powers
-//! of 1000). Fractions round down to whole bytes: `1.5KiB` is 1536.
-//!
-//! Both parsers compute in integers (`u128` nanoseconds or bytes), so `0.1s` is exactly
-//! 100 ms, and report overflow instead of wrapping.
+//! Sizes are read by `bytesize`: a plain integer (bytes) or `<number><unit>` with a binary
+//! unit (`KiB`, `MiB`, `GiB`, `TiB`: powers of 1024) or a decimal one (`B`, `KB`, `MB`,
+//! `GB`, `TB`: powers of 1000; any case). Fractions round down to whole bytes: `1.5KiB` is
+//! 1536. A size past `u64` is an error, never a saturated value.
 
 use std::time::Duration;
 
@@ -18,77 +17,47 @@ use std::time::Duration;
 ///
 /// Returns a message suitable for a config error on failure.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let terms = parse_terms(text, "a duration", "e.g. `250ms`, `2s`, `1h30m`")?;
-    let mut total_ns: u128 = 0;
-    for (number, unit) in terms {
-        let unit_ns: u128 = match unit {
-            "ns" => 1,
-            "us" | "µs" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60 * 1_000_000_000,
-            "h" => 3_600 * 1_000_000_000,
-            "d" => 86_400 * 1_000_000_000,
-            "" => {
-                return Err(format!(
-                    "`{}` has no unit; write e.g. `{}s` or `{}ms`",
-                    text.trim(),
-                    number.text,
-                    number.text
-                ))
-            }
-            other => {
-                return Err(format!(
-                    "unknown duration unit `{other}` in `{}`; use ns, us, ms, s, m, h or d",
-                    text.trim()
-                ))
-            }
-        };
-        total_ns = number
-            .scale(unit_ns)
-            .and_then(|ns| total_ns.checked_add(ns))
-            .ok_or_else(|| format!("duration `{}` is too large", text.trim()))?;
+    let t = text.trim();
+    let example = "e.g. `250ms`, `2s`, `1h30m`";
+    if t.is_empty() {
+        return Err(format!("empty string is not a duration ({example})"));
     }
-    let secs = u64::try_from(total_ns / 1_000_000_000)
-        .map_err(|_| format!("duration `{}` is too large", text.trim()))?;
-    // The remainder is below 1e9, so it fits in u32.
-    let nanos = (total_ns % 1_000_000_000) as u32;
-    Ok(Duration::new(secs, nanos))
+    if t.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err(format!("`{t}` has no unit; write e.g. `{t}s` or `{t}ms`"));
+    }
+    humantime::parse_duration(t).map_err(|e| match e {
+        humantime::DurationError::UnknownUnit { unit, .. } => {
+            format!("unknown duration unit `{unit}` in `{t}`; use ns, us, ms, s, m, h or d")
+        }
+        humantime::DurationError::NumberOverflow => format!("duration `{t}` is too large"),
+        _ => format!("`{t}` is not a duration ({example})"),
+    })
 }
 
 /// Parse a byte size such as `32MiB`, `512KiB`, `1GB` or `1048576`.
 ///
 /// Returns a message suitable for a config error on failure.
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let terms = parse_terms(text, "a size", "e.g. `32MiB`, `512KiB`, `1GB`")?;
-    if terms.len() != 1 {
-        return Err(format!(
-            "`{}` is not a size; write one number and unit, e.g. `32MiB`",
-            text.trim()
-        ));
+    let t = text.trim();
+    let example = "e.g. `32MiB`, `512KiB`, `1GB`";
+    if t.is_empty() || !t.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(format!("`{t}` is not a size ({example})"));
     }
-    let (number, unit) = &terms[0];
-    let multiplier: u128 = match *unit {
-        "" | "B" => 1,
-        "KB" | "kB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        "TB" => 1_000_000_000_000,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        "TiB" => 1 << 40,
-        other => {
-            return Err(format!(
-                "unknown size unit `{other}` in `{}`; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB",
-                text.trim()
-            ))
+    let size: bytesize::ByteSize = t.parse().map_err(|_| {
+        let unit = t.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.');
+        if unit.trim().contains(char::is_whitespace) {
+            format!("`{t}` is not a size; write one number and unit, e.g. `32MiB`")
+        } else {
+            format!(
+                "unknown size unit `{}` in `{t}`; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB",
+                unit.trim()
+            )
         }
-    };
-    number
-        .scale(multiplier)
-        .and_then(|bytes| u64::try_from(bytes).ok())
-        .ok_or_else(|| format!("size `{}` is too large", text.trim()))
+    })?;
+    match size.as_u64() {
+        u64::MAX => Err(format!("size `{t}` is too large")),
+        bytes => Ok(bytes),
+    }
 }
 
 /// Format a byte count with the largest binary unit that divides it exactly (`32MiB`),
@@ -121,74 +90,6 @@ pub fn format_duration(d: Duration) -> String {
         }
     }
     format!("{ns}ns")
-}
-
-/// A non-negative decimal number as written: integer part and fractional digits.
-#[derive(Debug, Clone, Copy)]
-struct Number<'a> {
-    text: &'a str,
-    int: u128,
-    frac: &'a str,
-}
-
-impl Number<'_> {
-    /// `self × unit`, rounded down, or `None` on overflow.
-    fn scale(&self, unit: u128) -> Option<u128> {
-        let whole = self.int.checked_mul(unit)?;
-        let mut frac_value: u128 = 0;
-        let mut denom: u128 = 1;
-        // 18 digits are finer than a nanosecond for every unit here and keep
-        // `frac_value × unit` far below u128::MAX.
-        for d in self.frac.bytes().take(18) {
-            frac_value = frac_value * 10 + u128::from(d - b'0');
-            denom *= 10;
-        }
-        whole.checked_add(frac_value.checked_mul(unit)? / denom)
-    }
-}
-
-/// Split `text` into `(number, unit)` terms. `what` and `example` phrase the errors.
-fn parse_terms<'a>(
-    text: &'a str,
-    what: &str,
-    example: &str,
-) -> Result<Vec<(Number<'a>, &'a str)>, String> {
-    let trimmed = text.trim();
-    if trimmed.is_empty() {
-        return Err(format!("empty string is not {what} ({example})"));
-    }
-    let bad = || format!("`{trimmed}` is not {what} ({example})");
-    let mut terms = Vec::new();
-    let mut rest = trimmed;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let num_text = &rest[..num_len];
-        let (int_text, frac) = match num_text.split_once('.') {
-            Some((i, f)) => (i, f),
-            None => (num_text, ""),
-        };
-        if int_text.is_empty() || frac.contains('.') || (num_text.ends_with('.')) {
-            return Err(bad());
-        }
-        let int: u128 = int_text.parse().map_err(|_| bad())?;
-        rest = rest[num_len..].trim_start();
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c.is_whitespace())
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = rest[unit_len..].trim_start();
-        terms.push((
-            Number {
-                text: num_text,
-                int,
-                frac,
-            },
-            unit,
-        ));
-    }
-    Ok(terms)
 }
 
 #[cfg(test)]
@@ -228,12 +129,14 @@ mod tests {
             Err("`30` has no unit; write e.g. `30s` or `30ms`".to_string())
         );
         assert_eq!(
-            parse_duration("5 minutes"),
+            parse_duration("5 parsecs"),
             Err(
-                "unknown duration unit `minutes` in `5 minutes`; use ns, us, ms, s, m, h or d"
+                "unknown duration unit `parsecs` in `5 parsecs`; use ns, us, ms, s, m, h or d"
                     .to_string()
             )
         );
+        // humantime's longer spellings are read too.
+        assert_eq!(parse_duration("5 minutes"), Ok(ms(300_000)));
         assert_eq!(
             parse_duration(""),
             Err("empty string is not a duration (e.g. `250ms`, `2s`, `1h30m`)".to_string())
@@ -275,12 +178,14 @@ mod tests {
     #[test]
     fn bad_sizes_say_why() {
         assert_eq!(
-            parse_size("32mb"),
+            parse_size("32zb"),
             Err(
-                "unknown size unit `mb` in `32mb`; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB"
+                "unknown size unit `zb` in `32zb`; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB"
                     .to_string()
             )
         );
+        // Units are read in any case (bytesize): `mb` is a megabyte.
+        assert_eq!(parse_size("32mb"), Ok(32_000_000));
         assert_eq!(
             parse_size("1MiB 2KiB"),
             Err("`1MiB 2KiB` is not a size; write one number and unit, e.g. `32MiB`".to_string())

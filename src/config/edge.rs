@@ -23,7 +23,7 @@
 //!
 //! **Keys at rest.** Only SHA-256 digests are kept in memory: a plaintext `key:` is hashed at
 //! load, and a `sha256:` entry is taken as is. A presented token is hashed once and compared
-//! in constant time against every key ([`crate::auth`]).
+//! in constant time against every key (`auth`).
 //!
 //! **`keys_file`** is read at load (and at every reload); a relative path is resolved against
 //! the config file's directory. Editing only the keys file does not change the config's hash:
@@ -32,7 +32,7 @@
 //! **The admin token** is read at load and at every reload (so a rotated token file or a
 //! restart with a new environment takes effect). An admin listener that is not on loopback
 //! must have one: [`admin_exposure_error`] refuses it at load, after a `--admin-listen`
-//! override and on a reload that would drop the token ([`crate::reload`]). Tokens, keys
+//! override and on a reload that would drop the token (`reload`). Tokens, keys
 //! and the TLS key published in the repository's examples are refused
 //! ([`super::secrets`]).
 //!
@@ -45,53 +45,62 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::route::{Glob, Route};
 use super::validate::Checker;
 
-/// `auth:` section as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// API keys; with it every request needs `Authorization: Bearer <key>`
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuthFile {
-    /// Inline keys.
+    /// Keys, each with a unique name
     pub keys: Option<Vec<KeyFile>>,
-    /// A YAML file holding a list of further keys.
+    /// A YAML list of further keys (same entries); relative to this file
     pub keys_file: Option<String>,
 }
 
 /// One API key as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "api_key", extend("required" = ["name"]))]
 pub struct KeyFile {
-    /// Unique name.
+    /// Unique key name (logs, rate limits)
     pub name: Option<String>,
-    /// The key in plaintext.
+    /// The key in plaintext
+    #[schemars(length(min = 8))]
     pub key: Option<String>,
-    /// The key's SHA-256, 64 hex digits.
+    /// The key's SHA-256 (64 hex digits) instead of `key`
+    #[schemars(regex(pattern = r"^[0-9a-fA-F]{64}$"))]
     pub sha256: Option<String>,
-    /// Model globs this key may use.
+    /// Model globs the key may use; absent: all
+    #[schemars(length(min = 1))]
     pub models: Option<Vec<String>>,
-    /// Route names this key may use.
+    /// Route names the key may use; absent: all
+    #[schemars(length(min = 1))]
     pub routes: Option<Vec<String>>,
-    /// Priority class for routes that name none.
+    /// Admission priority class for routes that name none
     pub priority: Option<String>,
 }
 
-/// `admin:` section as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Admin listener settings
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdminFile {
-    /// Bearer token required on the admin listener: the token, or where to read it.
+    /// Bearer token required for the status page, /metrics and /admin/* (not /healthz,
+    /// /readyz); required when admin_listen is not loopback. The token, {env: NAME} or
+    /// {file: PATH}
+    #[schemars(with = "Option<super::schema::AdminToken>")]
     pub token: Option<SecretFile>,
-    /// Host names (besides IP addresses and `localhost`) that `POST /admin/*` may name in
-    /// `Host` and `Origin`.
+    /// Host names POST /admin/* may carry in Host and Origin, besides IP addresses and
+    /// localhost
     pub allowed_hosts: Option<Vec<String>>,
 }
 
 /// A secret as written: the value itself (`token: s3cret`), or where to read it
 /// (`token: {env: NAME}`, `token: {file: PATH}`).
-#[derive(Clone, PartialEq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum SecretFile {
     /// The secret in the file.
     Inline(String),
@@ -117,6 +126,34 @@ impl std::fmt::Debug for SecretFile {
 struct SecretSourceFile {
     env: Option<String>,
     file: Option<String>,
+}
+
+impl serde::Serialize for SecretFile {
+    /// The file's forms: the value, `{env: NAME}` or `{file: PATH}`.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let (key, value) = match self {
+            SecretFile::Inline(v) => return serializer.serialize_str(v),
+            SecretFile::Env(name) => ("env", name),
+            SecretFile::File(path) => ("file", path),
+        };
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry(key, value)?;
+        map.end()
+    }
+}
+
+impl JsonSchema for SecretFile {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "secret".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        super::schema::inline_or_source(
+            serde_json::json!({ "type": "string", "minLength": 1, "pattern": "^[!-~]+$" }),
+            "secret",
+        )
+    }
 }
 
 impl<'de> Deserialize<'de> for SecretFile {
@@ -150,28 +187,16 @@ impl<'de> Deserialize<'de> for SecretFile {
     }
 }
 
-/// `rate_limits:` section as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Rate limits per API key and per route (429 with Retry-After)
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitsFile {
-    /// Limits applied to every key without its own entry.
-    pub per_key: Option<RateLimitFile>,
-    /// Limits by key name.
-    pub keys: Option<BTreeMap<String, RateLimitFile>>,
-    /// Limits by route name.
-    pub routes: Option<BTreeMap<String, RateLimitFile>>,
-}
-
-/// One set of limits as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RateLimitFile {
-    /// Requests per minute.
-    pub requests_per_minute: Option<u64>,
-    /// Prompt + completion tokens per minute.
-    pub tokens_per_minute: Option<u64>,
-    /// Requests in flight at once.
-    pub max_concurrent: Option<u64>,
+    /// Limits applied to every key without its own entry
+    pub per_key: Option<RateLimit>,
+    /// Limits by key name (replace per_key for that key)
+    pub keys: Option<BTreeMap<String, RateLimit>>,
+    /// Limits by route name
+    pub routes: Option<BTreeMap<String, RateLimit>>,
 }
 
 /// A SHA-256 digest.
@@ -223,6 +248,9 @@ pub struct Auth {
 pub struct AdminSettings {
     /// SHA-256 of the admin token; `None`: the admin listener is open (loopback by default).
     pub token_digest: Option<Digest>,
+    /// Where the token is read from, as written (the effective config shows it, redacting
+    /// an inline token).
+    pub token_from: Option<SecretFile>,
     /// Lowercase host names `POST /admin/*` may name in `Host` / `Origin`, besides IP
     /// addresses and `localhost`.
     pub allowed_hosts: Vec<String>,
@@ -249,14 +277,24 @@ pub fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-/// One validated set of limits; `None` fields are unlimited.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+/// One set of limits; `None` fields are unlimited.
+///
+/// Both the file's entries (`rate_limits.per_key`, `.keys.<name>`, `.routes.<name>`) and the
+/// model: the checker only refuses zeros and clamps to [`MAX_PER_MINUTE`].
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, serde::Serialize, JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
+#[schemars(rename = "rate_limit")]
 pub struct RateLimit {
-    /// Requests per minute (>= 1).
+    /// Requests per minute (burst: the whole minute)
+    #[schemars(range(min = 1))]
     pub requests_per_minute: Option<u32>,
-    /// Tokens per minute (>= 1).
+    /// Prompt (estimated, then usage-corrected) + completion tokens per minute
+    #[schemars(range(min = 1))]
     pub tokens_per_minute: Option<u32>,
-    /// Requests in flight at once (>= 1).
+    /// Requests in flight at once
+    #[schemars(range(min = 1))]
     pub max_concurrent: Option<u32>,
 }
 
@@ -488,6 +526,10 @@ impl Checker {
         env: EnvLookup,
     ) -> Option<(String, String)> {
         match f {
+            SecretFile::Inline(t) if t.trim() == super::secrets::REDACTED => {
+                self.error(path, super::secrets::REDACTED_MESSAGE);
+                None
+            }
             SecretFile::Inline(t) => Some((path.to_string(), t.clone())),
             SecretFile::Env(name) => {
                 let at = format!("{path}.env");
@@ -558,6 +600,7 @@ impl Checker {
             }
         }
         AdminSettings {
+            token_from: token_digest.and(f.token.clone()),
             token_digest,
             allowed_hosts,
         }
@@ -606,11 +649,13 @@ impl Checker {
         }
     }
 
-    fn rate_limit(&mut self, path: &str, l: &RateLimitFile) -> RateLimit {
-        let mut one = |v: Option<u64>, field: &str| {
+    fn rate_limit(&mut self, path: &str, l: &RateLimit) -> RateLimit {
+        let mut one = |v: Option<u32>, field: &str| {
             v.map(|n| {
-                self.count(Some(n), &format!("{path}.{field}"), 1, 1)
-                    .clamp(1, MAX_PER_MINUTE)
+                if n == 0 {
+                    self.error(format!("{path}.{field}"), "must be at least 1, got 0");
+                }
+                n.clamp(1, MAX_PER_MINUTE)
             })
         };
         let limit = RateLimit {

@@ -1,288 +1,383 @@
-//! The effective config as JSON, for `GET /admin/config`.
+//! The effective config, for `GET /admin/config`: the typed [`Config`] written back as the
+//! file structs ([`super::file::ConfigFile`]) and serialized by their `Serialize` derive.
 //!
-//! The shape is the file's (same keys, same nesting), with every default filled in, durations
-//! written back as human strings (`2s`, `250ms`) and sizes in their largest exact binary unit
-//! (`32MiB`): converted to YAML it is a valid config file that loads to the same [`Config`].
+//! The shape is the file's (same keys, same nesting; as JSON, whose objects are unordered,
+//! the pools come by name rather than in file order), with every default filled in,
+//! durations written back by `humantime` (`2s`, `1m 30s`) and sizes in their largest exact
+//! binary unit (`32MiB`). Every section is written: [`Config::to_file`] builds the
+//! `ConfigFile` with a struct literal that names each field, so a key added to the file is a
+//! compile error here until it is written back.
+//!
+//! Secrets are never written. A secret read from the environment or a file is shown as
+//! where it is read from (`{env: NAME}`, `{file: PATH}`); one written inline (an API key, the
+//! admin token, a backend key, a route's `match.api_keys`) is replaced by
+//! [`super::secrets::REDACTED`], which the loader refuses, so a copy of the effective config
+//! cannot silently run with a placeholder as its secret. Everything else loads back to the
+//! same [`Config`] (`effective_tests.rs` checks `config/pronto.yaml` and every example).
 
-use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
-use super::cluster::Cluster;
-use super::duration::{format_duration, format_size};
-use super::edge::SecretFile;
+use serde_json::Value;
+
+use super::cluster::{ClusterFile, RepairFile};
+use super::duration::format_size;
+use super::edge::{AdminFile, AuthFile, KeyFile, RateLimit, RateLimitsFile, SecretFile};
+use super::file::*;
 use super::model::{Backend, Config, Pool, ProfileHint};
-use super::nats::{NatsAuth, NatsSecret};
+use super::nats::{NatsAuth, NatsAuthFile, NatsSecret, NatsTlsFile};
+use super::progress::StallFile;
+use super::race::{DeadlineFile, FirstTokenDeadline, HedgeDelay, HedgeFile};
+use super::route::{Route, RouteObjective, SloAction};
+use super::secrets::REDACTED;
+use super::tls::TlsFile;
+use pronto_core::routing::PolicySpec;
 
 // === impl Config ===
 
 impl Config {
-    /// Every setting, defaults included, in the config file's shape.
+    /// Every setting, defaults included, as JSON in the config file's shape (no `null`s).
     pub fn to_json(&self) -> Value {
-        let mut pools = Map::new();
-        for pool in &self.pools {
-            pools.insert(pool.model.to_string(), pool_json(pool));
-        }
-        let mut v = json!({
-            "listen": self.listen.to_string(),
-            "admin_listen": self.admin_listen.to_string(),
-            "threads": self.threads,
-            "grace_period": format_duration(self.grace_period),
-            "limits": {
-                "max_body_bytes": format_size(self.limits.max_body_bytes),
-                "connect_timeout": format_duration(self.limits.connect_timeout),
-                "first_token_timeout": format_duration(self.limits.first_token_timeout),
-                "idle_timeout": format_duration(self.limits.idle_timeout),
-                "request_timeout": format_duration(self.limits.request_timeout),
-                "header_timeout": format_duration(self.limits.header_timeout),
-                "body_timeout": format_duration(self.limits.body_timeout),
-                "write_timeout": format_duration(self.limits.write_timeout),
-                "keepalive_timeout": format_duration(self.limits.keepalive_timeout),
-                "min_send_rate": self.limits.min_send_rate.map(format_size),
-                "max_buffered_bytes": format_size(self.limits.max_buffered_bytes),
-                "max_connections": self.limits.max_connections,
-            },
-            "retry": { "max_retries": self.retry.max_retries },
-            "migration": { "max_attempts": self.migration.max_attempts },
-            "health": {
-                "path": self.health.path,
-                "interval": format_duration(self.health.interval),
-                "timeout": format_duration(self.health.timeout),
-                "eject_after_failures": self.health.eject_after_failures,
-                "readmit_after": format_duration(self.health.readmit_after),
-                "stall": match &self.health.stall {
-                    Some(r) => json!({
-                        "enabled": true,
-                        "floor": format_duration(r.floor),
-                        "factor": r.factor,
-                    }),
-                    None => json!({ "enabled": false }),
-                },
-            },
-            "explain_headers": self.explain_headers,
-            "access_log": {
-                "enabled": self.access_log.enabled,
-                "sample_rate": self.access_log.sample_rate,
-            },
-            "reload": {
-                "watch": self.reload.watch,
-                "watch_interval": format_duration(self.reload.watch_interval),
-            },
-            "pools": pools,
-        });
-        if let Some(c) = &self.cluster {
-            v["cluster"] = cluster_json(c);
-        }
+        let mut v = serde_json::to_value(self.to_file()).unwrap_or(Value::Null);
+        strip_nulls(&mut v);
         v
+    }
+
+    /// Every setting, defaults included, as the file structs; secrets redacted.
+    pub fn to_file(&self) -> ConfigFile {
+        let l = &self.limits;
+        ConfigFile {
+            listen: Some(self.listen.to_string()),
+            admin_listen: Some(self.admin_listen.to_string()),
+            threads: Some(self.threads as u64),
+            grace_period: Some(dur(self.grace_period)),
+            limits: Some(LimitsFile {
+                max_body_bytes: Some(size(l.max_body_bytes)),
+                connect_timeout: Some(dur(l.connect_timeout)),
+                first_token_timeout: Some(dur(l.first_token_timeout)),
+                idle_timeout: Some(dur(l.idle_timeout)),
+                request_timeout: Some(dur(l.request_timeout)),
+                header_timeout: Some(dur(l.header_timeout)),
+                body_timeout: Some(dur(l.body_timeout)),
+                write_timeout: Some(dur(l.write_timeout)),
+                keepalive_timeout: Some(dur(l.keepalive_timeout)),
+                min_send_rate: l.min_send_rate.map(size),
+                max_buffered_bytes: Some(size(l.max_buffered_bytes)),
+                max_connections: Some(l.max_connections),
+            }),
+            retry: Some(self.retry),
+            migration: Some(self.migration),
+            health: Some(HealthFile {
+                path: Some(self.health.path.clone()),
+                interval: Some(dur(self.health.interval)),
+                timeout: Some(dur(self.health.timeout)),
+                eject_after_failures: Some(u64::from(self.health.eject_after_failures)),
+                readmit_after: Some(dur(self.health.readmit_after)),
+                stall: Some(match &self.health.stall {
+                    Some(r) => StallFile {
+                        enabled: Some(true),
+                        floor: Some(dur(r.floor)),
+                        factor: Some(r.factor),
+                    },
+                    None => StallFile {
+                        enabled: Some(false),
+                        ..StallFile::default()
+                    },
+                }),
+            }),
+            explain_headers: Some(self.explain_headers),
+            access_log: Some(self.access_log),
+            reload: Some(ReloadFile {
+                watch: Some(self.reload.watch),
+                watch_interval: Some(dur(self.reload.watch_interval)),
+            }),
+            priority_classes: Some(
+                self.priority_classes
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect(),
+            ),
+            admission: Some(self.admission),
+            routes: (!self.routes.is_empty()).then(|| self.routes.iter().map(route).collect()),
+            pools: Some(Pools(
+                self.pools
+                    .iter()
+                    .map(|p| (p.model.to_string(), pool(p)))
+                    .collect(),
+            )),
+            auth: self.auth.as_ref().map(|a| AuthFile {
+                keys: Some(
+                    a.keys
+                        .iter()
+                        .map(|k| KeyFile {
+                            name: Some(k.name.to_string()),
+                            key: Some(REDACTED.to_string()),
+                            sha256: None,
+                            models: (!k.models.is_empty())
+                                .then(|| k.models.iter().map(|g| g.as_str().to_string()).collect()),
+                            routes: (!k.routes.is_empty())
+                                .then(|| k.routes.iter().map(|r| r.to_string()).collect()),
+                            priority: k.priority.as_ref().map(|(name, _)| name.to_string()),
+                        })
+                        .collect(),
+                ),
+                keys_file: None,
+            }),
+            admin: Some(AdminFile {
+                token: self.admin.token_from.as_ref().map(redacted),
+                allowed_hosts: Some(self.admin.allowed_hosts.clone()),
+            }),
+            // Limits need keys or routes to apply to: written only when some are set.
+            rate_limits: (self.rate_limits != Default::default()).then(|| RateLimitsFile {
+                per_key: self.rate_limits.per_key,
+                keys: limits_by_name(&self.rate_limits.keys),
+                routes: limits_by_name(&self.rate_limits.routes),
+            }),
+            tls: self.tls.as_ref().map(|t| TlsFile {
+                cert: Some(t.cert.display().to_string()),
+                key: Some(t.key.display().to_string()),
+            }),
+            cluster: self.cluster.as_ref().map(cluster),
+        }
+    }
+}
+
+/// `v` without its `null` members (a key left out is the file's way to say "unset").
+fn strip_nulls(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            map.retain(|_, x| !x.is_null());
+            map.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
+}
+
+fn dur(d: Duration) -> Quantity {
+    Quantity::Text(humantime::format_duration(d).to_string())
+}
+
+fn size(bytes: u64) -> Quantity {
+    Quantity::Text(format_size(bytes))
+}
+
+/// Where a secret is read from; an inline one, [`REDACTED`].
+fn redacted(s: &SecretFile) -> SecretFile {
+    match s {
+        SecretFile::Inline(_) => SecretFile::Inline(REDACTED.to_string()),
+        other => other.clone(),
+    }
+}
+
+fn policy(p: &PolicySpec) -> PolicyFile {
+    super::policy_file(p)
+}
+
+/// Limits by key or route name; `None` when there are none (per-key limits need keys).
+fn limits_by_name(
+    by: &BTreeMap<std::sync::Arc<str>, super::edge::RateLimit>,
+) -> Option<BTreeMap<String, RateLimit>> {
+    (!by.is_empty()).then(|| by.iter().map(|(name, r)| (name.to_string(), *r)).collect())
+}
+
+fn route(r: &Route) -> RouteFile {
+    let m = &r.matcher;
+    let matches = MatchFile {
+        model: m.model.as_ref().map(|g| g.as_str().to_string()),
+        path: m.path.as_ref().map(|g| g.as_str().to_string()),
+        headers: (!m.headers.is_empty()).then(|| m.headers.iter().cloned().collect()),
+        api_keys: (!m.api_keys.is_empty())
+            .then(|| m.api_keys.iter().map(|_| REDACTED.to_string()).collect()),
+    };
+    let (ttft_slo, on_slo_miss, fallback_pool) = match &r.slo {
+        None => (None, None, None),
+        Some(slo) => {
+            let (action, fallback) = match &slo.on_miss {
+                SloAction::Queue => ("queue", None),
+                SloAction::Fallback(pool) => ("fallback", Some(pool.to_string())),
+                SloAction::Shed => ("shed", None),
+            };
+            (Some(dur(slo.ttft)), Some(action.to_string()), fallback)
+        }
+    };
+    RouteFile {
+        name: Some(r.name.to_string()),
+        matches: Some(matches),
+        pool: Some(r.pool.to_string()),
+        ttft_slo,
+        tpot_slo: r.tpot_slo.map(dur),
+        objective: Some(
+            match r.objective {
+                RouteObjective::Ttft => "ttft",
+                RouteObjective::Ttfa => "ttfa",
+            }
+            .to_string(),
+        ),
+        race_on: Some(
+            match r.race_on {
+                super::route::RaceOn::Ttft => "ttft",
+                super::route::RaceOn::Ttfa => "ttfa",
+            }
+            .to_string(),
+        ),
+        // A class the file did not name is left out: an API key's class may replace it.
+        priority: r.priority_explicit.then(|| r.priority.to_string()),
+        on_slo_miss,
+        fallback_pool,
+        policy: r.policy.as_ref().map(policy),
+        max_retries: r.max_retries.map(u64::from),
+        first_token_timeout: r.first_token_timeout.map(dur),
+        idle_timeout: r.idle_timeout.map(dur),
+        first_token_deadline: r.first_token_deadline.map(|d| match d {
+            FirstTokenDeadline::After(after) => DeadlineFile {
+                after: Some(dur(after)),
+                ..DeadlineFile::default()
+            },
+            FirstTokenDeadline::Predicted { factor, floor } => DeadlineFile {
+                after: None,
+                factor: Some(factor),
+                floor: Some(dur(floor)),
+            },
+        }),
+        hedge: r.hedge.map(|h| {
+            let (after, quantile) = match h.delay {
+                HedgeDelay::After(d) => (Some(dur(d)), None),
+                HedgeDelay::Quantile(q) => (None, Some(q)),
+            };
+            HedgeFile {
+                after,
+                quantile,
+                budget: Some(h.budget),
+                max_predicted_ttft: h.max_predicted_ttft.map(dur),
+            }
+        }),
+        migration: r.migration,
+        keepalive: r.keepalive.map(dur),
+    }
+}
+
+fn pool(pool: &Pool) -> PoolFile {
+    let key = |k: &Option<super::model::UpstreamKey>| k.as_ref().map(|k| redacted(k.source()));
+    PoolFile {
+        policy: Some(policy(&pool.policy)),
+        backends: (!pool.backends.is_empty()).then(|| {
+            pool.backends
+                .iter()
+                .map(|b| backend(b, key(&b.api_key)))
+                .collect()
+        }),
+        discover: pool.discover.as_ref().map(|d| DiscoverFile {
+            dns: Some(d.target()),
+            interval: Some(dur(d.interval)),
+            scheme: Some("http".to_string()),
+            family: Some(d.family.as_str().to_string()),
+            weight: Some(u64::from(d.weight)),
+            max_inflight: d.max_inflight.map(u64::from),
+        }),
+        profile: pool.profile.as_ref().map(profile),
+        tokenizer: pool
+            .tokenizer
+            .as_ref()
+            .map(|t| t.path.display().to_string()),
+        chat_template: pool
+            .tokenizer
+            .as_ref()
+            .and_then(|t| t.chat_template.as_ref())
+            .map(|p| p.display().to_string()),
+        api_key: key(&pool.api_key),
+        scrape: Some(ScrapeFile {
+            interval: Some(dur(pool.scrape.interval)),
+        }),
+        served_model_name: pool
+            .served_model_name
+            .as_ref()
+            .map(|n| n.as_str().to_string()),
+        continue_streams: Some(pool.continue_streams),
+        serve_listed_models: Some(pool.serve_listed_models),
+    }
+}
+
+fn profile(p: &ProfileHint) -> ProfileFile {
+    ProfileFile {
+        file: None,
+        base_ms: p.base_ms,
+        prefill_tokens_per_s: p.prefill_tokens_per_s,
+        decode_ms_per_running: p.decode_ms_per_running,
+    }
+}
+
+fn backend(b: &Backend, api_key: Option<SecretFile>) -> BackendFile {
+    BackendFile {
+        name: Some(b.name.to_string()),
+        url: Some(b.base_url()),
+        weight: Some(u64::from(b.weight)),
+        max_inflight: b.max_inflight.map(u64::from),
+        labels: (!b.labels.is_empty()).then(|| {
+            b.labels
+                .iter()
+                .map(|(k, v)| (k.clone(), LabelValue(v.clone())))
+                .collect()
+        }),
+        profile: b.profile.as_ref().map(profile),
+        kv_events: b.kv_events.as_ref().map(|k| KvEventsFile {
+            endpoint: Some(k.endpoint.clone()),
+            block_size: Some(k.block_size as u64),
+        }),
+        ca_file: b.ca.as_ref().map(|c| c.path.display().to_string()),
+        api_key,
+        served_model_name: b.served_model_name.as_ref().map(|n| n.as_str().to_string()),
     }
 }
 
 /// `cluster:`, its secrets written as where they are read from (never their values).
-fn cluster_json(c: &Cluster) -> Value {
-    let mut v = json!({
-        "nats": c.nats,
-        "subject": c.subject,
-        "replica": c.replica,
-        "heartbeat": format_duration(c.heartbeat),
-        "peer_timeout": format_duration(c.peer_timeout),
-        "collision_repair": c.collision_repair.map_or(Value::from("off"), Value::from),
-    });
-    let source = |s: &NatsSecret| match &s.from {
-        SecretFile::Inline(_) => Value::from(s.value()),
-        SecretFile::Env(name) => json!({ "env": name }),
-        SecretFile::File(path) => json!({ "file": path }),
+fn cluster(c: &super::cluster::Cluster) -> ClusterFile {
+    // Only a user name may be inline; any other inline value is redacted.
+    let source = |s: &NatsSecret| redacted(&s.from);
+    let user = |s: &NatsSecret| match &s.from {
+        SecretFile::Inline(_) => SecretFile::Inline(s.value().to_string()),
+        other => other.clone(),
     };
-    if let Some(auth) = &c.auth {
-        v["auth"] = match auth {
-            NatsAuth::Token(t) => json!({ "token": source(t) }),
-            NatsAuth::UserPassword { user, password } => {
-                json!({ "user": source(user), "password": source(password) })
-            }
-            NatsAuth::NKey(k) => json!({ "nkey": source(k) }),
-            NatsAuth::Creds(k) => json!({ "creds": source(k) }),
-        };
-    }
-    if let Some(t) = &c.tls {
-        let mut tls = Map::new();
-        let paths = [("ca", &t.ca), ("cert", &t.cert), ("key", &t.key)];
-        for (k, p) in paths {
-            if let Some(p) = p {
-                tls.insert(k.into(), Value::from(p.display().to_string()));
-            }
-        }
-        if let Some(n) = &t.server_name {
-            tls.insert("server_name".into(), Value::from(n.as_str()));
-        }
-        v["tls"] = Value::Object(tls);
-    }
-    v
-}
-
-fn pool_json(pool: &Pool) -> Value {
-    // A tagged enum serializes to an object with its `name`: the file's map form.
-    let policy = serde_json::to_value(pool.policy).unwrap_or(Value::Null);
-    let backends: Vec<Value> = pool.backends.iter().map(backend_json).collect();
-    let mut v = json!({
-        "policy": policy,
-        "backends": backends,
-        "scrape": { "interval": format_duration(pool.scrape.interval) },
-        "continue_streams": pool.continue_streams,
+    let auth = c.auth.as_ref().map(|a| match a {
+        NatsAuth::Token(t) => NatsAuthFile {
+            token: Some(source(t)),
+            ..NatsAuthFile::default()
+        },
+        NatsAuth::UserPassword { user: u, password } => NatsAuthFile {
+            user: Some(user(u)),
+            password: Some(source(password)),
+            ..NatsAuthFile::default()
+        },
+        NatsAuth::NKey(k) => NatsAuthFile {
+            nkey: Some(source(k)),
+            ..NatsAuthFile::default()
+        },
+        NatsAuth::Creds(k) => NatsAuthFile {
+            creds: Some(source(k)),
+            ..NatsAuthFile::default()
+        },
     });
-    if let Some(d) = &pool.discover {
-        let mut dj = json!({
-            "dns": d.target(),
-            "interval": format_duration(d.interval),
-            "scheme": "http",
-            "family": d.family.as_str(),
-            "weight": d.weight,
-        });
-        if let Some(cap) = d.max_inflight {
-            dj["max_inflight"] = Value::from(cap);
-        }
-        v["discover"] = dj;
+    let path = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    ClusterFile {
+        nats: Some(c.nats.clone()),
+        subject: Some(c.subject.clone()),
+        replica: Some(SecretFile::Inline(c.replica.clone())),
+        heartbeat: Some(dur(c.heartbeat)),
+        peer_timeout: Some(dur(c.peer_timeout)),
+        collision_repair: Some(match c.collision_repair {
+            Some(margin) => RepairFile::Margin(margin),
+            None => RepairFile::Word("off".to_string()),
+        }),
+        auth,
+        tls: c.tls.as_ref().map(|t| NatsTlsFile {
+            ca: path(&t.ca),
+            cert: path(&t.cert),
+            key: path(&t.key),
+            server_name: t.server_name.clone(),
+        }),
     }
-    if let Some(p) = &pool.profile {
-        v["profile"] = profile_json(p);
-    }
-    if let Some(n) = &pool.served_model_name {
-        v["served_model_name"] = Value::from(n.as_str());
-    }
-    if let Some(t) = &pool.tokenizer {
-        v["tokenizer"] = Value::from(t.path.display().to_string());
-        if let Some(source) = &t.chat_template {
-            v["chat_template"] = Value::from(source.display().to_string());
-        }
-    }
-    v
-}
-
-fn profile_json(p: &ProfileHint) -> Value {
-    let mut v = Map::new();
-    let fields = [
-        ("base_ms", p.base_ms),
-        ("prefill_tokens_per_s", p.prefill_tokens_per_s),
-        ("decode_ms_per_running", p.decode_ms_per_running),
-    ];
-    for (k, x) in fields {
-        if let Some(x) = x {
-            v.insert(k.to_string(), Value::from(x));
-        }
-    }
-    Value::Object(v)
-}
-
-fn backend_json(b: &Backend) -> Value {
-    let mut v = json!({
-        "name": &*b.name,
-        "url": b.base_url(),
-        "weight": b.weight,
-    });
-    if let Some(cap) = b.max_inflight {
-        v["max_inflight"] = Value::from(cap);
-    }
-    if !b.labels.is_empty() {
-        v["labels"] = json!(b.labels);
-    }
-    if let Some(k) = &b.kv_events {
-        v["kv_events"] = json!({"endpoint": k.endpoint, "block_size": k.block_size});
-    }
-    if let Some(p) = &b.profile {
-        v["profile"] = profile_json(p);
-    }
-    if let Some(n) = &b.served_model_name {
-        v["served_model_name"] = Value::from(n.as_str());
-    }
-    v
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn effective_config_reloads_to_the_same_config() {
-        let yaml = "
-threads: 3
-limits: {max_body_bytes: 2MiB, first_token_timeout: 1500ms}
-health: {interval: 2s, readmit_after: 1m, stall: {floor: 3s}}
-reload: {watch: false}
-pools:
-  \"meta/llama\":
-    policy: {name: cache_aware, cache_threshold: 0.5}
-    backends:
-      - {name: a, url: 'http://10.0.0.1:8000', weight: 2, max_inflight: 8, labels: {gpu: h100}}
-      - {name: b, url: 'http://10.0.0.2'}
-  other:
-    policy: round_robin
-    profile: {base_ms: 12.5, prefill_tokens_per_s: 8000}
-    served_model_name: discover
-    backends:
-      - {name: c, url: 'http://h:1', profile: {decode_ms_per_running: 3}}
-      - {name: d, url: 'http://h:2', served_model_name: '/models/llama 3'}
-  pool-dns:
-    discover: {dns: 'vllm.internal:8000', interval: 30s, family: ipv4, max_inflight: 4}
-";
-        let config = Config::from_yaml_str(yaml, "t.yaml").unwrap();
-        let json = config.to_json();
-        assert_eq!(json["limits"]["max_body_bytes"], "2MiB");
-        assert_eq!(json["health"]["readmit_after"], "1m");
-        assert_eq!(json["health"]["stall"]["floor"], "3s");
-        assert_eq!(json["health"]["stall"]["factor"], 4.0);
-        assert_eq!(json["pools"]["meta/llama"]["policy"]["name"], "cache_aware");
-        assert_eq!(
-            json["pools"]["meta/llama"]["backends"][1]["url"],
-            "http://10.0.0.2:80"
-        );
-        assert_eq!(
-            json["pools"]["pool-dns"]["discover"]["dns"],
-            "vllm.internal:8000"
-        );
-        assert_eq!(
-            json["pools"]["other"]["backends"][0]["profile"]["base_ms"],
-            12.5
-        );
-        assert_eq!(json["pools"]["other"]["served_model_name"], "discover");
-        assert_eq!(
-            json["pools"]["other"]["backends"][1]["served_model_name"],
-            "/models/llama 3"
-        );
-        let text = serde_yaml_ng::to_string(&json).unwrap();
-        let again = Config::from_yaml_str(&text, "effective").unwrap();
-        let strip = |c: &Config| Config {
-            origin: String::new(),
-            source_hash: 0,
-            warnings: Vec::new(),
-            ..c.clone()
-        };
-        assert_eq!(strip(&again), strip(&config));
-    }
-
-    #[test]
-    fn cluster_credentials_are_shown_as_where_they_are_read_from() {
-        fn env(name: &str) -> Option<String> {
-            (name == "NATS_PASSWORD").then(|| "the-nats-password".to_string())
-        }
-        let yaml = "
-cluster:
-  nats: 'tls://nats:4222'
-  replica: r0
-  collision_repair: off
-  auth: {user: pronto, password: {env: NATS_PASSWORD}}
-  tls: {server_name: nats.internal}
-pools:
-  m:
-    backends: [{name: a, url: 'http://10.0.0.1:8000'}]
-";
-        let load = |text: &str| {
-            crate::config::Loaded::from_yaml_str_with_env(text, "t.yaml", env)
-                .unwrap()
-                .config
-        };
-        let config = load(yaml);
-        let json = config.to_json();
-        assert_eq!(json["cluster"]["auth"]["password"]["env"], "NATS_PASSWORD");
-        assert_eq!(json["cluster"]["auth"]["user"], "pronto");
-        assert_eq!(json["cluster"]["collision_repair"], "off");
-        assert!(!json.to_string().contains("the-nats-password"), "{json}");
-        let again = load(&serde_yaml_ng::to_string(&json).unwrap());
-        assert_eq!(again.cluster, config.cluster);
-    }
-}
+#[path = "effective_tests.rs"]
+mod tests;

@@ -7,6 +7,10 @@
 //! interpretation stay raw — addresses and URLs as strings, durations and sizes as
 //! [`Quantity`] — and are parsed during validation.
 //!
+//! The structs also derive the JSON Schema ([`super::schema`]): a field's doc comment is its
+//! description there (and in `docs/config-reference.md`), so it is written for the person
+//! editing the file; `#[schemars(..)]` adds the bounds and the defaults.
+//!
 //! Two shapes need hand-written deserializers:
 //! - [`PolicyFile`] accepts a bare name (`policy: round_robin`) or a map
 //!   (`policy: {name: cache_aware, cache_threshold: 0.5}`) whose other keys are the policy's
@@ -14,308 +18,414 @@
 //! - [`Pools`] keeps pools in file order and keeps duplicate keys, so validation can report
 //!   them by name instead of YAML's generic "duplicate entry".
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
-/// The whole gateway config file.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+use super::model::*;
+use super::route::DEFAULT_PRIORITY_CLASSES;
+use super::schema::{dur, size, DurationText, SizeText};
+use super::validate::MAX_THREADS;
+
+/// Check a file with `pronto check-config FILE`. Unknown keys are errors.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
-    /// Client listener, `IP:port`.
+    /// Address clients connect to, IP:port
+    #[schemars(extend("default" = DEFAULT_LISTEN.to_string()))]
     pub listen: Option<String>,
-    /// Admin listener (metrics, config), `IP:port`.
+    /// Admin listener (status page, /metrics, /admin/*), IP:port; not loopback needs admin.token
+    #[schemars(extend("default" = DEFAULT_ADMIN_LISTEN.to_string()))]
     pub admin_listen: Option<String>,
-    /// Worker threads for the proxy service.
+    /// Worker threads for the proxy service (restart to change)
+    #[schemars(range(min = 1, max = MAX_THREADS), extend("default" = DEFAULT_THREADS))]
     pub threads: Option<u64>,
-    /// How long in-flight streams may run after SIGTERM.
+    /// On SIGTERM, how long in-flight streams may continue
+    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_GRACE_PERIOD)))]
     pub grace_period: Option<Quantity>,
-    /// Request limits and timeouts.
+    /// Request limits and timeouts
     pub limits: Option<LimitsFile>,
-    /// Retry policy.
-    pub retry: Option<RetryFile>,
-    /// Stream migration ([`super::migration`]).
-    pub migration: Option<super::migration::MigrationFile>,
-    /// Active and passive health checking.
+    /// Retry policy
+    pub retry: Option<Retry>,
+    /// Stream migration: a stream whose backend fails after its first token is continued on
+    /// the next-best backend with the text so far, spliced into the same client stream
+    pub migration: Option<super::migration::Migration>,
+    /// Active and passive health checking
     pub health: Option<HealthFile>,
-    /// Add `x-pronto-*` explanation headers to responses.
+    /// Add x-pronto-* headers to responses: the backend, the decision's reason and
+    /// prediction, the runner-up and its prediction, the attempts
+    #[schemars(extend("default" = false))]
     pub explain_headers: Option<bool>,
-    /// The access log.
-    pub access_log: Option<AccessLogFile>,
-    /// Live reload of this file.
+    /// The access log: one line per request (log target pronto::access)
+    pub access_log: Option<AccessLog>,
+    /// Live reload of this file (also on SIGHUP and POST /admin/reload)
     pub reload: Option<ReloadFile>,
-    /// Priority classes, most urgent first (`[interactive, batch]` when absent).
+    /// Priority classes, most urgent first; queued requests of a class go before any of a
+    /// later one
+    #[schemars(length(min = 1), inner(regex(pattern = r"^[A-Za-z0-9_.-]+$")))]
+    #[schemars(extend("default" = DEFAULT_PRIORITY_CLASSES))]
     pub priority_classes: Option<Vec<String>>,
-    /// The SLO admission queue.
-    pub admission: Option<AdmissionFile>,
-    /// Ordered routes: request → pool; the first match wins.
+    /// The SLO admission queue (routes with on_slo_miss: queue)
+    pub admission: Option<super::route::AdmissionSettings>,
+    /// Ordered routes, first match wins; without it a request goes to the pool named by its
+    /// model
+    #[schemars(length(min = 1))]
     pub routes: Option<Vec<RouteFile>>,
-    /// Backend pools keyed by model name (or by pool name when `routes:` is present).
+    /// Backend pools keyed by the model name clients send
     pub pools: Option<Pools>,
-    /// API keys.
+    /// API keys; with it every request needs `Authorization: Bearer <key>`
     pub auth: Option<super::edge::AuthFile>,
-    /// Admin listener settings.
+    /// Admin listener settings
     pub admin: Option<super::edge::AdminFile>,
-    /// Rate limits per key and per route.
+    /// Rate limits per API key and per route (429 with Retry-After)
     pub rate_limits: Option<super::edge::RateLimitsFile>,
-    /// TLS on the client listener.
+    /// TLS on the client listener (h2 by ALPN, HTTP/1.1 fallback)
     pub tls: Option<super::tls::TlsFile>,
-    /// Replica sync over NATS.
+    /// Replica sync over NATS: several Pronto replicas that route as one
     pub cluster: Option<super::cluster::ClusterFile>,
 }
 
-/// `access_log:` section.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AccessLogFile {
-    /// Write one line per request.
-    pub enabled: Option<bool>,
-    /// Share of requests written, 0 to 1.
-    pub sample_rate: Option<f64>,
-}
-
-/// `admission:` section.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AdmissionFile {
-    /// Requests the gateway queue holds at most, over all routes.
-    pub queue_size: Option<u64>,
-}
-
 /// One entry of `routes:`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "route", extend("required" = ["name", "pool"]))]
 pub struct RouteFile {
-    /// Unique route name, a metric label.
+    /// Unique route name; the `route` metric label
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]+$"))]
     pub name: Option<String>,
-    /// What the request must look like; absent matches every request.
+    /// Conditions, all of which must hold; absent: every request
     #[serde(rename = "match")]
     pub matches: Option<MatchFile>,
-    /// Target pool (a key of `pools:`).
+    /// Target pool (a key of pools)
     pub pool: Option<String>,
-    /// Time-to-first-token objective; enables admission control.
+    /// Time-to-first-token objective; enables admission control
+    #[schemars(with = "Option<DurationText>")]
     pub ttft_slo: Option<Quantity>,
-    /// Time-per-output-token objective (after the first token); steers `predicted_ttft`.
+    /// Time-per-output-token objective (after the first token): predicted_ttft avoids a
+    /// backend whose predicted TPOT would break it while another meets both objectives
+    #[schemars(with = "Option<DurationText>")]
     pub tpot_slo: Option<Quantity>,
-    /// What `predicted_ttft` minimises: `ttft` (default) or `ttfa` (time to first answer).
+    /// What predicted_ttft minimises: ttft (time to first token, the default) or ttfa (time
+    /// to first answer: TTFT + expected reasoning tokens × the backend's predicted TPOT)
+    #[schemars(extend("enum" = ["ttft", "ttfa"]))]
     pub objective: Option<String>,
-    /// What `first_token_deadline` and `hedge` race on: `ttft` (default) or `ttfa`.
+    /// What first_token_deadline and hedge race on: ttft (the first token, the default) or
+    /// ttfa (the first answer token: each copy's reasoning is held until its answer, the
+    /// first to answer wins)
+    #[schemars(extend("enum" = ["ttft", "ttfa"]))]
     pub race_on: Option<String>,
-    /// Priority class (one of `priority_classes`).
+    /// Priority class (one of priority_classes); default: the first
     pub priority: Option<String>,
-    /// `queue`, `fallback` or `shed`.
+    /// When the best predicted TTFT exceeds ttft_slo
+    #[schemars(extend("enum" = ["queue", "fallback", "shed"], "default" = "queue"))]
     pub on_slo_miss: Option<String>,
-    /// Pool used by `on_slo_miss: fallback`.
+    /// Pool for on_slo_miss: fallback
     pub fallback_pool: Option<String>,
-    /// Routing policy for this route's requests, overriding the pool's.
+    /// Routing policy for this route's requests, overriding the pool's
     pub policy: Option<PolicyFile>,
-    /// Overrides `retry.max_retries`.
+    /// Overrides retry.max_retries for this route
     pub max_retries: Option<u64>,
-    /// Overrides `limits.first_token_timeout`.
+    /// Overrides limits.first_token_timeout for this route
+    #[schemars(with = "Option<DurationText>")]
     pub first_token_timeout: Option<Quantity>,
-    /// Overrides `limits.idle_timeout`.
+    /// Overrides limits.idle_timeout for this route
+    #[schemars(with = "Option<DurationText>")]
     pub idle_timeout: Option<Quantity>,
-    /// Fail over to the next-best backend when the first token is this late.
+    /// Streams: a backend without a first token by then also gets the request sent to the
+    /// next-best backend; the first to answer is relayed, the other cancelled. Either after,
+    /// or factor (with floor)
     pub first_token_deadline: Option<super::race::DeadlineFile>,
-    /// Send a second copy of a slow request (bounded).
+    /// Streams: send a second copy to the next-best backend after a delay (after, or
+    /// quantile of the predicted TTFT); the first to answer is relayed, the other cancelled
     pub hedge: Option<super::race::HedgeFile>,
-    /// Overrides the top-level `migration:`.
-    pub migration: Option<super::migration::MigrationFile>,
-    /// SSE comment keep-alives this often while a stream waits for its first token.
+    /// Overrides the top-level migration for this route. Stream migration: a stream whose
+    /// backend fails after its first token is continued on the next-best backend with the
+    /// text so far, spliced into the same client stream
+    pub migration: Option<super::migration::Migration>,
+    /// Streams: send an SSE comment (: keep-alive) this often while waiting for the first
+    /// token, so idle timeouts in front of Pronto do not cut a long prefill (100ms..=10m; off
+    /// when absent)
+    #[schemars(with = "Option<DurationText>")]
     pub keepalive: Option<Quantity>,
 }
 
-/// A route's `match:` section; every condition given must hold.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Conditions, all of which must hold; absent: every request
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MatchFile {
-    /// Model name, exact or a glob (`llama-*`).
+    /// Model name or glob (*, ?, [a-z], [!x])
     pub model: Option<String>,
-    /// Request path, exact or a glob.
+    /// Request path or glob, e.g. /v1/chat/*
     pub path: Option<String>,
-    /// Header name → exact value.
+    /// Header name -> exact value
     pub headers: Option<BTreeMap<String, String>>,
-    /// Bearer tokens, any of which matches.
+    /// Bearer tokens (Authorization: Bearer ...), any of which matches
+    #[schemars(length(min = 1))]
     pub api_keys: Option<Vec<String>>,
 }
 
-/// `limits:` section.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Request limits and timeouts
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsFile {
-    /// Largest accepted request body (integer bytes or a size such as `32MiB`).
+    /// Largest accepted request body, 1KiB..=1GiB
+    #[schemars(with = "Option<SizeText>", extend("default" = size(DEFAULT_MAX_BODY_BYTES)))]
     pub max_body_bytes: Option<Quantity>,
-    /// TCP connect timeout to a backend.
+    /// TCP connect timeout to a backend
+    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_CONNECT_TIMEOUT)))]
     pub connect_timeout: Option<Quantity>,
-    /// Deadline for the first byte of the answer.
+    /// No first byte of the answer within this: 504, or a retry while nothing was sent
+    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_FIRST_TOKEN_TIMEOUT)))]
     pub first_token_timeout: Option<Quantity>,
-    /// Longest silence from the backend mid-stream.
+    /// Longest silence from a backend mid-stream
+    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_IDLE_TIMEOUT)))]
     pub idle_timeout: Option<Quantity>,
-    /// Deadline for a non-streamed request's answer, from sending it.
+    /// A non-streamed request's whole answer within this, else 504 (never a backend fault)
+    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_REQUEST_TIMEOUT)))]
     pub request_timeout: Option<Quantity>,
-    /// Deadline for a request head, from its first byte.
+    /// A request head from its first byte to its end within this, else the connection closes
+    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_HEADER_TIMEOUT)))]
     pub header_timeout: Option<Quantity>,
-    /// Deadline for the whole request body.
+    /// The whole request body within this, else 408
+    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_BODY_TIMEOUT)))]
     pub body_timeout: Option<Quantity>,
-    /// Longest a write to a client may wait for it to read.
+    /// A write to a client that does not read fails after this: the stream ends, the
+    /// upstream request is cancelled
+    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_WRITE_TIMEOUT)))]
     pub write_timeout: Option<Quantity>,
-    /// How long an idle keep-alive connection waits for its next request.
+    /// An idle keep-alive connection (its last answer complete; HTTP/2: no stream open) is
+    /// closed after this (whole seconds)
+    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_KEEPALIVE_TIMEOUT)))]
     pub keepalive_timeout: Option<Quantity>,
-    /// Bytes per second a client must read at least (a larger write gets a longer deadline).
+    /// Minimum bytes per second a client must read (a larger write may wait len / rate)
+    #[schemars(with = "Option<SizeText>")]
     pub min_send_rate: Option<Quantity>,
-    /// Request body bytes buffered at once, over all requests.
+    /// Request body bytes buffered at once over all requests; over it: 503 with Retry-After
+    /// before the body is read
+    #[schemars(with = "Option<SizeText>", extend("default" = size(DEFAULT_MAX_BUFFERED_BYTES)))]
     pub max_buffered_bytes: Option<Quantity>,
-    /// Client connections open at once.
+    /// Client connections open at once; one more gets 503 and is closed
+    #[schemars(range(min = 1, max = 1_000_000), extend("default" = DEFAULT_MAX_CONNECTIONS))]
     pub max_connections: Option<u64>,
 }
 
-/// `retry:` section.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RetryFile {
-    /// Retries on another backend before any byte reaches the client.
-    pub max_retries: Option<u64>,
-}
-
-/// `health:` section.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Active and passive health checking
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HealthFile {
-    /// HTTP path probed on each backend.
+    /// HTTP path probed with GET on each backend
+    #[schemars(regex(pattern = r"^/\S*$"), extend("default" = DEFAULT_HEALTH_PATH))]
     pub path: Option<String>,
-    /// Time between probes.
+    /// Time between active probes
+    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_HEALTH_INTERVAL)))]
     pub interval: Option<Quantity>,
-    /// Probe timeout.
+    /// Probe timeout
+    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_HEALTH_TIMEOUT)))]
     pub timeout: Option<Quantity>,
-    /// Consecutive passive failures that eject a backend.
+    /// Consecutive failed requests that eject a backend
+    #[schemars(range(min = 1), extend("default" = DEFAULT_EJECT_AFTER_FAILURES))]
     pub eject_after_failures: Option<u64>,
-    /// Delay before an ejected backend is probed again.
+    /// Delay before an ejected backend may return
+    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_READMIT_AFTER)))]
     pub readmit_after: Option<Quantity>,
-    /// Progress-based exclusion of a backend that produces no token.
+    /// Progress-based exclusion: a backend with streams in flight and no token on any of them
+    /// for max(floor, factor x the predicted time of its booked prefill) gets no new requests
+    /// until it produces again (not ejected)
     pub stall: Option<super::progress::StallFile>,
 }
 
-/// `reload:` section.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Live reload of this file (also on SIGHUP and POST /admin/reload)
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReloadFile {
-    /// Poll the file for changes and reload it.
+    /// Poll the file and reload it when it changes
+    #[schemars(extend("default" = DEFAULT_RELOAD_WATCH))]
     pub watch: Option<bool>,
-    /// Time between two polls.
+    /// Time between two polls of the file
+    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_WATCH_INTERVAL)))]
     pub watch_interval: Option<Quantity>,
 }
 
 /// One pool: the backends serving one model name.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "pool", extend("anyOf" = [{ "required": ["backends"] }, { "required": ["discover"] }]))]
 pub struct PoolFile {
-    /// Routing policy; `least_inflight` when absent.
+    /// Routing policy; `least_inflight` when absent
     pub policy: Option<PolicyFile>,
-    /// The pool's static backends.
+    /// The pool's static backends
+    #[schemars(length(min = 1))]
     pub backends: Option<Vec<BackendFile>>,
-    /// Backends found by resolving a DNS name, besides or instead of `backends`.
+    /// Backends from a DNS name: every address it resolves to, re-resolved periodically
     pub discover: Option<DiscoverFile>,
-    /// Default profile hint of the pool's backends (a backend's own fields override it).
+    /// Default profile hint of the pool's backends
     pub profile: Option<ProfileFile>,
-    /// The model's tokenizer: a `tokenizer.json` or a model directory holding one (exact
-    /// prompt tokens and engine-matching block hashes; see `pronto_tokenizer`).
+    /// The model's tokenizer: a Hugging Face tokenizer.json or a directory holding it (with
+    /// tokenizer_config.json and chat_template.jinja), relative to the config file; or
+    /// `tiktoken:<name>`, an OpenAI encoding (o200k_base, o200k_harmony, cl100k_base,
+    /// p50k_base, p50k_edit, r50k_base) or a model name mapped to one (gpt-4o, gpt-4, ...),
+    /// built in. Exact prompt tokens and engine-matching block hashes
     pub tokenizer: Option<String>,
-    /// A chat template file overriding the one found beside the tokenizer.
+    /// A Jinja chat template file overriding the one beside the tokenizer (needs `tokenizer`;
+    /// with `tiktoken:` it replaces OpenAI's chat format)
     pub chat_template: Option<String>,
-    /// The key the gateway presents to the pool's backends (`Authorization: Bearer`), on
-    /// requests, health checks and scrapes: inline, `{env: NAME}` or `{file: PATH}`.
+    /// Key presented to the pool's backends as Authorization: Bearer (requests, health
+    /// checks, scrapes): the key, {env: NAME} or {file: PATH}
     pub api_key: Option<super::edge::SecretFile>,
-    /// Engine metrics scraping of the pool's backends.
+    /// Engine metrics scraping of the pool's backends (GET /metrics)
     pub scrape: Option<ScrapeFile>,
-    /// What the pool's backends call its model, when not the pool's name: a name, or
-    /// `discover` (ask each backend's `GET /v1/models`).
+    /// What the backends call this model when not the pool's name: the request's `model` is
+    /// rewritten to it upstream and back in answers. A name, or `discover`: the one model
+    /// each backend lists at GET /v1/models
+    #[schemars(with = "Option<ServedModelName>")]
     pub served_model_name: Option<String>,
-    /// Whether the pool's engines can continue a partial answer (stream migration).
+    /// The pool's engines can continue a partial answer (vLLM, SGLang:
+    /// continue_final_message): its streams may be migrated, and it may take migrated streams
+    #[schemars(extend("default" = true))]
     pub continue_streams: Option<bool>,
+    /// The pool also serves every model its backends list at GET /v1/models, each on the
+    /// backends that list it (what `pronto serve --backend URL` without `--model` sets)
+    #[schemars(extend("default" = false))]
+    pub serve_listed_models: Option<bool>,
 }
 
-/// A pool's `scrape:` section: how often its backends' `/metrics` are read.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Engine metrics scraping of the pool's backends (GET /metrics)
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScrapeFile {
-    /// Time between two scrapes of each backend (while they succeed).
+    /// Time between two scrapes of each backend while they succeed (at least 10ms); a
+    /// failing backend backs off, doubling up to 30s
+    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_SCRAPE_INTERVAL)))]
     pub interval: Option<Quantity>,
 }
 
-/// A pool's `discover:` section: backends from a DNS name, re-resolved periodically.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Backends from a DNS name: every address it resolves to, re-resolved periodically
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("required" = ["dns"]))]
 pub struct DiscoverFile {
-    /// `host:port` (or `host`, for the scheme's default port) resolved to the backends.
+    /// host:port to resolve (port 80 when absent)
     pub dns: Option<String>,
-    /// Time between two resolutions.
+    /// Time between two resolutions
+    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_DISCOVER_INTERVAL)))]
     pub interval: Option<Quantity>,
-    /// `http` (the only scheme supported for discovered backends).
+    /// Scheme of the discovered backends
+    #[schemars(extend("enum" = ["http"], "default" = "http"))]
     pub scheme: Option<String>,
-    /// Keep only `ipv4` or `ipv6` addresses; `any` (default) keeps both.
+    /// Keep only IPv4 or IPv6 addresses
+    #[schemars(extend("enum" = ["any", "ipv4", "ipv6"], "default" = "any"))]
     pub family: Option<String>,
-    /// Relative weight of each discovered backend.
+    /// Relative share of traffic of each discovered backend
+    #[schemars(range(min = 1), extend("default" = DEFAULT_WEIGHT))]
     pub weight: Option<u64>,
-    /// Cap on concurrent requests of each discovered backend.
+    /// Cap on concurrent requests to each discovered backend
+    #[schemars(range(min = 1))]
     pub max_inflight: Option<u64>,
 }
 
-/// A profile hint: what the backend's TTFT model assumes before it has measured anything.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Cold-start prior of the backend's TTFT model; absent fields keep the generic prior
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "profile")]
 pub struct ProfileFile {
-    /// A simulator profile written by `pronto calibrate` (relative to the config file): its
-    /// `prior:` block gives the fields not set beside it (see `config/profile.rs`).
+    /// A simulator profile written by `pronto calibrate` (relative to this file); its
+    /// `prior:` block gives the fields not set beside it
     pub file: Option<String>,
-    /// Fixed overhead of a request, milliseconds.
+    /// Fixed overhead of a request, ms
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub base_ms: Option<f64>,
-    /// Prefill throughput, prompt tokens per second.
+    /// Prefill throughput, prompt tokens per second
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub prefill_tokens_per_s: Option<f64>,
-    /// Time to first token added by each running decode, milliseconds.
+    /// TTFT added by each running decode, ms
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub decode_ms_per_running: Option<f64>,
 }
 
 /// One backend entry.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "backend", extend("required" = ["name", "url"]))]
 pub struct BackendFile {
-    /// Unique name, used as a metric label.
+    /// Unique across the file; the `backend` metric label
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]+$"))]
     pub name: Option<String>,
-    /// Base URL, `http://host:port`.
+    /// Base URL of an OpenAI-compatible server, no path
+    #[schemars(regex(pattern = r"^https?://"))]
     pub url: Option<String>,
-    /// Relative weight.
+    /// Relative share of traffic
+    #[schemars(range(min = 1), extend("default" = DEFAULT_WEIGHT))]
     pub weight: Option<u64>,
-    /// Cap on concurrent requests.
+    /// Cap on concurrent requests to this backend
+    #[schemars(range(min = 1))]
     pub max_inflight: Option<u64>,
-    /// Free-form labels; scalar values (`rack: 3`, `spot: true`) are kept as their text.
+    /// Free-form labels (scalar values, kept as text)
+    #[schemars(extend("propertyNames" = { "pattern": "^[A-Za-z_][A-Za-z0-9_]*$" }))]
     pub labels: Option<BTreeMap<String, LabelValue>>,
-    /// Profile hint for the TTFT model's cold start (overrides the pool's, field by field).
+    /// Profile hint; overrides the pool's field by field
     pub profile: Option<ProfileFile>,
-    /// The engine's KV-cache event publisher (exact prefix index).
+    /// The engine's ZMQ KV-cache event publisher: an exact prefix index for this backend
     pub kv_events: Option<KvEventsFile>,
-    /// PEM CA certificates trusted for this `https` backend instead of the system roots.
+    /// PEM CA certificates trusted for this https backend instead of the system roots;
+    /// relative to this file
     pub ca_file: Option<String>,
-    /// This backend's key, replacing the pool's `api_key`.
+    /// This backend's key, replacing the pool's api_key
     pub api_key: Option<super::edge::SecretFile>,
-    /// What this backend calls the pool's model, replacing the pool's `served_model_name`.
+    /// This backend's name for the model, replacing the pool's served_model_name
+    #[schemars(with = "Option<ServedModelName>")]
     pub served_model_name: Option<String>,
 }
 
-/// `kv_events:` of a backend.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// The engine's ZMQ KV-cache event publisher: an exact prefix index for this backend
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("required" = ["endpoint", "block_size"]))]
 pub struct KvEventsFile {
-    /// `tcp://HOST:PORT` of the engine's ZMQ publisher.
+    /// Publisher address, `tcp://HOST:PORT`
+    #[schemars(regex(pattern = r"^tcp://.+:[0-9]+$"))]
     pub endpoint: Option<String>,
-    /// Tokens per engine KV block.
+    /// Tokens per engine KV block (16 on GPU, 128 for vLLM on CPU)
+    #[schemars(range(min = 1, max = 65536))]
     pub block_size: Option<u64>,
 }
 
+/// A model name as a backend knows it (`served_model_name`).
+struct ServedModelName;
+
+impl JsonSchema for ServedModelName {
+    fn schema_name() -> Cow<'static, str> {
+        "served_model_name".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string", "minLength": 1, "maxLength": 512,
+            "pattern": "^[^\\u0000-\\u001f\\u007f]+$",
+        })
+    }
+}
+
 /// A label value: any YAML scalar, as text.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct LabelValue(pub String);
+
+impl JsonSchema for LabelValue {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "label_value".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": ["string", "number", "boolean"] })
+    }
+}
 
 impl<'de> Deserialize<'de> for LabelValue {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<LabelValue, D::Error> {
@@ -356,7 +466,8 @@ impl<'de> Deserialize<'de> for LabelValue {
 // === impl Quantity ===
 
 /// A duration or size as written: a bare number or a string with a unit.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(untagged)]
 pub enum Quantity {
     /// A bare integer (`30`, `-1`).
     Int(i128),
@@ -426,6 +537,29 @@ pub struct PolicyFile {
     pub params: Vec<(String, serde_json::Value)>,
 }
 
+impl serde::Serialize for PolicyFile {
+    /// The map form, `{name: .., <parameters>}`, always (a reader finds `name` there).
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.params.len() + 1))?;
+        map.serialize_entry("name", &self.name)?;
+        for (k, v) in &self.params {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+impl JsonSchema for PolicyFile {
+    fn schema_name() -> Cow<'static, str> {
+        "policy".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        Schema::try_from(super::schema::policy_schema()).unwrap_or_else(|_| json_schema!({}))
+    }
+}
+
 impl<'de> Deserialize<'de> for PolicyFile {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<PolicyFile, D::Error> {
         struct PolicyVisitor;
@@ -471,6 +605,35 @@ impl<'de> Deserialize<'de> for PolicyFile {
 /// The `pools:` map in file order, duplicates kept.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Pools(pub Vec<(String, PoolFile)>);
+
+impl serde::Serialize for Pools {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (name, pool) in &self.0 {
+            map.serialize_entry(name, pool)?;
+        }
+        map.end()
+    }
+}
+
+impl JsonSchema for Pools {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "pools".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "object",
+            "minProperties": 1,
+            "additionalProperties": generator.subschema_for::<PoolFile>(),
+        })
+    }
+}
 
 impl<'de> Deserialize<'de> for Pools {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Pools, D::Error> {

@@ -21,8 +21,6 @@
 //! a pool with `continue_streams: false` (an engine without vLLM's and SGLang's
 //! `continue_final_message`) neither sends nor receives continuations.
 
-use serde::Deserialize;
-
 use super::validate::Checker;
 
 /// Continuations one stream may be sent when no `migration:` section says otherwise.
@@ -31,18 +29,18 @@ pub const DEFAULT_MIGRATION_ATTEMPTS: u32 = 1;
 /// The most continuations one stream may be sent.
 pub const MAX_MIGRATION_ATTEMPTS: u64 = 8;
 
-/// `migration:` as written (top level or on a route).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MigrationFile {
-    /// Continuations one stream may be sent (0: off).
-    pub max_attempts: Option<u64>,
-}
-
-/// Stream migration settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Stream migration: a stream whose backend fails after its first token is continued on the
+/// next-best backend with the text so far, spliced into the same client stream
+///
+/// Both the file's `migration:` section (top level or on a route) and the model: serde fills
+/// the default, the checker only checks the bound.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct Migration {
-    /// Continuations one stream may be sent, each on another backend (0: off).
+    /// Continuations one stream may be sent, each on another backend (0: off)
+    #[schemars(range(min = 0, max = MAX_MIGRATION_ATTEMPTS))]
     pub max_attempts: u32,
 }
 
@@ -55,29 +53,18 @@ impl Default for Migration {
 }
 
 impl Checker {
-    /// A `migration:` section at `path`; `default` when absent (errors recorded).
-    pub(super) fn migration(
-        &mut self,
-        path: &str,
-        f: Option<&MigrationFile>,
-        default: Migration,
-    ) -> Migration {
-        let Some(f) = f else {
-            return default;
-        };
-        let field = format!("{path}.max_attempts");
-        let max_attempts = match f.max_attempts {
-            None => default.max_attempts,
-            Some(n) if n > MAX_MIGRATION_ATTEMPTS => {
-                self.error(
-                    &field,
-                    format!("must be at most {MAX_MIGRATION_ATTEMPTS}, got {n}"),
-                );
-                default.max_attempts
-            }
-            Some(n) => n as u32,
-        };
-        Migration { max_attempts }
+    /// A `migration:` section at `path` as read (serde filled the default): its bound; the
+    /// default when over it (error recorded).
+    pub(super) fn migration(&mut self, path: &str, m: Migration) -> Migration {
+        let n = u64::from(m.max_attempts);
+        if n <= MAX_MIGRATION_ATTEMPTS {
+            return m;
+        }
+        self.error(
+            format!("{path}.max_attempts"),
+            format!("must be at most {MAX_MIGRATION_ATTEMPTS}, got {n}"),
+        );
+        Migration::default()
     }
 }
 

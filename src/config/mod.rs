@@ -391,7 +391,7 @@ impl Config {
 }
 
 /// The file form of `spec`: its name and every parameter, as a file would write them.
-fn policy_file(spec: &PolicySpec) -> file::PolicyFile {
+pub(super) fn policy_file(spec: &PolicySpec) -> file::PolicyFile {
     let mut fields = match serde_json::to_value(spec) {
         Ok(serde_json::Value::Object(fields)) => fields,
         // A tagged enum always serializes to an object.

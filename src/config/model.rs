@@ -180,10 +180,16 @@ pub struct Limits {
     pub max_connections: u64,
 }
 
-/// Retry policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Retry policy
+///
+/// Both the file's `retry:` section and the model: serde fills the default; nothing is left
+/// to check.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct Retry {
-    /// Retries on another backend, only while no byte has reached the client.
+    /// Retries on another backend, only while no byte reached the client
     pub max_retries: u32,
 }
 
@@ -204,13 +210,19 @@ pub struct Health {
     pub stall: Option<super::progress::StallRule>,
 }
 
-/// The access log: one line per request, target `pronto::access` (see
-/// `crate::proxy::access`).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The access log: one line per request (log target pronto::access)
+///
+/// Both the file's `access_log:` section and the model: serde fills the defaults, the checker
+/// only checks the range of `sample_rate` (see `proxy::access`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct AccessLog {
-    /// Write it at all.
+    /// Write one line per request when its response ends
     pub enabled: bool,
-    /// Share of requests written, 0..=1, chosen by a hash of the request id.
+    /// Share of requests written, chosen by a hash of the request id
+    #[schemars(range(min = 0, max = 1))]
     pub sample_rate: f64,
 }
 
@@ -223,7 +235,7 @@ impl Default for AccessLog {
     }
 }
 
-/// Live reload of the config file (see [`crate::reload`]).
+/// Live reload of the config file (see `reload`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReloadSettings {
     /// Poll the file for changes (modification time and size, then a content hash).
@@ -250,7 +262,7 @@ pub struct Pool {
     pub policy: PolicySpec,
     /// Static backends, in file order; at least one unless `discover` is set.
     pub backends: Vec<Backend>,
-    /// Backends found by resolving a DNS name ([`crate::discovery`]), added after `backends`.
+    /// Backends found by resolving a DNS name (`discovery`), added after `backends`.
     pub discover: Option<Discover>,
     /// The pool's default profile hint, as written (already merged into each backend's
     /// [`Backend::profile`]; kept to write the effective config back).
@@ -260,7 +272,7 @@ pub struct Pool {
     /// and engine-matching block hashes. Equal across reloads when its files are unchanged.
     pub tokenizer: Option<TokenizerRef>,
     /// The pool also serves every model its backends list at `GET /v1/models`, each on the
-    /// backends that list it ([`crate::models::served`]). Set by `pronto serve --backend URL`
+    /// backends that list it (`models::served`). Set by `pronto serve --backend URL`
     /// without `--model`; a config file cannot.
     pub serve_listed_models: bool,
     /// The pool's `served_model_name`, as written (already in each static backend's
@@ -278,7 +290,7 @@ pub struct Pool {
 
 impl Pool {
     /// Whether the pool asks its backends what they serve at `GET /v1/models`
-    /// ([`crate::models::discover`]): it serves their models, or a backend's
+    /// (`models::discover`): it serves their models, or a backend's
     /// `served_model_name` (its own or the pool's) is `discover`.
     pub fn asks_models(&self) -> bool {
         let discover = |n: &Option<ServedName>| matches!(n, Some(ServedName::Discover));
@@ -288,7 +300,7 @@ impl Pool {
     }
 }
 
-/// A pool's `scrape:` section (see [`crate::backend::EngineScraper`]).
+/// A pool's `scrape:` section (see `backend::EngineScraper`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scrape {
     /// Time between two scrapes of each backend while they succeed; failures back off
@@ -455,7 +467,7 @@ pub struct Backend {
     pub api_key: Option<UpstreamKey>,
     /// The model name this backend serves, when it is not the name clients send (its own
     /// `served_model_name` or its pool's): the request's `model` is rewritten to it upstream
-    /// and back in the answer ([`crate::models::rename`]).
+    /// and back in the answer (`models::rename`).
     pub served_model_name: Option<ServedName>,
 }
 
@@ -466,7 +478,7 @@ pub enum ServedName {
     Named(Arc<str>),
     /// `discover`: the one model the backend lists at `GET /v1/models` (or the pool's own
     /// name when it lists several, that one among them); until it is known, the backend is
-    /// not routed to ([`crate::models::discover`]).
+    /// not routed to (`models::discover`).
     Discover,
 }
 
@@ -486,12 +498,25 @@ impl ServedName {
 /// A key the gateway presents to a backend. Held as written (it must be sent), never
 /// printed: `Debug` shows only that one is set.
 #[derive(Clone, PartialEq, Eq)]
-pub struct UpstreamKey(Arc<str>);
+pub struct UpstreamKey(Arc<str>, super::edge::SecretFile);
 
 impl UpstreamKey {
     /// Wrap a validated key (visible ASCII, no spaces).
     pub fn new(key: &str) -> UpstreamKey {
-        UpstreamKey(Arc::from(key))
+        UpstreamKey(
+            Arc::from(key),
+            super::edge::SecretFile::Inline(key.to_string()),
+        )
+    }
+
+    /// A key read from `from` (inline, `{env}` or `{file}`).
+    pub fn read_from(key: &str, from: super::edge::SecretFile) -> UpstreamKey {
+        UpstreamKey(Arc::from(key), from)
+    }
+
+    /// Where the key was read from, as written.
+    pub fn source(&self) -> &super::edge::SecretFile {
+        &self.1
     }
 
     /// The key itself, for the `Authorization` header.
@@ -506,7 +531,7 @@ impl std::fmt::Debug for UpstreamKey {
     }
 }
 
-/// Where a backend's engine publishes its KV-cache events (see [`crate::kv_events`]).
+/// Where a backend's engine publishes its KV-cache events (see `kv_events`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvEvents {
     /// `tcp://HOST:PORT`, as written.

@@ -1,5 +1,5 @@
 //! `cluster.auth` and `cluster.tls`: how a replica proves itself to NATS, and how it checks
-//! that it talks to the right NATS ([`crate::cluster`]).
+//! that it talks to the right NATS (`cluster`).
 //!
 //! ```yaml
 //! cluster:
@@ -34,33 +34,38 @@ use serde::Deserialize;
 use super::edge::{sha256, Digest, EnvLookup, SecretFile};
 use super::validate::Checker;
 
-/// `cluster.auth` as written: exactly one kind of credentials.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Credentials NATS asks of this replica: one kind (token, user + password, nkey or creds)
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NatsAuthFile {
-    /// A token (`authorization { token: ... }` on the server).
+    /// A token: {env: NAME} or {file: PATH}
+    #[schemars(with = "Option<super::schema::NatsSource>")]
     pub token: Option<SecretFile>,
-    /// A user name, with `password`.
+    /// A user name (with password): a string, {env: NAME} or {file: PATH}
+    #[schemars(with = "Option<super::schema::NatsUser>")]
     pub user: Option<SecretFile>,
-    /// The user's password.
+    /// The user's password: {env: NAME} or {file: PATH}
+    #[schemars(with = "Option<super::schema::NatsSource>")]
     pub password: Option<SecretFile>,
-    /// An NKey user seed (`SU...`).
+    /// An NKey user seed (SU...): {env: NAME} or {file: PATH}
+    #[schemars(with = "Option<super::schema::NatsSource>")]
     pub nkey: Option<SecretFile>,
-    /// A `.creds` file's text: a user JWT and its NKey seed.
+    /// A .creds file's text (user JWT and NKey seed): {env: NAME} or {file: PATH}
+    #[schemars(with = "Option<super::schema::NatsSource>")]
     pub creds: Option<SecretFile>,
 }
 
-/// `cluster.tls` as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// TLS to NATS (present: required, as with tls:// URLs)
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NatsTlsFile {
-    /// PEM file of the CAs to trust (instead of the system roots).
+    /// PEM file of the CAs to trust instead of the system roots (relative to this file)
     pub ca: Option<String>,
-    /// PEM client certificate chain, leaf first.
+    /// PEM client certificate chain, leaf first, when NATS verifies clients
     pub cert: Option<String>,
-    /// PEM private key of the client certificate.
+    /// PEM private key of the client certificate
     pub key: Option<String>,
-    /// The name NATS's certificate must be valid for (default: the URL's host).
+    /// The name NATS's certificate must be valid for (default: the URL's host)
     pub server_name: Option<String>,
 }
 

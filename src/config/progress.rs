@@ -1,7 +1,7 @@
 //! Before the first token, two guards against silence: `health.stall` takes a backend that
 //! makes no progress out of routing ([`pronto_core::stall`]), and a route's `keepalive` keeps
 //! the client's connection busy while a stream waits for its first token
-//! (`crate::proxy::keepalive`). The file structs and their validation with field paths.
+//! (`proxy::keepalive`). The file structs and their validation with field paths.
 //!
 //! ```yaml
 //! health:
@@ -36,15 +36,21 @@ pub const MIN_KEEPALIVE: Duration = Duration::from_millis(100);
 /// Longest route `keepalive` accepted (longer outlasts every proxy idle timeout it is for).
 pub const MAX_KEEPALIVE: Duration = Duration::from_secs(600);
 
-/// `health.stall:` as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Progress-based exclusion: a backend with streams in flight and no token on any of them for
+/// max(floor, factor x the predicted time of its booked prefill) gets no new requests until
+/// it produces again (not ejected)
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StallFile {
-    /// Judge backends on their progress at all (default true).
+    /// Judge backends on their progress
+    #[schemars(extend("default" = true))]
     pub enabled: Option<bool>,
-    /// The shortest silence that counts.
+    /// The shortest silence that counts (100ms..=1h)
+    #[schemars(with = "Option<super::schema::DurationText>")]
+    #[schemars(extend("default" = super::schema::dur(DEFAULT_FLOOR)))]
     pub floor: Option<Quantity>,
-    /// Multiple of the predicted time of the booked prefill work.
+    /// Multiple of the predicted time of the booked prefill work
+    #[schemars(range(min = 1, max = 1000), extend("default" = DEFAULT_FACTOR))]
     pub factor: Option<f64>,
 }
 

@@ -41,29 +41,39 @@ pub use pronto_core::race::{
     DEFAULT_HEDGE_BUDGET, HEDGE_BURST,
 };
 
-/// `first_token_deadline:` as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Streams: a backend without a first token by then also gets the request sent to the
+/// next-best backend; the first to answer is relayed, the other cancelled. Either after, or
+/// factor (with floor)
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeadlineFile {
-    /// An absolute deadline, from sending the request.
+    /// Absolute deadline from sending the request
+    #[schemars(with = "Option<super::schema::DurationText>")]
     pub after: Option<Quantity>,
-    /// The deadline is this many times the decision's predicted TTFT.
+    /// Deadline as this many times the decision's predicted TTFT
+    #[schemars(range(min = 1))]
     pub factor: Option<f64>,
-    /// With `factor`: never shorter than this (also the deadline without a prediction).
+    /// With factor: the shortest deadline, and the deadline without a prediction
+    #[schemars(with = "Option<super::schema::DurationText>", extend("default" = "250ms"))]
     pub floor: Option<Quantity>,
 }
 
-/// `hedge:` as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Streams: send a second copy to the next-best backend after a delay (after, or quantile of
+/// the predicted TTFT); the first to answer is relayed, the other cancelled
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HedgeFile {
-    /// Send the second copy this long after the first.
+    /// Delay of the second copy
+    #[schemars(with = "Option<super::schema::DurationText>")]
     pub after: Option<Quantity>,
-    /// Send it at this quantile (0–1) of the first backend's predicted TTFT.
+    /// Delay as this quantile (0-1) of the first backend's predicted TTFT
+    #[schemars(range(min = 0))]
     pub quantile: Option<f64>,
-    /// Hedged requests at most, as a fraction of the route's requests.
+    /// Hedged requests at most, as a fraction of the route's requests (token bucket)
+    #[schemars(range(min = 0), extend("default" = 0.05))]
     pub budget: Option<f64>,
-    /// No hedge while the best predicted TTFT is above this.
+    /// No hedge while the best predicted TTFT is above this (saturated fleet)
+    #[schemars(with = "Option<super::schema::DurationText>")]
     pub max_predicted_ttft: Option<Quantity>,
 }
 

@@ -46,7 +46,7 @@
 //! each backend's predicted time per output token. Other policies ignore it (a warning says
 //! so when the route's own policy is not `predicted_ttft`).
 //!
-//! **Admission settings** are validated here and enforced by [`crate::admission`]. A route
+//! **Admission settings** are validated here and enforced by `admission`. A route
 //! without `ttft_slo` is not admission-controlled. `on_slo_miss` defaults to `queue`;
 //! `priority` defaults to the first class.
 //!
@@ -72,10 +72,17 @@ pub const DEFAULT_QUEUE_SIZE: usize = 1024;
 /// Largest accepted `admission.queue_size`.
 pub const MAX_QUEUE_SIZE: u64 = 1 << 20;
 
-/// The SLO admission queue's settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The SLO admission queue (routes with on_slo_miss: queue)
+///
+/// Both the file's `admission:` section and the model: serde fills the default, the checker
+/// only checks the range.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct AdmissionSettings {
-    /// Requests the queue holds at most, over all routes (>= 1).
+    /// Requests the queue holds at most, over all routes; beyond it, 429
+    #[schemars(range(min = 1, max = MAX_QUEUE_SIZE))]
     pub queue_size: usize,
 }
 
@@ -221,42 +228,41 @@ impl RouteMatch {
     }
 }
 
-/// The token of an `Authorization: Bearer <token>` header.
-fn bearer_token(headers: &http::HeaderMap) -> Option<&[u8]> {
+/// The bearer token of `headers`, trimmed; `None` without an `Authorization: Bearer` header
+/// or with an empty token. The one parser of the header: API keys (`auth`), the
+/// admin token and route `match.api_keys` all read it here.
+pub fn bearer_token(headers: &http::HeaderMap) -> Option<&[u8]> {
     let v = headers.get(http::header::AUTHORIZATION)?.as_bytes();
     let (scheme, rest) = v.split_at(v.len().min(7));
     scheme
         .eq_ignore_ascii_case(b"bearer ")
         .then(|| rest.trim_ascii())
+        .filter(|t| !t.is_empty())
 }
 
-/// Byte equality whose time depends only on the lengths.
+/// Byte equality whose time depends only on the lengths (`subtle`'s constant-time compare).
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use subtle::ConstantTimeEq;
+    a.ct_eq(b).into()
 }
 
 // === impl Glob ===
 
-/// A shell-style pattern: `*`, `?`, `[abc]`, `[a-z]`, `[!0-9]`, `\` escapes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A shell-style pattern (`globset`): `*` any run of characters (`/` included), `?` one
+/// character, `[abc]`, `[a-z]`, `[!0-9]` a class, `{a,b}` alternatives, `\` escapes.
+#[derive(Debug, Clone)]
 pub struct Glob {
     text: String,
-    tokens: Vec<Token>,
+    matcher: globset::GlobMatcher,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Token {
-    Literal(char),
-    AnyOne,
-    AnyRun,
-    Class {
-        negated: bool,
-        ranges: Vec<(char, char)>,
-    },
+impl PartialEq for Glob {
+    fn eq(&self, other: &Glob) -> bool {
+        self.text == other.text
+    }
 }
+
+impl Eq for Glob {}
 
 impl Glob {
     /// Parse `text`, or say why it is not a valid pattern.
@@ -264,52 +270,14 @@ impl Glob {
         if text.is_empty() {
             return Err("empty pattern".to_string());
         }
-        let mut tokens = Vec::new();
-        let mut chars = text.chars().peekable();
-        while let Some(c) = chars.next() {
-            tokens.push(match c {
-                '*' => Token::AnyRun,
-                '?' => Token::AnyOne,
-                '\\' => Token::Literal(
-                    chars
-                        .next()
-                        .ok_or_else(|| format!("`{text}` ends with an unfinished `\\` escape"))?,
-                ),
-                '[' => {
-                    let negated = chars.next_if(|&c| c == '!' || c == '^').is_some();
-                    let mut ranges = Vec::new();
-                    loop {
-                        let lo = match chars.next() {
-                            None => return Err(format!("`{text}` has an unclosed `[`")),
-                            Some(']') if ranges.is_empty() => {
-                                return Err(format!("`{text}` has an empty class `[]`"))
-                            }
-                            Some(']') => break,
-                            Some(c) => c,
-                        };
-                        let hi = if chars.next_if_eq(&'-').is_some() {
-                            match chars.next() {
-                                None => return Err(format!("`{text}` has an unclosed `[`")),
-                                Some(hi) if hi < lo => {
-                                    return Err(format!(
-                                        "`{text}` has a reversed range `{lo}-{hi}`"
-                                    ))
-                                }
-                                Some(hi) => hi,
-                            }
-                        } else {
-                            lo
-                        };
-                        ranges.push((lo, hi));
-                    }
-                    Token::Class { negated, ranges }
-                }
-                c => Token::Literal(c),
-            });
-        }
+        let glob = globset::GlobBuilder::new(text)
+            .literal_separator(false)
+            .backslash_escape(true)
+            .build()
+            .map_err(|e| format!("`{text}` is not a valid glob: {}", e.kind()))?;
         Ok(Glob {
             text: text.to_string(),
-            tokens,
+            matcher: glob.compile_matcher(),
         })
     }
 
@@ -321,62 +289,25 @@ impl Glob {
     /// Whether the pattern has no wildcard (it matches exactly one string, its text with
     /// escapes removed); that string, if so.
     pub fn literal(&self) -> Option<String> {
-        self.tokens
-            .iter()
-            .map(|t| match t {
-                Token::Literal(c) => Some(*c),
-                _ => None,
-            })
-            .collect()
+        let mut out = String::new();
+        let mut chars = self.text.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => out.push(chars.next()?),
+                '*' | '?' | '[' | '{' => return None,
+                c => out.push(c),
+            }
+        }
+        Some(out)
     }
 
     fn is_match_all(&self) -> bool {
-        self.tokens.iter().all(|t| *t == Token::AnyRun)
+        self.text.chars().all(|c| c == '*')
     }
 
-    /// Whether `s` matches the whole pattern. Linear-time-ish: `*` backtracks only to the
-    /// last star (the classic two-pointer algorithm), so no pattern is exponential.
+    /// Whether `s` matches the whole pattern (a compiled automaton: linear in `s`).
     pub fn matches(&self, s: &str) -> bool {
-        let s: Vec<char> = s.chars().collect();
-        let (mut p, mut i) = (0usize, 0usize);
-        let mut star: Option<(usize, usize)> = None;
-        while i < s.len() {
-            match self.tokens.get(p) {
-                Some(Token::AnyRun) => {
-                    star = Some((p, i));
-                    p += 1;
-                    continue;
-                }
-                Some(t) if t.accepts(s[i]) => {
-                    p += 1;
-                    i += 1;
-                    continue;
-                }
-                _ => {}
-            }
-            match star {
-                Some((sp, si)) => {
-                    p = sp + 1;
-                    i = si + 1;
-                    star = Some((sp, si + 1));
-                }
-                None => return false,
-            }
-        }
-        self.tokens[p..].iter().all(|t| *t == Token::AnyRun)
-    }
-}
-
-impl Token {
-    fn accepts(&self, c: char) -> bool {
-        match self {
-            Token::Literal(l) => *l == c,
-            Token::AnyOne => true,
-            Token::AnyRun => false,
-            Token::Class { negated, ranges } => {
-                ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&c)) != *negated
-            }
-        }
+        self.matcher.is_match(s)
     }
 }
 
@@ -411,21 +342,18 @@ impl Checker {
         names.iter().map(|n| Arc::from(n.as_str())).collect()
     }
 
+    /// `admission:` as read (serde filled the default): the queue size's range.
     pub(super) fn admission(&mut self, f: &ConfigFile) -> AdmissionSettings {
-        let size = f.admission.as_ref().and_then(|a| a.queue_size);
-        match size {
-            None => AdmissionSettings::default(),
-            Some(n) if (1..=MAX_QUEUE_SIZE).contains(&n) => AdmissionSettings {
-                queue_size: n as usize,
-            },
-            Some(n) => {
-                self.error(
-                    "admission.queue_size",
-                    format!("must be between 1 and {MAX_QUEUE_SIZE}, got {n}"),
-                );
-                AdmissionSettings::default()
-            }
+        let a = f.admission.unwrap_or_default();
+        let n = a.queue_size as u64;
+        if (1..=MAX_QUEUE_SIZE).contains(&n) {
+            return a;
         }
+        self.error(
+            "admission.queue_size",
+            format!("must be between 1 and {MAX_QUEUE_SIZE}, got {n}"),
+        );
+        AdmissionSettings::default()
     }
 
     pub(super) fn routes(
@@ -574,7 +502,7 @@ impl Checker {
         let migration = r
             .migration
             .as_ref()
-            .map(|m| self.migration(&format!("{path}.migration"), Some(m), Default::default()));
+            .map(|m| self.migration(&format!("{path}.migration"), *m));
         let keepalive = self.keepalive(path, r.keepalive.as_ref());
         let race_on = match r.race_on.as_deref() {
             None | Some("ttft") => RaceOn::Ttft,

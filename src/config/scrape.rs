@@ -1,7 +1,7 @@
 //! Validation of a pool's `scrape:` section.
 //!
 //! `scrape: {interval: 250ms}` sets how often the engine scraper
-//! ([`crate::backend::EngineScraper`]) reads each of the pool's backends' `/metrics` while
+//! (`backend::EngineScraper`) reads each of the pool's backends' `/metrics` while
 //! the scrapes succeed (default [`DEFAULT_SCRAPE_INTERVAL`], at least
 //! [`MIN_SCRAPE_INTERVAL`]); a failing backend backs off from it, and a sample is trusted for
 //! `pronto_core::engine::stale_after(interval)`.

@@ -17,6 +17,16 @@ use super::validate::Checker;
 
 include!(concat!(env!("OUT_DIR"), "/example_secrets.rs"));
 
+/// What the effective config (`GET /admin/config`) writes in place of a secret written
+/// inline; the loader refuses it wherever a secret is read, so a copy of the effective
+/// config never runs with a placeholder as its key or token.
+pub const REDACTED: &str = "<redacted>";
+
+/// The error for [`REDACTED`] where a secret belongs.
+pub(super) const REDACTED_MESSAGE: &str = "`<redacted>` is the effective config's placeholder \
+     for a secret (GET /admin/config never shows one): write the secret itself, {env: NAME} \
+     or {file: PATH}";
+
 /// Where the example secret with `digest` is written, and what it is, if it is one.
 pub fn example_secret(digest: &Digest) -> Option<(&'static str, &'static str)> {
     EXAMPLE_SECRETS
@@ -33,6 +43,13 @@ pub fn example_secrets() -> impl Iterator<Item = (&'static str, &'static str)> {
 impl Checker {
     /// Refuse `digest` at `path` when it is one of the repository's example secrets.
     pub(super) fn not_an_example_secret(&mut self, path: impl Into<String>, digest: &Digest) {
+        if *digest == super::edge::sha256(REDACTED.as_bytes()) {
+            self.secret_errors.push(super::validate::ConfigError {
+                path: path.into(),
+                message: REDACTED_MESSAGE.to_string(),
+            });
+            return;
+        }
         if let Some((kind, at)) = example_secret(digest) {
             let advice = if kind == "TLS private key" {
                 "make your own certificate and key (see config/tls/README.md)"

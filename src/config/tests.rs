@@ -317,3 +317,56 @@ fn keepalive_timeout_is_whole_seconds() {
         std::time::Duration::from_secs(120)
     );
 }
+
+/// Sections whose struct is the model (`retry`, `access_log`, `admission`, `migration`, a
+/// rate limit):
+/// a wrongly typed value is serde's error, located, with the field's path; a value of the
+/// right type out of range is the checker's.
+#[test]
+fn model_sections_report_bad_values_located() {
+    let pools =
+        "pools:\n  m: {backends: [{name: a, url: 'http://h:1'}, {name: b, url: 'http://h:2'}]}\n";
+    for (section, expected) in [
+        (
+            "retry: {max_retries: -1}",
+            "f.yaml:1:22: retry.max_retries: ",
+        ),
+        (
+            "retry: {max_retries: 2, tries: 3}",
+            "f.yaml:1:32: retry.tries: unknown field `tries`",
+        ),
+        (
+            "access_log: {enabled: maybe}",
+            "f.yaml:1:23: access_log.enabled: ",
+        ),
+        (
+            "access_log: {sample_rate: 1.5}",
+            "f.yaml:1:27: access_log.sample_rate: must be between 0 and 1",
+        ),
+        (
+            "admission: {queue_size: many}",
+            "f.yaml:1:25: admission.queue_size: ",
+        ),
+        (
+            "admission: {queue_size: 0}",
+            "f.yaml:1:25: admission.queue_size: must be between 1 and",
+        ),
+        (
+            "migration: {max_attempts: -2}",
+            "f.yaml:1:27: migration.max_attempts: ",
+        ),
+        (
+            "rate_limits: {routes: {nope: {max_concurrent: many}}}",
+            "f.yaml:1:47: rate_limits.routes.nope.max_concurrent: ",
+        ),
+        (
+            "migration: {max_attempts: 9}",
+            "f.yaml:1:27: migration.max_attempts: must be at most 8, got 9",
+        ),
+    ] {
+        let err = Config::from_yaml_str(&format!("{section}\n{pools}"), "f.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with(expected), "{section}: {err}");
+    }
+}

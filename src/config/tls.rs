@@ -21,7 +21,7 @@
 //! file's directory.
 //!
 //! **Rotation.** The listener resolves its certificate on every handshake from the current
-//! config ([`crate::tls`]), so a reload that loads new files serves them to new connections;
+//! config (`tls`), so a reload that loads new files serves them to new connections;
 //! connections already open keep theirs. [`TlsListener::files_changed`] lets a reload notice
 //! rotated files under an unchanged config text. Whether the listener speaks TLS at all is
 //! bound at start.
@@ -42,13 +42,13 @@ use serde::Deserialize;
 use super::edge::{sha256, Digest};
 use super::validate::Checker;
 
-/// `tls:` section as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// TLS on the client listener (h2 by ALPN, HTTP/1.1 fallback)
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsFile {
-    /// PEM certificate chain, leaf first.
+    /// PEM certificate chain, leaf first; relative to this file
     pub cert: Option<String>,
-    /// PEM private key of the leaf certificate.
+    /// PEM private key of the leaf certificate; relative to this file
     pub key: Option<String>,
 }
 

@@ -208,15 +208,8 @@ impl Checker {
             DEFAULT_GRACE_PERIOD,
         );
         let limits = self.limits(f);
-        let retry = Retry {
-            max_retries: self.count(
-                f.retry.as_ref().and_then(|r| r.max_retries),
-                "retry.max_retries",
-                0,
-                DEFAULT_MAX_RETRIES,
-            ),
-        };
-        let migration = self.migration("migration", f.migration.as_ref(), Default::default());
+        let retry = f.retry.unwrap_or_default();
+        let migration = self.migration("migration", f.migration.unwrap_or_default());
         let health = self.health(f);
         let reload = self.reload(f);
         let pools = self.pools(f, retry);
@@ -268,22 +261,22 @@ impl Checker {
         }
     }
 
+    /// `access_log:` as read (serde filled the defaults): the sample rate's range.
     fn access_log(&mut self, f: &ConfigFile) -> AccessLog {
-        let section = f.access_log.clone().unwrap_or_default();
-        let sample_rate = match section.sample_rate {
-            None => DEFAULT_ACCESS_LOG_SAMPLE_RATE,
-            Some(r) if (0.0..=1.0).contains(&r) => r,
-            Some(r) => {
-                self.error(
-                    "access_log.sample_rate",
-                    format!("must be between 0 and 1 (a share of requests), got {r}"),
-                );
-                DEFAULT_ACCESS_LOG_SAMPLE_RATE
-            }
-        };
+        let a = f.access_log.unwrap_or_default();
+        if (0.0..=1.0).contains(&a.sample_rate) {
+            return a;
+        }
+        self.error(
+            "access_log.sample_rate",
+            format!(
+                "must be between 0 and 1 (a share of requests), got {}",
+                a.sample_rate
+            ),
+        );
         AccessLog {
-            enabled: section.enabled.unwrap_or(DEFAULT_ACCESS_LOG_ENABLED),
-            sample_rate,
+            sample_rate: DEFAULT_ACCESS_LOG_SAMPLE_RATE,
+            ..a
         }
     }
 

@@ -413,7 +413,7 @@ fn label_names_are_prometheus_identifiers() {
 #[test]
 fn durations_must_parse_and_be_positive() {
     let yaml = format!(
-        "grace_period: 0s\nlimits: {{connect_timeout: 5, idle_timeout: soon, first_token_timeout: 1.5}}\nhealth: {{readmit_after: 10 minutes}}\n{POOL}"
+        "grace_period: 0s\nlimits: {{connect_timeout: 5, idle_timeout: soon, first_token_timeout: 1.5}}\nhealth: {{readmit_after: 10 parsecs}}\n{POOL}"
     );
     assert_eq!(
         errors(&yaml),
@@ -433,7 +433,7 @@ fn durations_must_parse_and_be_positive() {
             ),
             pair(
                 "health.readmit_after",
-                "unknown duration unit `minutes` in `10 minutes`; use ns, us, ms, s, m, h or d"
+                "unknown duration unit `parsecs` in `10 parsecs`; use ns, us, ms, s, m, h or d"
             ),
         ]
     );
@@ -450,8 +450,8 @@ fn body_limit_between_1kib_and_1gib() {
         ("2GiB", "must be between 1KiB and 1GiB, got 2GiB"),
         ("-5", "`-5` is not a size (e.g. `32MiB`)"),
         (
-            "32mb",
-            "unknown size unit `mb` in `32mb`; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB",
+            "32zb",
+            "unknown size unit `zb` in `32zb`; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB",
         ),
     ] {
         let yaml = format!("limits: {{max_body_bytes: {value}}}\n{POOL}");

@@ -18,15 +18,7 @@ use crate::config::route::constant_time_eq;
 use crate::config::Route;
 use crate::error::GatewayError;
 
-/// The bearer token of `headers`, trimmed; `None` without an `Authorization: Bearer` header.
-pub fn bearer_token(headers: &http::HeaderMap) -> Option<&[u8]> {
-    let v = headers.get(http::header::AUTHORIZATION)?.as_bytes();
-    let (scheme, rest) = v.split_at(v.len().min(7));
-    scheme
-        .eq_ignore_ascii_case(b"bearer ")
-        .then(|| rest.trim_ascii())
-        .filter(|t| !t.is_empty())
-}
+pub use crate::config::route::bearer_token;
 
 /// The index of the key whose digest equals `digest`, comparing against every key.
 fn find(keys: &[ApiKey], digest: &Digest) -> Option<usize> {
@@ -156,6 +148,7 @@ mod tests {
         let closed = AdminSettings {
             token_digest: Some(sha256(b"admin-secret")),
             allowed_hosts: Vec::new(),
+            token_from: None,
         };
         assert!(!admin_allowed(&closed, &http::HeaderMap::new()));
         assert!(!admin_allowed(&closed, &headers("Bearer admin-secreT")));

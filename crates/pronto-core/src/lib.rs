@@ -19,6 +19,9 @@ pub mod admission;
 pub mod affinity;
 pub mod cluster;
 pub mod engine;
+/// The cargo-fuzz targets' bodies (`fuzz/`, `tests/fuzz_smoke.rs`); only with the `fuzzing`
+/// feature.
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod ids;
 pub mod kv_index;

@@ -365,21 +365,96 @@ impl Profile {
 mod tests {
     use super::*;
 
+    /// The profile YAML files under `config/sim/` (the `fleet*` files are fleets), by name.
+    fn profile_files() -> Vec<(String, std::path::PathBuf)> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/sim");
+        let mut files: Vec<(String, std::path::PathBuf)> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .filter_map(|p| {
+                let stem = p.file_stem()?.to_str()?.to_string();
+                (!stem.starts_with("fleet")).then_some((stem, p))
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// Every way `builtin` (name → compiled-in text) disagrees with the profile files: a
+    /// built-in without its file, a file that is not built in, a built-in whose text is not
+    /// its file's, or whose profile does not carry its name.
+    fn builtin_mismatches(builtin: impl Fn(&str) -> Option<&'static str>) -> Vec<String> {
+        let files = profile_files();
+        let mut out = Vec::new();
+        for name in BUILTIN {
+            let Some((_, path)) = files.iter().find(|(n, _)| n == name) else {
+                out.push(format!("{name}: built in, but no config/sim/{name}.yaml"));
+                continue;
+            };
+            let Some(text) = builtin(name) else {
+                out.push(format!("{name}: no compiled-in text"));
+                continue;
+            };
+            if std::fs::read_to_string(path).unwrap() != text {
+                out.push(format!(
+                    "{name}: compiled-in text is not {}",
+                    path.display()
+                ));
+            }
+            match Profile::parse(text, name) {
+                Ok(p) if p.name == *name => {}
+                Ok(p) => out.push(format!("{name}: the profile is named {:?}", p.name)),
+                Err(e) => out.push(format!("{name}: {e}")),
+            }
+        }
+        for (name, _) in &files {
+            if !BUILTIN.contains(&name.as_str()) {
+                out.push(format!("config/sim/{name}.yaml is not built in"));
+            }
+        }
+        out
+    }
+
     #[test]
     fn every_builtin_parses_and_yaml_files_match() {
+        assert_eq!(builtin_mismatches(builtin_text), Vec::<String>::new());
         for name in BUILTIN {
-            let p = Profile::builtin(name).unwrap();
-            assert_eq!(&p.name, name);
             let path = format!(
                 "{}/../../config/sim/{name}.yaml",
                 env!("CARGO_MANIFEST_DIR")
             );
-            assert_eq!(Profile::load(std::path::Path::new(&path)).unwrap(), p);
+            let from_file = Profile::load(std::path::Path::new(&path)).unwrap();
+            assert_eq!(Profile::builtin(name).unwrap(), from_file);
         }
         assert!(matches!(
             Profile::builtin("nope"),
             Err(ProfileError::Unknown(_))
         ));
+    }
+
+    /// The check above fails when a built-in differs from its file: here every name is
+    /// given cpu-tiny's text, so every other built-in mismatches.
+    #[test]
+    fn the_builtin_check_fails_on_a_mismatch() {
+        let wrong = |name: &str| builtin_text(name).and(builtin_text("cpu-tiny"));
+        let mismatches = builtin_mismatches(wrong);
+        assert_eq!(mismatches.len(), 2 * (BUILTIN.len() - 1), "{mismatches:?}");
+        assert!(
+            mismatches
+                .iter()
+                .any(|m| m.starts_with("h100-llama3-8b: compiled-in text")),
+            "{mismatches:?}"
+        );
+        let missing = |name: &str| {
+            (name != "a100-llama3-8b")
+                .then(|| builtin_text(name))
+                .flatten()
+        };
+        assert_eq!(
+            builtin_mismatches(missing),
+            ["a100-llama3-8b: no compiled-in text"]
+        );
     }
 
     #[test]

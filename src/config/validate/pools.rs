@@ -100,7 +100,7 @@ impl Checker {
             discover,
             profile,
             tokenizer,
-            serve_listed_models: false,
+            serve_listed_models: pool.serve_listed_models.unwrap_or(false),
             api_key,
             scrape,
             served_model_name,
@@ -154,7 +154,7 @@ impl Checker {
             );
             return None;
         }
-        Some(UpstreamKey::new(key))
+        Some(UpstreamKey::read_from(key, f.clone()))
     }
 
     /// Checks on the number of static backends, for a pool without `discover` (a discovered
