@@ -18,6 +18,8 @@ else
   echo "test.sh: the RustSec advisory database cannot be fetched (offline): advisories not checked" >&2
 fi
 cargo machete
+# No import cycle between the gateway's top-level modules (the layers of docs/architecture.md).
+python3 scripts/code-facts.py --cycles
 # The alerting rules load and pass their unit tests (seconds; tests/deploy.rs runs them as
 # well, and the deployment tests need the tools bootstrap installed: under CI a missing one
 # fails its test instead of skipping it).
