@@ -92,6 +92,82 @@ pub fn format_duration(d: Duration) -> String {
     format!("{ns}ns")
 }
 
+/// A duration as a config field of a struct that is the model: read from text such as `2s`
+/// or `1h30m` ([`parse_duration`]; a bare number is refused with a hint), written as
+/// humantime prints it. Ranges (zero, whole seconds) are the checker's.
+pub mod text_duration {
+    use super::super::file::Quantity;
+    use super::*;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// As humantime prints it (`2s`, `1m 30s`).
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(*d))
+    }
+
+    /// From text; a bare number is an error that suggests both units.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let parsed = match Quantity::deserialize(d)? {
+            Quantity::Text(s) => parse_duration(&s),
+            Quantity::Int(n) => Err(no_unit(&n.to_string(), n as f64)),
+            Quantity::Float(x) => Err(no_unit(&x.to_string(), x)),
+        };
+        parsed.map_err(serde::de::Error::custom)
+    }
+
+    /// A bare number's hint: the reading nearer a second first (`5`: `5s`; `250`: `250ms`).
+    fn no_unit(text: &str, x: f64) -> String {
+        let (first, second) = if x.abs() > 31.6 {
+            ("ms", "s")
+        } else {
+            ("s", "ms")
+        };
+        format!("`{text}` has no unit; write `{text}{first}` or `{text}{second}`")
+    }
+}
+
+/// A byte size as a config field of a struct that is the model: a plain integer (bytes) or
+/// text such as `32MiB` ([`parse_size`]), written as [`format_size`] prints it.
+pub mod text_size {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// As [`super::format_size`] prints it (`32MiB`).
+    pub fn serialize<S: Serializer>(bytes: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::format_size(*bytes))
+    }
+
+    /// From whole bytes or text.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        use super::super::file::Quantity;
+        let parsed = match Quantity::deserialize(d)? {
+            Quantity::Int(n) => {
+                u64::try_from(n).map_err(|_| format!("`{n}` is not a size (e.g. `32MiB`)"))
+            }
+            Quantity::Float(x) => Err(format!("`{x}` is not a size (e.g. `32MiB`)")),
+            Quantity::Text(s) => super::parse_size(&s),
+        };
+        parsed.map_err(serde::de::Error::custom)
+    }
+
+    /// The same for an optional size (absent: `None`; with `#[serde(default)]`).
+    pub mod option {
+        use serde::{Deserializer, Serializer};
+
+        /// `None` as serde's none (left out with `skip_serializing_if`).
+        pub fn serialize<S: Serializer>(bytes: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+            match bytes {
+                Some(b) => super::serialize(b, s),
+                None => s.serialize_none(),
+            }
+        }
+
+        /// A present size.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+            super::deserialize(d).map(Some)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,6 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::cluster::{ClusterFile, RepairFile};
-use super::duration::format_size;
 use super::edge::{AdminFile, AuthFile, KeyFile, RateLimit, RateLimitsFile, SecretFile};
 use super::file::*;
 use super::model::{Backend, Config, Pool, ProfileHint};
@@ -45,26 +44,12 @@ impl Config {
 
     /// Every setting, defaults included, as the file structs; secrets redacted.
     pub fn to_file(&self) -> ConfigFile {
-        let l = &self.limits;
         ConfigFile {
             listen: Some(self.listen.to_string()),
             admin_listen: Some(self.admin_listen.to_string()),
             threads: Some(self.threads as u64),
             grace_period: Some(dur(self.grace_period)),
-            limits: Some(LimitsFile {
-                max_body_bytes: Some(size(l.max_body_bytes)),
-                connect_timeout: Some(dur(l.connect_timeout)),
-                first_token_timeout: Some(dur(l.first_token_timeout)),
-                idle_timeout: Some(dur(l.idle_timeout)),
-                request_timeout: Some(dur(l.request_timeout)),
-                header_timeout: Some(dur(l.header_timeout)),
-                body_timeout: Some(dur(l.body_timeout)),
-                write_timeout: Some(dur(l.write_timeout)),
-                keepalive_timeout: Some(dur(l.keepalive_timeout)),
-                min_send_rate: l.min_send_rate.map(size),
-                max_buffered_bytes: Some(size(l.max_buffered_bytes)),
-                max_connections: Some(l.max_connections),
-            }),
+            limits: Some(self.limits),
             retry: Some(self.retry),
             migration: Some(self.migration),
             health: Some(HealthFile {
@@ -156,10 +141,6 @@ fn strip_nulls(v: &mut Value) {
 
 fn dur(d: Duration) -> Quantity {
     Quantity::Text(humantime::format_duration(d).to_string())
-}
-
-fn size(bytes: u64) -> Quantity {
-    Quantity::Text(format_size(bytes))
 }
 
 /// Where a secret is read from; an inline one, [`REDACTED`].

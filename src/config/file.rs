@@ -28,7 +28,7 @@ use serde::Deserialize;
 
 use super::model::*;
 use super::route::DEFAULT_PRIORITY_CLASSES;
-use super::schema::{dur, size, DurationText, SizeText};
+use super::schema::{dur, DurationText};
 use super::validate::MAX_THREADS;
 
 /// Check a file with `pronto check-config FILE`. Unknown keys are errors.
@@ -48,7 +48,7 @@ pub struct ConfigFile {
     #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_GRACE_PERIOD)))]
     pub grace_period: Option<Quantity>,
     /// Request limits and timeouts
-    pub limits: Option<LimitsFile>,
+    pub limits: Option<Limits>,
     /// Retry policy
     pub retry: Option<Retry>,
     /// Stream migration: a stream whose backend fails after its first token is continued on
@@ -166,51 +166,6 @@ pub struct MatchFile {
     /// Bearer tokens (Authorization: Bearer ...), any of which matches
     #[schemars(length(min = 1))]
     pub api_keys: Option<Vec<String>>,
-}
-
-/// Request limits and timeouts
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LimitsFile {
-    /// Largest accepted request body, 1KiB..=1GiB
-    #[schemars(with = "Option<SizeText>", extend("default" = size(DEFAULT_MAX_BODY_BYTES)))]
-    pub max_body_bytes: Option<Quantity>,
-    /// TCP connect timeout to a backend
-    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_CONNECT_TIMEOUT)))]
-    pub connect_timeout: Option<Quantity>,
-    /// No first byte of the answer within this: 504, or a retry while nothing was sent
-    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_FIRST_TOKEN_TIMEOUT)))]
-    pub first_token_timeout: Option<Quantity>,
-    /// Longest silence from a backend mid-stream
-    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_IDLE_TIMEOUT)))]
-    pub idle_timeout: Option<Quantity>,
-    /// A non-streamed request's whole answer within this, else 504 (never a backend fault)
-    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_REQUEST_TIMEOUT)))]
-    pub request_timeout: Option<Quantity>,
-    /// A request head from its first byte to its end within this, else the connection closes
-    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_HEADER_TIMEOUT)))]
-    pub header_timeout: Option<Quantity>,
-    /// The whole request body within this, else 408
-    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_BODY_TIMEOUT)))]
-    pub body_timeout: Option<Quantity>,
-    /// A write to a client that does not read fails after this: the stream ends, the
-    /// upstream request is cancelled
-    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_WRITE_TIMEOUT)))]
-    pub write_timeout: Option<Quantity>,
-    /// An idle keep-alive connection (its last answer complete; HTTP/2: no stream open) is
-    /// closed after this (whole seconds)
-    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_KEEPALIVE_TIMEOUT)))]
-    pub keepalive_timeout: Option<Quantity>,
-    /// Minimum bytes per second a client must read (a larger write may wait len / rate)
-    #[schemars(with = "Option<SizeText>")]
-    pub min_send_rate: Option<Quantity>,
-    /// Request body bytes buffered at once over all requests; over it: 503 with Retry-After
-    /// before the body is read
-    #[schemars(with = "Option<SizeText>", extend("default" = size(DEFAULT_MAX_BUFFERED_BYTES)))]
-    pub max_buffered_bytes: Option<Quantity>,
-    /// Client connections open at once; one more gets 503 and is closed
-    #[schemars(range(min = 1, max = 1_000_000), extend("default" = DEFAULT_MAX_CONNECTIONS))]
-    pub max_connections: Option<u64>,
 }
 
 /// Active and passive health checking
@@ -716,14 +671,12 @@ mod tests {
 
     #[test]
     fn quantities_keep_their_form() {
-        let l: LimitsFile = serde_yaml_ng::from_str(
-            "max_body_bytes: 1024\nconnect_timeout: 2s\nidle_timeout: 1.5\nfirst_token_timeout: -3",
-        )
-        .unwrap();
-        assert_eq!(l.max_body_bytes, Some(Quantity::Int(1024)));
-        assert_eq!(l.connect_timeout, Some(Quantity::from("2s")));
-        assert_eq!(l.idle_timeout, Some(Quantity::Float(1.5)));
-        assert_eq!(l.first_token_timeout, Some(Quantity::Int(-3)));
+        let q: BTreeMap<String, Quantity> =
+            serde_yaml_ng::from_str("a: 1024\nb: 2s\nc: 1.5\nd: -3").unwrap();
+        assert_eq!(q["a"], Quantity::Int(1024));
+        assert_eq!(q["b"], Quantity::from("2s"));
+        assert_eq!(q["c"], Quantity::Float(1.5));
+        assert_eq!(q["d"], Quantity::Int(-3));
     }
 
     #[test]

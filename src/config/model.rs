@@ -14,7 +14,9 @@ use std::time::Duration;
 use pronto_core::predict::Coefficients;
 use pronto_core::routing::PolicySpec;
 
+use super::duration::{text_duration, text_size};
 use super::route::{AdmissionSettings, Route};
+use super::schema::{dur, size, DurationText, SizeText};
 use super::Diagnostic;
 
 /// Default client listener.
@@ -144,40 +146,75 @@ pub struct Config {
     pub(super) source_hash: u64,
 }
 
-/// Request limits and timeouts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Request limits and timeouts
+///
+/// Both the file's `limits:` section and the model: serde reads the durations and sizes and
+/// fills the defaults; the checker keeps the ranges and the cross-field checks
+/// (`validate/limits.rs`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct Limits {
-    /// Largest accepted request body, 1 KiB..=1 GiB.
+    /// Largest accepted request body, 1KiB..=1GiB
+    #[serde(with = "text_size")]
+    #[schemars(with = "SizeText", extend("default" = size(DEFAULT_MAX_BODY_BYTES)))]
     pub max_body_bytes: u64,
-    /// TCP connect timeout to a backend.
+    /// TCP connect timeout to a backend
+    #[serde(with = "text_duration")]
+    #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_CONNECT_TIMEOUT)))]
     pub connect_timeout: Duration,
-    /// No first byte of the answer within this → 504 (or failover, while nothing was sent).
+    /// No first byte of the answer within this: 504, or a retry while nothing was sent
+    #[serde(with = "text_duration")]
+    #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_FIRST_TOKEN_TIMEOUT)))]
     pub first_token_timeout: Duration,
-    /// No byte from the backend for this long mid-stream → end the stream.
+    /// Longest silence from a backend mid-stream
+    #[serde(with = "text_duration")]
+    #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_IDLE_TIMEOUT)))]
     pub idle_timeout: Duration,
-    /// A non-streamed request's whole answer (its response head) within this → else 504;
-    /// never a backend fault (a long generation).
+    /// A non-streamed request's whole answer within this, else 504 (never a backend fault)
+    #[serde(with = "text_duration")]
+    #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_REQUEST_TIMEOUT)))]
     pub request_timeout: Duration,
-    /// A request head, from its first byte to its end, within this → else the connection is
-    /// closed (header trickle, a garbage request line).
+    /// A request head from its first byte to its end within this, else the connection closes
+    #[serde(with = "text_duration")]
+    #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_HEADER_TIMEOUT)))]
     pub header_timeout: Duration,
-    /// The whole request body within this → else 408.
+    /// The whole request body within this, else 408
+    #[serde(with = "text_duration")]
+    #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_BODY_TIMEOUT)))]
     pub body_timeout: Duration,
-    /// A client that reads nothing for this long while a write waits is gone: its stream ends
-    /// and the upstream request is cancelled.
+    /// A write to a client that does not read fails after this: the stream ends, the
+    /// upstream request is cancelled
+    #[serde(with = "text_duration")]
+    #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_WRITE_TIMEOUT)))]
     pub write_timeout: Duration,
-    /// A keep-alive connection whose last answer is complete waits this long for its next
-    /// request head, then is closed (whole seconds: pingora's granularity); an HTTP/2
-    /// connection, once no stream is open (read at start, not on reload). Never applies while
-    /// an answer is still streaming.
+    /// An idle keep-alive connection (its last answer complete; HTTP/2: no stream open) is
+    /// closed after this (whole seconds)
+    #[serde(with = "text_duration")]
+    #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_KEEPALIVE_TIMEOUT)))]
     pub keepalive_timeout: Duration,
-    /// With a minimum send rate (bytes/s), a large write may wait `len / rate` instead.
+    /// Minimum bytes per second a client must read (a larger write may wait len / rate)
+    #[serde(with = "text_size::option", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<SizeText>")]
     pub min_send_rate: Option<u64>,
-    /// Budget of request body bytes buffered at once over all requests; a request over it
-    /// gets 503 with `Retry-After` before its body is read.
-    pub max_buffered_bytes: u64,
-    /// Client connections open at once; one more is answered 503 and closed.
+    /// Request body bytes buffered at once over all requests; over it: 503 with Retry-After
+    /// before the body is read
+    #[serde(with = "text_size::option", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<SizeText>", extend("default" = size(DEFAULT_MAX_BUFFERED_BYTES)))]
+    pub max_buffered_bytes: Option<u64>,
+    /// Client connections open at once; one more gets 503 and is closed
+    #[schemars(range(min = 1, max = 1_000_000), extend("default" = DEFAULT_MAX_CONNECTIONS))]
     pub max_connections: u64,
+}
+
+impl Limits {
+    /// The request body budget: `max_buffered_bytes`, or when unset the larger of its
+    /// default and `max_body_bytes` (the checker sets it so: a checked config always has it).
+    pub fn buffer_budget(&self) -> u64 {
+        self.max_buffered_bytes
+            .unwrap_or(DEFAULT_MAX_BUFFERED_BYTES.max(self.max_body_bytes))
+    }
 }
 
 /// Retry policy
@@ -566,7 +603,7 @@ impl Default for Limits {
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
             min_send_rate: None,
-            max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
+            max_buffered_bytes: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }

@@ -180,7 +180,13 @@ fn from_backend_urls_names_backends_in_order() {
     let names: Vec<&str> = p.backends.iter().map(|b| &*b.name).collect();
     assert_eq!(names, ["backend-0", "backend-1"]);
     assert_eq!(p.backends[1].port, 8002);
-    assert_eq!(c.limits, Limits::default());
+    assert_eq!(
+        c.limits,
+        Limits {
+            max_buffered_bytes: Some(crate::config::model::DEFAULT_MAX_BUFFERED_BYTES),
+            ..Limits::default()
+        }
+    );
     assert!(c.warnings.is_empty());
     let again = Config::from_backend_urls(&urls, "llama", PolicyKind::RoundRobin).unwrap();
     assert_eq!(c.hash(), again.hash());
@@ -319,7 +325,7 @@ fn keepalive_timeout_is_whole_seconds() {
 }
 
 /// Sections whose struct is the model (`retry`, `access_log`, `admission`, `migration`, a
-/// rate limit):
+/// rate limit, `limits`):
 /// a wrongly typed value is serde's error, located, with the field's path; a value of the
 /// right type out of range is the checker's.
 #[test]
@@ -358,6 +364,18 @@ fn model_sections_report_bad_values_located() {
         (
             "rate_limits: {routes: {nope: {max_concurrent: many}}}",
             "f.yaml:1:47: rate_limits.routes.nope.max_concurrent: ",
+        ),
+        (
+            "limits: {connect_timeout: 250}",
+            "f.yaml:1:27: limits.connect_timeout: `250` has no unit; write `250ms` or `250s`",
+        ),
+        (
+            "limits: {max_body_bytes: 1.5}",
+            "f.yaml:1:26: limits.max_body_bytes: `1.5` is not a size (e.g. `32MiB`)",
+        ),
+        (
+            "limits: {max_connections: 0}",
+            "f.yaml:1:27: limits.max_connections: must be between 1 and 1000000, got 0",
         ),
         (
             "migration: {max_attempts: 9}",

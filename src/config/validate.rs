@@ -28,7 +28,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::duration::{format_size, parse_duration, parse_size};
+use super::duration::{format_size, parse_duration};
 use super::file::{BackendFile, ConfigFile, KvEventsFile, PolicyFile, PoolFile, Quantity};
 use super::model::*;
 use pronto_core::routing::PolicySpec;
@@ -320,22 +320,6 @@ impl Checker {
         }
     }
 
-    /// A positive duration in whole seconds (a keep-alive timeout: pingora counts seconds);
-    /// `default` when absent or invalid.
-    pub(super) fn whole_seconds(
-        &mut self,
-        q: Option<&Quantity>,
-        path: &str,
-        default: Duration,
-    ) -> Duration {
-        let d = self.duration(q, path, default);
-        if d.subsec_nanos() != 0 {
-            self.error(path, format!("must be whole seconds, got {d:?}"));
-            return default;
-        }
-        d
-    }
-
     /// An integer in `min..=u32::MAX`; `default` when absent or invalid.
     pub(super) fn count(&mut self, value: Option<u64>, path: &str, min: u64, default: u32) -> u32 {
         match value {
@@ -348,37 +332,6 @@ impl Checker {
                 self.error(path, format!("{n} is too large (at most {})", u32::MAX));
                 default
             }),
-        }
-    }
-
-    /// A size (integer bytes or `32MiB`) in `min..=max`; `default` (and an error at `path`)
-    /// when it is not one.
-    fn size(&mut self, q: &Quantity, path: &str, min: u64, max: u64, default: u64) -> u64 {
-        let parsed = match q {
-            Quantity::Int(n) => {
-                u64::try_from(*n).map_err(|_| format!("`{n}` is not a size (e.g. `32MiB`)"))
-            }
-            Quantity::Float(x) => Err(format!("`{x}` is not a size (e.g. `32MiB`)")),
-            Quantity::Text(s) => parse_size(s),
-        };
-        match parsed {
-            Ok(n) if (min..=max).contains(&n) => n,
-            Ok(n) => {
-                self.error(
-                    path,
-                    format!(
-                        "must be between {} and {}, got {}",
-                        format_size(min),
-                        format_size(max),
-                        format_size(n)
-                    ),
-                );
-                default
-            }
-            Err(message) => {
-                self.error(path, message);
-                default
-            }
         }
     }
 

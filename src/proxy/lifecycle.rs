@@ -56,9 +56,7 @@ impl Proxy {
         let mut pass = self.edge.gate_key(session, state).map_err(|e| (None, e))?;
         access.key = pass.key_name().cloned();
         // The body's share of the buffer budget lives as long as the request.
-        let mut budget = self
-            .budget
-            .reservation(state.config.limits.max_buffered_bytes);
+        let mut budget = self.budget.reservation(state.config.limits.buffer_budget());
         let body = self.read(session, state, &mut budget).await?;
         access.request_bytes = Some(body.len() as u64);
         let mut parsed = self

@@ -1,96 +1,92 @@
-//! `limits:`: sizes, deadlines and capacity caps of the edge, each with its default and range.
+//! `limits:` as read (serde parsed the durations and sizes and filled the defaults): each
+//! value's range, and the checks between fields.
 
 use super::*;
 
 impl Checker {
     pub(super) fn limits(&mut self, f: &ConfigFile) -> Limits {
-        let l = f.limits.clone().unwrap_or_default();
-        let max_body_bytes = match &l.max_body_bytes {
-            None => DEFAULT_MAX_BODY_BYTES,
-            Some(q) => self.size(
-                q,
-                "limits.max_body_bytes",
-                MIN_BODY_BYTES,
-                MAX_BODY_BYTES,
-                DEFAULT_MAX_BODY_BYTES,
-            ),
+        let l = f.limits.unwrap_or_default();
+        let d = Limits::default();
+        let max_body_bytes = self.size_range(
+            l.max_body_bytes,
+            "limits.max_body_bytes",
+            MIN_BODY_BYTES..=MAX_BODY_BYTES,
+            d.max_body_bytes,
+        );
+        let keepalive_timeout = match self.positive(
+            l.keepalive_timeout,
+            "limits.keepalive_timeout",
+            d.keepalive_timeout,
+        ) {
+            t if t.subsec_nanos() != 0 => {
+                self.error(
+                    "limits.keepalive_timeout",
+                    format!("must be whole seconds, got {t:?}"),
+                );
+                d.keepalive_timeout
+            }
+            t => t,
         };
-        let limits = Limits {
+        let mut limits = Limits {
             max_body_bytes,
-            connect_timeout: self.duration(
-                l.connect_timeout.as_ref(),
+            connect_timeout: self.positive(
+                l.connect_timeout,
                 "limits.connect_timeout",
-                DEFAULT_CONNECT_TIMEOUT,
+                d.connect_timeout,
             ),
-            first_token_timeout: self.duration(
-                l.first_token_timeout.as_ref(),
+            first_token_timeout: self.positive(
+                l.first_token_timeout,
                 "limits.first_token_timeout",
-                DEFAULT_FIRST_TOKEN_TIMEOUT,
+                d.first_token_timeout,
             ),
-            idle_timeout: self.duration(
-                l.idle_timeout.as_ref(),
-                "limits.idle_timeout",
-                DEFAULT_IDLE_TIMEOUT,
-            ),
-            request_timeout: self.duration(
-                l.request_timeout.as_ref(),
+            idle_timeout: self.positive(l.idle_timeout, "limits.idle_timeout", d.idle_timeout),
+            request_timeout: self.positive(
+                l.request_timeout,
                 "limits.request_timeout",
-                DEFAULT_REQUEST_TIMEOUT,
+                d.request_timeout,
             ),
-            header_timeout: self.duration(
-                l.header_timeout.as_ref(),
+            header_timeout: self.positive(
+                l.header_timeout,
                 "limits.header_timeout",
-                DEFAULT_HEADER_TIMEOUT,
+                d.header_timeout,
             ),
-            body_timeout: self.duration(
-                l.body_timeout.as_ref(),
-                "limits.body_timeout",
-                DEFAULT_BODY_TIMEOUT,
-            ),
-            write_timeout: self.duration(
-                l.write_timeout.as_ref(),
-                "limits.write_timeout",
-                DEFAULT_WRITE_TIMEOUT,
-            ),
-            keepalive_timeout: self.whole_seconds(
-                l.keepalive_timeout.as_ref(),
-                "limits.keepalive_timeout",
-                DEFAULT_KEEPALIVE_TIMEOUT,
-            ),
+            body_timeout: self.positive(l.body_timeout, "limits.body_timeout", d.body_timeout),
+            write_timeout: self.positive(l.write_timeout, "limits.write_timeout", d.write_timeout),
+            keepalive_timeout,
             min_send_rate: l
                 .min_send_rate
-                .as_ref()
-                .map(|q| self.size(q, "limits.min_send_rate", 0, MAX_BODY_BYTES, 0))
+                .map(|n| self.size_range(n, "limits.min_send_rate", 0..=MAX_BODY_BYTES, 0))
                 .filter(|&n| n > 0),
-            max_buffered_bytes: match &l.max_buffered_bytes {
-                None => DEFAULT_MAX_BUFFERED_BYTES.max(max_body_bytes),
-                Some(q) => self.size(
-                    q,
-                    "limits.max_buffered_bytes",
-                    MIN_BODY_BYTES,
-                    64 * MAX_BODY_BYTES,
-                    DEFAULT_MAX_BUFFERED_BYTES,
-                ),
-            },
-            max_connections: match l.max_connections {
-                None => DEFAULT_MAX_CONNECTIONS,
-                Some(n) if (1..=1_000_000).contains(&n) => n,
-                Some(n) => {
-                    self.error(
-                        "limits.max_connections",
-                        format!("must be between 1 and 1000000, got {n}"),
-                    );
-                    DEFAULT_MAX_CONNECTIONS
-                }
-            },
+            max_buffered_bytes: None,
+            max_connections: l.max_connections,
         };
-        if limits.max_buffered_bytes < limits.max_body_bytes {
+        // Unset: the larger of its default and the body limit (`Limits::buffer_budget`).
+        limits.max_buffered_bytes = Some(match l.max_buffered_bytes {
+            None => limits.buffer_budget(),
+            Some(n) => self.size_range(
+                n,
+                "limits.max_buffered_bytes",
+                MIN_BODY_BYTES..=64 * MAX_BODY_BYTES,
+                DEFAULT_MAX_BUFFERED_BYTES,
+            ),
+        });
+        if !(1..=1_000_000).contains(&limits.max_connections) {
+            self.error(
+                "limits.max_connections",
+                format!(
+                    "must be between 1 and 1000000, got {}",
+                    limits.max_connections
+                ),
+            );
+            limits.max_connections = d.max_connections;
+        }
+        if limits.buffer_budget() < limits.max_body_bytes {
             self.error(
                 "limits.max_buffered_bytes",
                 format!(
                     "{} is less than limits.max_body_bytes ({}): the largest body could never \
                      be read",
-                    format_size(limits.max_buffered_bytes),
+                    format_size(limits.buffer_budget()),
                     format_size(limits.max_body_bytes)
                 ),
             );
@@ -106,5 +102,37 @@ impl Checker {
             );
         }
         limits
+    }
+
+    /// `value`, unless zero: then `default` (and an error at `path`).
+    pub(super) fn positive(&mut self, value: Duration, path: &str, default: Duration) -> Duration {
+        if value.is_zero() {
+            self.error(path, "must be greater than zero");
+            return default;
+        }
+        value
+    }
+
+    /// A size in `range`; `default` (and an error at `path`) when outside it.
+    fn size_range(
+        &mut self,
+        n: u64,
+        path: &str,
+        range: std::ops::RangeInclusive<u64>,
+        default: u64,
+    ) -> u64 {
+        if range.contains(&n) {
+            return n;
+        }
+        self.error(
+            path,
+            format!(
+                "must be between {} and {}, got {}",
+                format_size(*range.start()),
+                format_size(*range.end()),
+                format_size(n)
+            ),
+        );
+        default
     }
 }
