@@ -280,11 +280,10 @@ fn annotated_example_sets_every_field() {
     } = limits.expect("limits");
     assert!(min_send_rate.is_some() && max_buffered_bytes.is_some());
     assert!(retry.is_some());
-    let file::ReloadFile {
-        watch,
-        watch_interval,
+    let pronto::config::ReloadSettings {
+        watch: _,
+        watch_interval: _,
     } = reload.expect("reload");
-    assert!(watch.is_some() && watch_interval.is_some());
     let file::HealthFile {
         path,
         interval,

@@ -72,10 +72,7 @@ impl Config {
             }),
             explain_headers: Some(self.explain_headers),
             access_log: Some(self.access_log),
-            reload: Some(ReloadFile {
-                watch: Some(self.reload.watch),
-                watch_interval: Some(dur(self.reload.watch_interval)),
-            }),
+            reload: Some(self.reload),
             priority_classes: Some(
                 self.priority_classes
                     .iter()

@@ -63,7 +63,7 @@ pub struct ConfigFile {
     /// The access log: one line per request (log target pronto::access)
     pub access_log: Option<AccessLog>,
     /// Live reload of this file (also on SIGHUP and POST /admin/reload)
-    pub reload: Option<ReloadFile>,
+    pub reload: Option<ReloadSettings>,
     /// Priority classes, most urgent first; queued requests of a class go before any of a
     /// later one
     #[schemars(length(min = 1), inner(regex(pattern = r"^[A-Za-z0-9_.-]+$")))]
@@ -191,18 +191,6 @@ pub struct HealthFile {
     /// for max(floor, factor x the predicted time of its booked prefill) gets no new requests
     /// until it produces again (not ejected)
     pub stall: Option<super::progress::StallFile>,
-}
-
-/// Live reload of this file (also on SIGHUP and POST /admin/reload)
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReloadFile {
-    /// Poll the file and reload it when it changes
-    #[schemars(extend("default" = DEFAULT_RELOAD_WATCH))]
-    pub watch: Option<bool>,
-    /// Time between two polls of the file
-    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_WATCH_INTERVAL)))]
-    pub watch_interval: Option<Quantity>,
 }
 
 /// One pool: the backends serving one model name.

@@ -272,12 +272,20 @@ impl Default for AccessLog {
     }
 }
 
-/// Live reload of the config file (see `reload`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Live reload of this file (also on SIGHUP and POST /admin/reload)
+///
+/// Both the file's `reload:` section and the model (see `services::reload`): serde fills the
+/// defaults; the checker refuses a zero interval.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct ReloadSettings {
-    /// Poll the file for changes (modification time and size, then a content hash).
+    /// Poll the file and reload it when it changes
     pub watch: bool,
-    /// Time between two polls.
+    /// Time between two polls of the file
+    #[serde(with = "text_duration")]
+    #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_WATCH_INTERVAL)))]
     pub watch_interval: Duration,
 }
 

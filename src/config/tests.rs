@@ -325,7 +325,7 @@ fn keepalive_timeout_is_whole_seconds() {
 }
 
 /// Sections whose struct is the model (`retry`, `access_log`, `admission`, `migration`, a
-/// rate limit, `limits`):
+/// rate limit, `limits`, `reload`):
 /// a wrongly typed value is serde's error, located, with the field's path; a value of the
 /// right type out of range is the checker's.
 #[test]
@@ -376,6 +376,14 @@ fn model_sections_report_bad_values_located() {
         (
             "limits: {max_connections: 0}",
             "f.yaml:1:27: limits.max_connections: must be between 1 and 1000000, got 0",
+        ),
+        (
+            "reload: {watch: true, watch_interval: often}",
+            "f.yaml:1:39: reload.watch_interval: `often` is not a duration",
+        ),
+        (
+            "reload: {watch_interval: 0s}",
+            "f.yaml:1:26: reload.watch_interval: must be greater than zero",
         ),
         (
             "migration: {max_attempts: 9}",

@@ -320,6 +320,15 @@ impl Checker {
         }
     }
 
+    /// `value`, unless zero: then `default` (and an error at `path`).
+    pub(super) fn positive(&mut self, value: Duration, path: &str, default: Duration) -> Duration {
+        if value.is_zero() {
+            self.error(path, "must be greater than zero");
+            return default;
+        }
+        value
+    }
+
     /// An integer in `min..=u32::MAX`; `default` when absent or invalid.
     pub(super) fn count(&mut self, value: Option<u64>, path: &str, min: u64, default: u32) -> u32 {
         match value {
@@ -391,15 +400,16 @@ impl Checker {
         health
     }
 
+    /// `reload:` as read (serde filled the defaults): a positive interval.
     fn reload(&mut self, f: &ConfigFile) -> ReloadSettings {
-        let r = f.reload.clone().unwrap_or_default();
+        let r = f.reload.unwrap_or_default();
         ReloadSettings {
-            watch: r.watch.unwrap_or(DEFAULT_RELOAD_WATCH),
-            watch_interval: self.duration(
-                r.watch_interval.as_ref(),
+            watch_interval: self.positive(
+                r.watch_interval,
                 "reload.watch_interval",
                 DEFAULT_WATCH_INTERVAL,
             ),
+            ..r
         }
     }
 

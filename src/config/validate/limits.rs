@@ -104,15 +104,6 @@ impl Checker {
         limits
     }
 
-    /// `value`, unless zero: then `default` (and an error at `path`).
-    pub(super) fn positive(&mut self, value: Duration, path: &str, default: Duration) -> Duration {
-        if value.is_zero() {
-            self.error(path, "must be greater than zero");
-            return default;
-        }
-        value
-    }
-
     /// A size in `range`; `default` (and an error at `path`) when outside it.
     fn size_range(
         &mut self,
