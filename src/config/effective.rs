@@ -264,9 +264,7 @@ fn pool(pool: &Pool) -> PoolFile {
             .and_then(|t| t.chat_template.as_ref())
             .map(|p| p.display().to_string()),
         api_key: key(&pool.api_key),
-        scrape: Some(ScrapeFile {
-            interval: Some(dur(pool.scrape.interval)),
-        }),
+        scrape: Some(pool.scrape),
         served_model_name: pool
             .served_model_name
             .as_ref()

@@ -220,7 +220,7 @@ pub struct PoolFile {
     /// checks, scrapes): the key, {env: NAME} or {file: PATH}
     pub api_key: Option<super::edge::SecretFile>,
     /// Engine metrics scraping of the pool's backends (GET /metrics)
-    pub scrape: Option<ScrapeFile>,
+    pub scrape: Option<Scrape>,
     /// What the backends call this model when not the pool's name: the request's `model` is
     /// rewritten to it upstream and back in answers. A name, or `discover`: the one model
     /// each backend lists at GET /v1/models
@@ -234,16 +234,6 @@ pub struct PoolFile {
     /// backends that list it (what `pronto serve --backend URL` without `--model` sets)
     #[schemars(extend("default" = false))]
     pub serve_listed_models: Option<bool>,
-}
-
-/// Engine metrics scraping of the pool's backends (GET /metrics)
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ScrapeFile {
-    /// Time between two scrapes of each backend while they succeed (at least 10ms); a
-    /// failing backend backs off, doubling up to 30s
-    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_SCRAPE_INTERVAL)))]
-    pub interval: Option<Quantity>,
 }
 
 /// Backends from a DNS name: every address it resolves to, re-resolved periodically

@@ -345,11 +345,19 @@ impl Pool {
     }
 }
 
-/// A pool's `scrape:` section (see `backend::EngineScraper`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Engine metrics scraping of the pool's backends (GET /metrics)
+///
+/// Both a pool's `scrape:` section and the model (see `services::scrape`): serde fills the
+/// default; the checker keeps the minimum ([`super::scrape`]).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct Scrape {
-    /// Time between two scrapes of each backend while they succeed; failures back off
-    /// from it. A sample is trusted for `pronto_core::engine::stale_after(interval)`.
+    /// Time between two scrapes of each backend while they succeed (at least 10ms); a
+    /// failing backend backs off, doubling up to 30s
+    #[serde(with = "text_duration")]
+    #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_SCRAPE_INTERVAL)))]
     pub interval: Duration,
 }
 

@@ -1,4 +1,4 @@
-//! Validation of a pool's `scrape:` section.
+//! The check of a pool's `scrape:` section ([`Scrape`], which serde read and filled).
 //!
 //! `scrape: {interval: 250ms}` sets how often the engine scraper
 //! (`backend::EngineScraper`) reads each of the pool's backends' `/metrics` while
@@ -11,14 +11,14 @@ use super::model::{Scrape, DEFAULT_SCRAPE_INTERVAL, MIN_SCRAPE_INTERVAL};
 use super::validate::Checker;
 
 impl Checker {
-    /// The `scrape:` section of the pool at `path`; the default where absent or invalid
+    /// The `scrape:` section of the pool at `path`; the default where absent or out of range
     /// (errors recorded).
     pub(super) fn scrape(&mut self, path: &str, pool: &PoolFile) -> Scrape {
-        let Some(s) = &pool.scrape else {
+        let Some(s) = pool.scrape else {
             return Scrape::default();
         };
         let ipath = format!("{path}.scrape.interval");
-        let interval = self.duration(s.interval.as_ref(), &ipath, DEFAULT_SCRAPE_INTERVAL);
+        let interval = self.positive(s.interval, &ipath, DEFAULT_SCRAPE_INTERVAL);
         if interval < MIN_SCRAPE_INTERVAL {
             self.error(
                 ipath,
