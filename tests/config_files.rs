@@ -284,22 +284,19 @@ fn annotated_example_sets_every_field() {
         watch: _,
         watch_interval: _,
     } = reload.expect("reload");
-    let file::HealthFile {
-        path,
-        interval,
-        timeout,
-        eject_after_failures,
-        readmit_after,
+    let pronto::config::Health {
+        path: _,
+        interval: _,
+        timeout: _,
+        eject_after_failures: _,
+        readmit_after: _,
         stall,
     } = health.expect("health");
-    let pronto::config::progress::StallFile {
-        enabled,
-        floor,
-        factor,
-    } = stall.expect("stall");
-    assert!(enabled.is_some() && floor.is_some() && factor.is_some());
-    assert!(path.is_some() && interval.is_some() && timeout.is_some());
-    assert!(eject_after_failures.is_some() && readmit_after.is_some());
+    let pronto::config::progress::Stall {
+        enabled: _,
+        floor: _,
+        factor: _,
+    } = stall;
     let pools = pools.expect("pools").0;
     let (_, pool) = pools.first().expect("a pool");
     assert!(pool.policy.is_some());

@@ -25,7 +25,6 @@ use super::edge::{AdminFile, AuthFile, KeyFile, RateLimit, RateLimitsFile, Secre
 use super::file::*;
 use super::model::{Backend, Config, Pool, ProfileHint};
 use super::nats::{NatsAuth, NatsAuthFile, NatsSecret, NatsTlsFile};
-use super::progress::StallFile;
 use super::race::{DeadlineFile, FirstTokenDeadline, HedgeDelay, HedgeFile};
 use super::route::{Route, RouteObjective, SloAction};
 use super::secrets::REDACTED;
@@ -52,24 +51,7 @@ impl Config {
             limits: Some(self.limits),
             retry: Some(self.retry),
             migration: Some(self.migration),
-            health: Some(HealthFile {
-                path: Some(self.health.path.clone()),
-                interval: Some(dur(self.health.interval)),
-                timeout: Some(dur(self.health.timeout)),
-                eject_after_failures: Some(u64::from(self.health.eject_after_failures)),
-                readmit_after: Some(dur(self.health.readmit_after)),
-                stall: Some(match &self.health.stall {
-                    Some(r) => StallFile {
-                        enabled: Some(true),
-                        floor: Some(dur(r.floor)),
-                        factor: Some(r.factor),
-                    },
-                    None => StallFile {
-                        enabled: Some(false),
-                        ..StallFile::default()
-                    },
-                }),
-            }),
+            health: Some(self.health.clone()),
             explain_headers: Some(self.explain_headers),
             access_log: Some(self.access_log),
             reload: Some(self.reload),

@@ -55,7 +55,7 @@ pub struct ConfigFile {
     /// the next-best backend with the text so far, spliced into the same client stream
     pub migration: Option<super::migration::Migration>,
     /// Active and passive health checking
-    pub health: Option<HealthFile>,
+    pub health: Option<Health>,
     /// Add x-pronto-* headers to responses: the backend, the decision's reason and
     /// prediction, the runner-up and its prediction, the attempts
     #[schemars(extend("default" = false))]
@@ -166,31 +166,6 @@ pub struct MatchFile {
     /// Bearer tokens (Authorization: Bearer ...), any of which matches
     #[schemars(length(min = 1))]
     pub api_keys: Option<Vec<String>>,
-}
-
-/// Active and passive health checking
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HealthFile {
-    /// HTTP path probed with GET on each backend
-    #[schemars(regex(pattern = r"^/\S*$"), extend("default" = DEFAULT_HEALTH_PATH))]
-    pub path: Option<String>,
-    /// Time between active probes
-    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_HEALTH_INTERVAL)))]
-    pub interval: Option<Quantity>,
-    /// Probe timeout
-    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_HEALTH_TIMEOUT)))]
-    pub timeout: Option<Quantity>,
-    /// Consecutive failed requests that eject a backend
-    #[schemars(range(min = 1), extend("default" = DEFAULT_EJECT_AFTER_FAILURES))]
-    pub eject_after_failures: Option<u64>,
-    /// Delay before an ejected backend may return
-    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_READMIT_AFTER)))]
-    pub readmit_after: Option<Quantity>,
-    /// Progress-based exclusion: a backend with streams in flight and no token on any of them
-    /// for max(floor, factor x the predicted time of its booked prefill) gets no new requests
-    /// until it produces again (not ejected)
-    pub stall: Option<super::progress::StallFile>,
 }
 
 /// One pool: the backends serving one model name.

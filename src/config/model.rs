@@ -230,21 +230,35 @@ pub struct Retry {
     pub max_retries: u32,
 }
 
-/// Health checking.
-#[derive(Debug, Clone, PartialEq)]
+/// Active and passive health checking
+///
+/// Both the file's `health:` section and the model: serde fills the defaults; the checker
+/// keeps the path's form, the ranges and the warnings between fields.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
 pub struct Health {
-    /// HTTP path probed on each backend; starts with `/`.
+    /// HTTP path probed with GET on each backend
+    #[schemars(regex(pattern = r"^/\S*$"))]
     pub path: String,
-    /// Time between probes.
+    /// Time between active probes
+    #[serde(with = "text_duration")]
+    #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_HEALTH_INTERVAL)))]
     pub interval: Duration,
-    /// Probe timeout.
+    /// Probe timeout
+    #[serde(with = "text_duration")]
+    #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_HEALTH_TIMEOUT)))]
     pub timeout: Duration,
-    /// Consecutive passive failures that eject a backend (>= 1).
+    /// Consecutive failed requests that eject a backend
+    #[schemars(range(min = 1))]
     pub eject_after_failures: u32,
-    /// Delay before an ejected backend is probed again.
+    /// Delay before an ejected backend may return
+    #[serde(with = "text_duration")]
+    #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_READMIT_AFTER)))]
     pub readmit_after: Duration,
-    /// Progress-based exclusion ([`pronto_core::stall`]); `None`: off.
-    pub stall: Option<super::progress::StallRule>,
+    /// Progress-based exclusion: a backend with streams in flight and no token on any of them
+    /// for max(floor, factor x the predicted time of its booked prefill) gets no new requests
+    /// until it produces again (not ejected)
+    pub stall: super::progress::Stall,
 }
 
 /// The access log: one line per request (log target pronto::access)
@@ -641,7 +655,7 @@ impl Default for Health {
             timeout: DEFAULT_HEALTH_TIMEOUT,
             eject_after_failures: DEFAULT_EJECT_AFTER_FAILURES,
             readmit_after: DEFAULT_READMIT_AFTER,
-            stall: Some(super::progress::StallRule::default()),
+            stall: super::progress::Stall::default(),
         }
     }
 }

@@ -39,58 +39,76 @@ pub const MAX_KEEPALIVE: Duration = Duration::from_secs(600);
 /// Progress-based exclusion: a backend with streams in flight and no token on any of them for
 /// max(floor, factor x the predicted time of its booked prefill) gets no new requests until
 /// it produces again (not ejected)
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct StallFile {
+///
+/// Both the file's `health.stall` and the model: serde fills the defaults; the checker keeps
+/// the ranges; [`Stall::rule`] is what the gateway runs.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Stall {
     /// Judge backends on their progress
-    #[schemars(extend("default" = true))]
-    pub enabled: Option<bool>,
+    pub enabled: bool,
     /// The shortest silence that counts (100ms..=1h)
-    #[schemars(with = "Option<super::schema::DurationText>")]
+    #[serde(with = "super::duration::text_duration")]
+    #[schemars(with = "super::schema::DurationText")]
     #[schemars(extend("default" = super::schema::dur(DEFAULT_FLOOR)))]
-    pub floor: Option<Quantity>,
+    pub floor: Duration,
     /// Multiple of the predicted time of the booked prefill work
-    #[schemars(range(min = 1, max = 1000), extend("default" = DEFAULT_FACTOR))]
-    pub factor: Option<f64>,
+    #[schemars(range(min = 1, max = 1000))]
+    pub factor: f64,
+}
+
+impl Default for Stall {
+    fn default() -> Stall {
+        let rule = StallRule::default();
+        Stall {
+            enabled: true,
+            floor: rule.floor,
+            factor: rule.factor,
+        }
+    }
+}
+
+impl Stall {
+    /// The rule the gateway applies; `None` when turned off.
+    pub fn rule(&self) -> Option<StallRule> {
+        self.enabled.then_some(StallRule {
+            floor: self.floor,
+            factor: self.factor,
+        })
+    }
 }
 
 impl Checker {
-    /// `health.stall`: the rule, `None` when turned off; the default rule when absent or
-    /// invalid (errors recorded).
-    pub(super) fn stall(&mut self, f: Option<&StallFile>) -> Option<StallRule> {
-        let Some(f) = f else {
-            return Some(StallRule::default());
-        };
-        let floor = self.duration(f.floor.as_ref(), "health.stall.floor", DEFAULT_FLOOR);
-        let floor = if (MIN_STALL_FLOOR..=MAX_STALL_FLOOR).contains(&floor) {
-            floor
+    /// `health.stall` as read (serde filled the defaults): the ranges of floor and factor
+    /// (each the default when out of range, errors recorded).
+    pub(super) fn stall(&mut self, s: Stall) -> Stall {
+        let floor = if (MIN_STALL_FLOOR..=MAX_STALL_FLOOR).contains(&s.floor) {
+            s.floor
         } else {
             self.error(
                 "health.stall.floor",
                 format!(
-                    "must be between {MIN_STALL_FLOOR:?} and {MAX_STALL_FLOOR:?}, got {floor:?}"
+                    "must be between {MIN_STALL_FLOOR:?} and {MAX_STALL_FLOOR:?}, got {:?}",
+                    s.floor
                 ),
             );
             DEFAULT_FLOOR
         };
-        let factor = match f.factor {
-            None => DEFAULT_FACTOR,
-            Some(x) if STALL_FACTOR_RANGE.contains(&x) => x,
-            Some(x) => {
-                self.error(
-                    "health.stall.factor",
-                    format!(
-                        "must be between {} and {}, got {x}",
-                        STALL_FACTOR_RANGE.start(),
-                        STALL_FACTOR_RANGE.end()
-                    ),
-                );
-                DEFAULT_FACTOR
-            }
+        let factor = if STALL_FACTOR_RANGE.contains(&s.factor) {
+            s.factor
+        } else {
+            self.error(
+                "health.stall.factor",
+                format!(
+                    "must be between {} and {}, got {}",
+                    STALL_FACTOR_RANGE.start(),
+                    STALL_FACTOR_RANGE.end(),
+                    s.factor
+                ),
+            );
+            DEFAULT_FACTOR
         };
-        f.enabled
-            .unwrap_or(true)
-            .then_some(StallRule { floor, factor })
+        Stall { floor, factor, ..s }
     }
 
     /// `{path}.keepalive`; `None` when absent or invalid (errors recorded).
@@ -127,14 +145,14 @@ mod tests {
     #[test]
     fn stall_defaults_on_and_can_be_tuned_or_turned_off() {
         let c = load("").unwrap();
-        let rule = c.health.stall.unwrap();
+        let rule = c.health.stall.rule().unwrap();
         assert_eq!(rule.floor, Duration::from_secs(10));
         assert_eq!(rule.factor, 4.0);
         let c = load("health: {stall: {floor: 2s, factor: 3}}\n").unwrap();
-        let rule = c.health.stall.unwrap();
+        let rule = c.health.stall.rule().unwrap();
         assert_eq!((rule.floor, rule.factor), (Duration::from_secs(2), 3.0));
         let c = load("health: {stall: {enabled: false}}\n").unwrap();
-        assert_eq!(c.health.stall, None);
+        assert_eq!(c.health.stall.rule(), None);
     }
 
     #[test]

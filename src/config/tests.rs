@@ -325,7 +325,7 @@ fn keepalive_timeout_is_whole_seconds() {
 }
 
 /// Sections whose struct is the model (`retry`, `access_log`, `admission`, `migration`, a
-/// rate limit, `limits`, `reload`):
+/// rate limit, `limits`, `reload`, `health`):
 /// a wrongly typed value is serde's error, located, with the field's path; a value of the
 /// right type out of range is the checker's.
 #[test]
@@ -384,6 +384,18 @@ fn model_sections_report_bad_values_located() {
         (
             "reload: {watch_interval: 0s}",
             "f.yaml:1:26: reload.watch_interval: must be greater than zero",
+        ),
+        (
+            "health: {eject_after_failures: -1}",
+            "f.yaml:1:32: health.eject_after_failures: ",
+        ),
+        (
+            "health: {stall: {floor: soon}}",
+            "f.yaml:1:25: health.stall.floor: `soon` is not a duration",
+        ),
+        (
+            "health: {stall: {factor: 0.5}}",
+            "f.yaml:1:26: health.stall.factor: must be between 1 and 1000, got 0.5",
         ),
         (
             "migration: {max_attempts: 9}",

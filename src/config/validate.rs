@@ -344,39 +344,33 @@ impl Checker {
         }
     }
 
+    /// `health:` as read (serde filled the defaults): the path's form, positive durations,
+    /// at least one failure to eject, the stall rule's ranges, and the warnings between fields.
     fn health(&mut self, f: &ConfigFile) -> Health {
         let h = f.health.clone().unwrap_or_default();
-        let path = match h.path {
-            None => DEFAULT_HEALTH_PATH.to_string(),
-            Some(p) if p.starts_with('/') && !p.contains(char::is_whitespace) => p,
-            Some(p) => {
-                self.error(
-                    "health.path",
-                    format!("`{p}` is not an absolute HTTP path (e.g. `/health`)"),
-                );
-                DEFAULT_HEALTH_PATH.to_string()
-            }
+        let d = Health::default();
+        let path = if h.path.starts_with('/') && !h.path.contains(char::is_whitespace) {
+            h.path
+        } else {
+            self.error(
+                "health.path",
+                format!("`{}` is not an absolute HTTP path (e.g. `/health`)", h.path),
+            );
+            d.path
+        };
+        let eject_after_failures = if h.eject_after_failures == 0 {
+            self.error("health.eject_after_failures", "must be at least 1, got 0");
+            d.eject_after_failures
+        } else {
+            h.eject_after_failures
         };
         let health = Health {
             path,
-            interval: self.duration(
-                h.interval.as_ref(),
-                "health.interval",
-                DEFAULT_HEALTH_INTERVAL,
-            ),
-            timeout: self.duration(h.timeout.as_ref(), "health.timeout", DEFAULT_HEALTH_TIMEOUT),
-            eject_after_failures: self.count(
-                h.eject_after_failures,
-                "health.eject_after_failures",
-                1,
-                DEFAULT_EJECT_AFTER_FAILURES,
-            ),
-            readmit_after: self.duration(
-                h.readmit_after.as_ref(),
-                "health.readmit_after",
-                DEFAULT_READMIT_AFTER,
-            ),
-            stall: self.stall(h.stall.as_ref()),
+            interval: self.positive(h.interval, "health.interval", d.interval),
+            timeout: self.positive(h.timeout, "health.timeout", d.timeout),
+            eject_after_failures,
+            readmit_after: self.positive(h.readmit_after, "health.readmit_after", d.readmit_after),
+            stall: self.stall(h.stall),
         };
         if health.interval > health.readmit_after {
             self.warn(

@@ -445,11 +445,11 @@ fn durations_must_parse_and_be_positive() {
                 "limits.idle_timeout",
                 "`soon` is not a duration (e.g. `250ms`, `2s`, `1h30m`)"
             ),
-            pair("grace_period", "must be greater than zero"),
             pair(
                 "health.readmit_after",
                 "unknown duration unit `parsecs` in `10 parsecs`; use ns, us, ms, s, m, h or d"
             ),
+            pair("grace_period", "must be greater than zero"),
         ]
     );
 }

@@ -370,7 +370,7 @@ impl GatewayState {
                     unnamed,
                     sync_refs,
                     cluster: previous.and_then(|prev| prev.cluster.clone()),
-                    stall: config.health.stall,
+                    stall: config.health.stall.rule(),
                     backends,
                 },
             );
