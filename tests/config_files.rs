@@ -330,16 +330,17 @@ fn annotated_example_sets_every_field() {
     assert!(base_ms.is_some() && prefill_tokens_per_s.is_some());
     assert!(decode_ms_per_running.is_some());
     let discovered = pools.iter().find_map(|(_, p)| p.discover.clone());
+    // Typed by serde (defaults filled): the schema test below checks the example names each
+    // of its fields.
     let file::DiscoverFile {
         dns,
-        interval,
-        scheme,
-        family,
-        weight,
+        interval: _,
+        scheme: _,
+        family: _,
+        weight: _,
         max_inflight,
     } = discovered.expect("a pool with `discover:`");
-    assert!(dns.is_some() && interval.is_some() && scheme.is_some() && family.is_some());
-    assert!(weight.is_some() && max_inflight.is_some());
+    assert!(dns.is_some() && max_inflight.is_some());
     assert!(pools.iter().any(|(_, p)| p.profile.is_some()));
     let profile_files = pools
         .iter()

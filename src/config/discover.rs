@@ -9,13 +9,13 @@
 //! Profile hints are checked in [`super::profile`]; their tests are here.
 
 use super::file::DiscoverFile;
-use super::model::{AddressFamily, Discover, DEFAULT_DISCOVER_INTERVAL, DEFAULT_WEIGHT};
+use super::model::{Discover, DEFAULT_DISCOVER_INTERVAL, DEFAULT_WEIGHT};
 use super::validate::{parse_backend_url, Checker};
 
 impl Checker {
     /// A `discover:` section; `None` when `dns` is missing or invalid (errors recorded).
     pub(super) fn discover(&mut self, path: &str, d: &DiscoverFile) -> Option<Discover> {
-        let scheme = d.scheme.as_deref().unwrap_or("http");
+        let scheme = d.scheme.as_str();
         if scheme != "http" {
             self.error(
                 format!("{path}.scheme"),
@@ -25,27 +25,24 @@ impl Checker {
                 ),
             );
         }
-        let family = match d.family.as_deref() {
-            None | Some("any") => AddressFamily::Any,
-            Some("ipv4") => AddressFamily::Ipv4,
-            Some("ipv6") => AddressFamily::Ipv6,
-            Some(other) => {
-                self.error(
-                    format!("{path}.family"),
-                    format!("unknown family `{other}`; use any, ipv4 or ipv6"),
-                );
-                AddressFamily::Any
-            }
-        };
-        let interval = self.duration(
-            d.interval.as_ref(),
+        let interval = self.positive(
+            d.interval,
             &format!("{path}.interval"),
             DEFAULT_DISCOVER_INTERVAL,
         );
-        let weight = self.count(d.weight, &format!("{path}.weight"), 1, DEFAULT_WEIGHT);
-        let max_inflight = d
-            .max_inflight
-            .map(|n| self.count(Some(n), &format!("{path}.max_inflight"), 1, 1));
+        let weight = match d.weight {
+            0 => {
+                self.error(format!("{path}.weight"), "must be at least 1, got 0");
+                DEFAULT_WEIGHT
+            }
+            n => n,
+        };
+        let max_inflight = d.max_inflight.map(|n| {
+            if n == 0 {
+                self.error(format!("{path}.max_inflight"), "must be at least 1, got 0");
+            }
+            n.max(1)
+        });
         let dns_path = format!("{path}.dns");
         let (host, port) = match d.dns.as_deref().map(str::trim) {
             None | Some("") => {
@@ -74,7 +71,7 @@ impl Checker {
             host,
             port,
             interval,
-            family,
+            family: d.family,
             weight,
             max_inflight,
         })
@@ -170,7 +167,7 @@ mod tests {
         for needle in [
             "pools.m.discover.dns: `http://x:1` must be `host:port`",
             "pools.m.discover.scheme: `https` is not supported",
-            "pools.m.discover.family: unknown family `ipv5`",
+            "pools.m.discover.family: unknown variant `ipv5`, expected one of `any`, `ipv4`, `ipv6`",
             "pools.m.discover.interval: must be greater than zero",
             "pools.m.discover.weight: must be at least 1",
         ] {

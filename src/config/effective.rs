@@ -229,11 +229,11 @@ fn pool(pool: &Pool) -> PoolFile {
         }),
         discover: pool.discover.as_ref().map(|d| DiscoverFile {
             dns: Some(d.target()),
-            interval: Some(dur(d.interval)),
-            scheme: Some("http".to_string()),
-            family: Some(d.family.as_str().to_string()),
-            weight: Some(u64::from(d.weight)),
-            max_inflight: d.max_inflight.map(u64::from),
+            interval: d.interval,
+            scheme: "http".to_string(),
+            family: d.family,
+            weight: d.weight,
+            max_inflight: d.max_inflight,
         }),
         profile: pool.profile.as_ref().map(profile),
         tokenizer: pool

@@ -212,27 +212,46 @@ pub struct PoolFile {
 }
 
 /// Backends from a DNS name: every address it resolves to, re-resolved periodically
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+///
+/// Typed by serde (defaults filled); the checker parses `dns` into the model's host and port
+/// and keeps the ranges ([`super::discover`]).
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
 #[schemars(extend("required" = ["dns"]))]
 pub struct DiscoverFile {
     /// host:port to resolve (port 80 when absent)
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub dns: Option<String>,
     /// Time between two resolutions
-    #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_DISCOVER_INTERVAL)))]
-    pub interval: Option<Quantity>,
+    #[serde(with = "super::duration::text_duration")]
+    #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_DISCOVER_INTERVAL)))]
+    pub interval: std::time::Duration,
     /// Scheme of the discovered backends
-    #[schemars(extend("enum" = ["http"], "default" = "http"))]
-    pub scheme: Option<String>,
+    #[schemars(extend("enum" = ["http"]))]
+    pub scheme: String,
     /// Keep only IPv4 or IPv6 addresses
-    #[schemars(extend("enum" = ["any", "ipv4", "ipv6"], "default" = "any"))]
-    pub family: Option<String>,
+    #[schemars(with = "String", extend("enum" = ["any", "ipv4", "ipv6"]))]
+    pub family: AddressFamily,
     /// Relative share of traffic of each discovered backend
-    #[schemars(range(min = 1), extend("default" = DEFAULT_WEIGHT))]
-    pub weight: Option<u64>,
-    /// Cap on concurrent requests to each discovered backend
     #[schemars(range(min = 1))]
-    pub max_inflight: Option<u64>,
+    pub weight: u32,
+    /// Cap on concurrent requests to each discovered backend
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_inflight: Option<u32>,
+}
+
+impl Default for DiscoverFile {
+    fn default() -> DiscoverFile {
+        DiscoverFile {
+            dns: None,
+            interval: DEFAULT_DISCOVER_INTERVAL,
+            scheme: "http".to_string(),
+            family: AddressFamily::Any,
+            weight: DEFAULT_WEIGHT,
+            max_inflight: None,
+        }
+    }
 }
 
 /// Cold-start prior of the backend's TTFT model; absent fields keep the generic prior

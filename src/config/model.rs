@@ -400,8 +400,9 @@ pub struct Discover {
     pub max_inflight: Option<u32>,
 }
 
-/// Which resolved addresses a [`Discover`] keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Which resolved addresses a [`Discover`] keeps (the file's `any`, `ipv4`, `ipv6`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum AddressFamily {
     /// IPv4 and IPv6.
     #[default]
