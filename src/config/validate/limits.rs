@@ -7,59 +7,58 @@ impl Checker {
     pub(super) fn limits(&mut self, f: &ConfigFile) -> Limits {
         let l = f.limits.unwrap_or_default();
         let d = Limits::default();
-        let max_body_bytes = self.size_range(
-            l.max_body_bytes,
-            "limits.max_body_bytes",
-            MIN_BODY_BYTES..=MAX_BODY_BYTES,
-            d.max_body_bytes,
-        );
-        let keepalive_timeout = match self.positive(
-            l.keepalive_timeout,
-            "limits.keepalive_timeout",
-            d.keepalive_timeout,
-        ) {
-            t if t.subsec_nanos() != 0 => {
-                self.error(
-                    "limits.keepalive_timeout",
-                    format!("must be whole seconds, got {t:?}"),
-                );
-                d.keepalive_timeout
-            }
-            t => t,
-        };
         let mut limits = Limits {
-            max_body_bytes,
-            connect_timeout: self.positive(
-                l.connect_timeout,
-                "limits.connect_timeout",
+            max_body_bytes: self.size_range(
+                l.max_body_bytes,
+                "limits.max_body_bytes",
+                MIN_BODY_BYTES..=MAX_BODY_BYTES,
+                d.max_body_bytes,
+            ),
+            ..l
+        };
+        for (value, name, default) in [
+            (
+                &mut limits.connect_timeout,
+                "connect_timeout",
                 d.connect_timeout,
             ),
-            first_token_timeout: self.positive(
-                l.first_token_timeout,
-                "limits.first_token_timeout",
+            (
+                &mut limits.first_token_timeout,
+                "first_token_timeout",
                 d.first_token_timeout,
             ),
-            idle_timeout: self.positive(l.idle_timeout, "limits.idle_timeout", d.idle_timeout),
-            request_timeout: self.positive(
-                l.request_timeout,
-                "limits.request_timeout",
+            (&mut limits.idle_timeout, "idle_timeout", d.idle_timeout),
+            (
+                &mut limits.request_timeout,
+                "request_timeout",
                 d.request_timeout,
             ),
-            header_timeout: self.positive(
-                l.header_timeout,
-                "limits.header_timeout",
+            (
+                &mut limits.header_timeout,
+                "header_timeout",
                 d.header_timeout,
             ),
-            body_timeout: self.positive(l.body_timeout, "limits.body_timeout", d.body_timeout),
-            write_timeout: self.positive(l.write_timeout, "limits.write_timeout", d.write_timeout),
-            keepalive_timeout,
-            min_send_rate: l
-                .min_send_rate
-                .map(|n| self.size_range(n, "limits.min_send_rate", 0..=MAX_BODY_BYTES, 0))
-                .filter(|&n| n > 0),
-            max_buffered_bytes: None,
-            max_connections: l.max_connections,
-        };
+            (&mut limits.body_timeout, "body_timeout", d.body_timeout),
+            (&mut limits.write_timeout, "write_timeout", d.write_timeout),
+            (
+                &mut limits.keepalive_timeout,
+                "keepalive_timeout",
+                d.keepalive_timeout,
+            ),
+        ] {
+            *value = self.positive(*value, &format!("limits.{name}"), default);
+        }
+        if limits.keepalive_timeout.subsec_nanos() != 0 {
+            self.error(
+                "limits.keepalive_timeout",
+                format!("must be whole seconds, got {:?}", limits.keepalive_timeout),
+            );
+            limits.keepalive_timeout = d.keepalive_timeout;
+        }
+        limits.min_send_rate = l
+            .min_send_rate
+            .map(|n| self.size_range(n, "limits.min_send_rate", 0..=MAX_BODY_BYTES, 0))
+            .filter(|&n| n > 0);
         // Unset: the larger of its default and the body limit (`Limits::buffer_budget`).
         limits.max_buffered_bytes = Some(match l.max_buffered_bytes {
             None => limits.buffer_budget(),
