@@ -115,6 +115,25 @@ pub mod text_duration {
         parsed.map_err(serde::de::Error::custom)
     }
 
+    /// The same for an optional duration (absent: `None`; with `#[serde(default)]`).
+    pub mod option {
+        use serde::{Deserializer, Serializer};
+        use std::time::Duration;
+
+        /// `None` as serde's none (left out with `skip_serializing_if`).
+        pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+            match d {
+                Some(d) => super::serialize(d, s),
+                None => s.serialize_none(),
+            }
+        }
+
+        /// A present duration.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+            super::deserialize(d).map(Some)
+        }
+    }
+
     /// A bare number's hint: the reading nearer a second first (`5`: `5s`; `250`: `250ms`).
     fn no_unit(text: &str, x: f64) -> String {
         let (first, second) = if x.abs() > 31.6 {

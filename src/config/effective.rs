@@ -47,7 +47,7 @@ impl Config {
             listen: Some(self.listen.to_string()),
             admin_listen: Some(self.admin_listen.to_string()),
             threads: Some(self.threads as u64),
-            grace_period: Some(dur(self.grace_period)),
+            grace_period: Some(self.grace_period),
             limits: Some(self.limits),
             retry: Some(self.retry),
             migration: Some(self.migration),

@@ -45,8 +45,13 @@ pub struct ConfigFile {
     #[schemars(range(min = 1, max = MAX_THREADS), extend("default" = DEFAULT_THREADS))]
     pub threads: Option<u64>,
     /// On SIGTERM, how long in-flight streams may continue
+    #[serde(
+        default,
+        with = "super::duration::text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_GRACE_PERIOD)))]
-    pub grace_period: Option<Quantity>,
+    pub grace_period: Option<std::time::Duration>,
     /// Request limits and timeouts
     pub limits: Option<Limits>,
     /// Retry policy

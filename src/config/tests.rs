@@ -398,6 +398,10 @@ fn model_sections_report_bad_values_located() {
             "f.yaml:1:26: health.stall.factor: must be between 1 and 1000, got 0.5",
         ),
         (
+            "grace_period: 30",
+            "f.yaml:1:15: grace_period: `30` has no unit; write `30s` or `30ms`",
+        ),
+        (
             "migration: {max_attempts: 9}",
             "f.yaml:1:27: migration.max_attempts: must be at most 8, got 9",
         ),

@@ -202,8 +202,8 @@ impl Checker {
                 DEFAULT_THREADS
             }
         };
-        let grace_period = self.duration(
-            f.grace_period.as_ref(),
+        let grace_period = self.positive(
+            f.grace_period.unwrap_or(DEFAULT_GRACE_PERIOD),
             "grace_period",
             DEFAULT_GRACE_PERIOD,
         );
