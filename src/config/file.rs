@@ -3,9 +3,12 @@
 //! Every struct denies unknown fields, so a typo (`wieght:`) is an error with a line and
 //! column rather than a silently ignored setting. Every field is optional here, even ones the
 //! gateway requires: [`super::validate()`] reports a missing field together with every other
-//! problem, instead of serde stopping at the first. For the same reason, values that need
-//! interpretation stay raw — addresses and URLs as strings, durations and sizes as
-//! [`Quantity`] — and are parsed during validation.
+//! problem. Addresses and URLs stay strings, parsed during validation. Sections whose struct
+//! is the model (`limits`, `retry`, `health`, `reload`, `access_log`, `admission`,
+//! `migration`, a pool's `scrape`, a rate limit) read their durations and sizes with serde
+//! (`duration::text_duration`, `duration::text_size`) and fill their defaults; a bad value
+//! there is a shape error ([`super::shape`] still reports every one, located). Elsewhere
+//! durations and sizes stay [`Quantity`] until validation.
 //!
 //! The structs also derive the JSON Schema ([`super::schema`]): a field's doc comment is its
 //! description there (and in `docs/config-reference.md`), so it is written for the person
