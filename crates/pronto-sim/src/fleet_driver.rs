@@ -171,6 +171,9 @@ impl Driver {
                 if self.open.remove(&id).is_some() {
                     self.front.retain(|(_, r)| r.id != id);
                     self.engine.abort(id);
+                    // The engine's stats first: a scrape that sees the abort counted sees the
+                    // request gone from the batch too.
+                    self.publish();
                     self.shared.metrics.aborted.inc();
                 }
             }
