@@ -9,8 +9,8 @@
 //! ```
 //!
 //! Each step is a method of [`Proxy`] over one [`Request`] (what every attempt of the request
-//! shares); what follows the commit is [`super::commit`]'s. Nothing reaches the client until an attempt commits; the retry budget is
-//! [`super::retry`]'s.
+//! shares); what follows the commit is [`super::commit`]'s. Nothing reaches the client until an
+//! attempt commits; the retry budget is [`super::retry`]'s.
 
 use std::sync::Arc;
 use std::time::Instant;
