@@ -502,5 +502,8 @@ pub(super) fn parse_backend_url(text: &str) -> Result<(String, u16, bool), Strin
 }
 
 #[cfg(test)]
+#[path = "validate_engine_tests.rs"]
+mod engine_tests;
+#[cfg(test)]
 #[path = "validate_tests.rs"]
 mod tests;

@@ -5,7 +5,7 @@ use crate::config::file;
 use pronto_core::routing::PolicyKind;
 
 /// Two valid backends in pool `m`; tests append top-level sections.
-const POOL: &str = "
+pub(super) const POOL: &str = "
 pools:
   m:
     backends:
@@ -13,17 +13,17 @@ pools:
       - {name: b, url: 'http://127.0.0.1:8002'}
 ";
 
-fn run(yaml: &str) -> Result<(Config, Vec<ConfigWarning>), Invalid> {
+pub(super) fn run(yaml: &str) -> Result<(Config, Vec<ConfigWarning>), Invalid> {
     run_loaded(yaml).map(|(c, _, w)| (c, w))
 }
 
-fn run_loaded(
+pub(super) fn run_loaded(
     yaml: &str,
 ) -> Result<(Config, crate::config::Resources, Vec<ConfigWarning>), Invalid> {
     validate(&file::parse(yaml).expect("test YAML parses"))
 }
 
-fn errors(yaml: &str) -> Vec<(String, String)> {
+pub(super) fn errors(yaml: &str) -> Vec<(String, String)> {
     match run(yaml) {
         Ok(_) => panic!("expected errors for:\n{yaml}"),
         Err(i) => i.errors.into_iter().map(|e| (e.path, e.message)).collect(),
@@ -32,31 +32,31 @@ fn errors(yaml: &str) -> Vec<(String, String)> {
 
 /// The errors of loading `yaml` as a file: serde's shape errors (a section whose struct is
 /// the model reads its own values) first, then the checker's.
-fn load_errors(yaml: &str) -> Vec<(String, String)> {
+pub(super) fn load_errors(yaml: &str) -> Vec<(String, String)> {
     match crate::config::Config::from_yaml_str(yaml, "t.yaml") {
         Ok(_) => panic!("expected errors for:\n{yaml}"),
         Err(e) => e.errors.into_iter().map(|d| (d.path, d.message)).collect(),
     }
 }
 
-fn warnings(yaml: &str) -> Vec<(String, String)> {
+pub(super) fn warnings(yaml: &str) -> Vec<(String, String)> {
     match run(yaml) {
         Ok((_, w)) => w.into_iter().map(|w| (w.path, w.message)).collect(),
         Err(i) => panic!("unexpected errors: {:?}", i.errors),
     }
 }
 
-fn one_error(yaml: &str) -> (String, String) {
+pub(super) fn one_error(yaml: &str) -> (String, String) {
     let mut e = errors(yaml);
     assert_eq!(e.len(), 1, "{e:?}");
     e.remove(0)
 }
 
-fn pair(path: &str, message: &str) -> (String, String) {
+pub(super) fn pair(path: &str, message: &str) -> (String, String) {
     (path.to_string(), message.to_string())
 }
 
-fn with_backend(backend: &str) -> String {
+pub(super) fn with_backend(backend: &str) -> String {
     format!("pools:\n  m:\n    backends:\n      - {backend}\n      - {{name: z, url: 'http://10.0.0.9:80'}}\n")
 }
 
@@ -669,144 +669,4 @@ fn key_path_quotes_only_when_needed() {
     assert_eq!(key_path("pools", "a.b"), r#"pools."a.b""#);
     assert_eq!(key_path("pools", ""), r#"pools."""#);
     assert_eq!(key_path("pools", "q\"x"), r#"pools."q\"x""#);
-}
-
-#[test]
-fn kv_events_endpoint_and_block_size_are_checked() {
-    let yaml = with_backend(
-        "{name: a, url: 'http://h:1', kv_events: {endpoint: 'tcp://10.0.0.1:5557', block_size: 128}}",
-    );
-    let (c, _) = run(&yaml).unwrap();
-    let k = c.pools[0].backends[0].kv_events.clone().unwrap();
-    assert_eq!(
-        (k.endpoint.as_str(), k.block_size),
-        ("tcp://10.0.0.1:5557", 128)
-    );
-    assert_eq!(c.pools[0].backends[1].kv_events, None);
-    let yaml = with_backend(
-        "{name: a, url: 'http://h:1', kv_events: {endpoint: 'http://h:5557', block_size: 0}}",
-    );
-    assert_eq!(
-        errors(&yaml),
-        vec![
-            pair(
-                "pools.m.backends[0].kv_events.endpoint",
-                "`http://h:5557` is not `tcp://HOST:PORT`"
-            ),
-            pair(
-                "pools.m.backends[0].kv_events.block_size",
-                "0 is not a block size (1 to 65536 tokens)"
-            ),
-        ]
-    );
-    let yaml = with_backend("{name: a, url: 'http://h:1', kv_events: {}}");
-    let paths: Vec<String> = errors(&yaml).into_iter().map(|(p, _)| p).collect();
-    assert_eq!(
-        paths,
-        [
-            "pools.m.backends[0].kv_events.endpoint",
-            "pools.m.backends[0].kv_events.block_size"
-        ]
-    );
-}
-
-#[test]
-fn tokenizer_files_are_loaded_and_located() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/examples/tokenizer");
-    let with = |extra: &str| {
-        format!(
-            "pools:\n  m:\n{extra}    backends:\n      - {{name: a, url: 'http://127.0.0.1:8001'}}\n      - {{name: b, url: 'http://127.0.0.1:8002'}}\n"
-        )
-    };
-    // A model directory: the tokenizer and the template beside it.
-    let (config, resources, warns) =
-        run_loaded(&with(&format!("    tokenizer: {}\n", dir.display()))).unwrap();
-    assert!(warns.is_empty(), "{warns:?}");
-    let named = config.pools[0].tokenizer.as_ref().expect("named");
-    assert_eq!(named.path, dir.join("tokenizer.json"));
-    assert!(resources.cover(&config));
-    let tok = resources.tokenizer("m").expect("loaded");
-    assert!(tok.has_chat_template());
-    assert_eq!(tok.path(), dir.join("tokenizer.json"));
-    assert_eq!(named.fingerprint, tok.fingerprint());
-    // The same files load equal (a reload keeps what the pool learned).
-    let (again, _) = run(&with(&format!("    tokenizer: {}\n", dir.display()))).unwrap();
-    assert_eq!(config.pools[0], again.pools[0]);
-
-    let (path, message) = one_error(&with("    tokenizer: /nonexistent/tok.json\n"));
-    assert_eq!(path, "pools.m.tokenizer");
-    assert!(
-        message.contains("cannot read /nonexistent/tok.json"),
-        "{message}"
-    );
-
-    let (path, message) = one_error(&with(&format!(
-        "    tokenizer: {}\n",
-        dir.join("chat_template.jinja").display()
-    )));
-    assert_eq!(path, "pools.m.tokenizer");
-    assert!(message.contains("is not a tokenizer.json"), "{message}");
-
-    assert_eq!(
-        one_error(&with("    chat_template: /x.jinja\n")),
-        pair(
-            "pools.m.chat_template",
-            "needs `tokenizer` (the template renders prompts for that tokenizer)"
-        )
-    );
-    let (path, message) = one_error(&with(&format!(
-        "    tokenizer: {}\n    chat_template: /nonexistent.jinja\n",
-        dir.display()
-    )));
-    assert_eq!(path, "pools.m.chat_template");
-    assert!(message.contains("is not a file"), "{message}");
-
-    // The bare tokenizer.json of a directory without a template: a warning, chat estimated.
-    let bare = std::env::temp_dir().join(format!("pronto-bare-tok-{}", std::process::id()));
-    std::fs::create_dir_all(&bare).unwrap();
-    std::fs::copy(dir.join("tokenizer.json"), bare.join("tokenizer.json")).unwrap();
-    let w = warnings(&with(&format!("    tokenizer: {}\n", bare.display())));
-    std::fs::remove_dir_all(&bare).unwrap();
-    assert_eq!(w.len(), 1, "{w:?}");
-    assert_eq!(w[0].0, "pools.m.tokenizer");
-    assert!(w[0].1.contains("no chat template"), "{}", w[0].1);
-}
-
-#[test]
-fn tiktoken_encodings_need_no_files() {
-    let with = |extra: &str| {
-        format!(
-            "pools:\n  m:\n{extra}    backends:\n      - {{name: a, url: 'http://127.0.0.1:8001'}}\n      - {{name: b, url: 'http://127.0.0.1:8002'}}\n"
-        )
-    };
-    // No template and no warning: OpenAI's chat format is built in.
-    let (_, resources, warns) = run_loaded(&with("    tokenizer: tiktoken:o200k_base\n")).unwrap();
-    assert!(warns.is_empty(), "{warns:?}");
-    let tok = resources.tokenizer("m").expect("loaded");
-    assert_eq!(tok.tiktoken_encoding(), Some("o200k_base"));
-
-    let (path, message) = one_error(&with("    tokenizer: tiktoken:nope\n"));
-    assert_eq!(path, "pools.m.tokenizer");
-    assert!(
-        message.starts_with("unknown tiktoken encoding \"nope\" (one of: o200k_base, "),
-        "{message}"
-    );
-
-    // In a file, the encoding is not a relative path; the template beside it is.
-    let text = with("    tokenizer: tiktoken:gpt-4o\n");
-    let file = std::path::Path::new("/etc/pronto/pronto.yaml");
-    let config = crate::config::Config::from_file_text(file, &text).unwrap();
-    let tok = config.pools[0].tokenizer.as_ref().expect("named");
-    assert_eq!(tok.path, std::path::Path::new("tiktoken:gpt-4o"));
-    let text = with("    tokenizer: tiktoken:gpt-4o\n    chat_template: t.jinja\n");
-    let e = crate::config::Config::from_file_text(file, &text).unwrap_err();
-    let errors: Vec<(&str, &str)> = e
-        .errors
-        .iter()
-        .map(|d| (d.path.as_str(), d.message.as_str()))
-        .collect();
-    assert_eq!(
-        errors,
-        [("pools.m.chat_template", "/etc/pronto/t.jinja is not a file")]
-    );
 }
