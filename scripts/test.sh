@@ -3,6 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
+# CI builds once from a clean clone: incremental state (several GB across ~50 test binaries)
+# buys nothing there and has filled a CI machine's disk (a linker bus error, then ENOSPC).
+if [[ -n ${CI:-} ]]; then
+  export CARGO_INCREMENTAL=0
+fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # Style first: it is the cheapest failure.
