@@ -25,13 +25,14 @@
 #   KNEE_ROUTERS=auto  Pronto predicted_ttft+exact and the two peers with the lowest mean TTFT
 #                      on homo multiturn:0.8 (or a list of contenders; KNEE_LOADS= skips)
 #   REPS=3             repetitions (contender order rotated every repetition)
-#   DURATION=150       seconds of arrivals per contender-run (plus the drain)
+#   DURATION=120       seconds of arrivals per contender-run (plus the drain)
 #   KV_BLOCKS=64 MAX_SEQS=8 HETERO_KV_BLOCKS=40 HETERO_MAX_SEQS=2   (vLLM KV blocks of 128 tokens)
 #   KVCACHE_GIB=1      VLLM_CPU_KVCACHE_SPACE (GiB reserved; the blocks above are what is used)
 #   DTYPE=float32      the engines' --dtype: the model is bf16, and on a CPU without avx512_bf16
 #                      or AMX (this host) bf16 runs ~4x slower than float32 (1k-token prefill 7.5 s
 #                      against 1.9 s on one core); DTYPE=auto keeps the model's
-#   MAX_INPUT=3584 MAX_OUTPUT=32        prompt / output tokens caps of every workload
+#   MAX_INPUT=1536 MAX_OUTPUT=32        prompt / output tokens caps of every workload (at float32 a
+#                                       1.5k-token prefill takes ~3 s on one core)
 #   CAP_CONC=4 CAP_REQUESTS=48          capacity run: closed loop, CAP_CONC in flight per engine
 #   TTFT_SLO_MS=2000 TPOT_SLO_MS=150    goodput objective (both must hold)
 #   REPLAY=0           1: after each AIPerf run, the same trace again through `pronto replay`
@@ -66,12 +67,12 @@ CONTENDERS=${CONTENDERS:-pronto:predicted_ttft pronto:predicted_ttft+exact pront
 KNEE_LOADS=${KNEE_LOADS-0.4 0.6 0.8 0.95 1.0}
 KNEE_ROUTERS=${KNEE_ROUTERS:-auto}
 REPS=${REPS:-3}
-DURATION=${DURATION:-150}
+DURATION=${DURATION:-120}
 KV_BLOCKS=${KV_BLOCKS:-64} MAX_SEQS=${MAX_SEQS:-8}
 HETERO_KV_BLOCKS=${HETERO_KV_BLOCKS:-40} HETERO_MAX_SEQS=${HETERO_MAX_SEQS:-2}
 KVCACHE_GIB=${KVCACHE_GIB:-1}
 DTYPE=${DTYPE:-float32}
-MAX_INPUT=${MAX_INPUT:-3584} MAX_OUTPUT=${MAX_OUTPUT:-32}
+MAX_INPUT=${MAX_INPUT:-1536} MAX_OUTPUT=${MAX_OUTPUT:-32}
 CAP_CONC=${CAP_CONC:-4} CAP_REQUESTS=${CAP_REQUESTS:-48}
 TTFT_SLO_MS=${TTFT_SLO_MS:-2000} TPOT_SLO_MS=${TPOT_SLO_MS:-150}
 REPLAY=${REPLAY:-0}
