@@ -169,7 +169,8 @@ impl Coefficients {
 pub struct Quality {
     /// Observations learned from.
     pub samples: u32,
-    /// Typical out-of-sample relative error: `exp(EWMA |ln ratio|) − 1`.
+    /// Typical out-of-sample relative error: `exp(EWMA |ln ratio|) − 1`, over the predictions
+    /// made after the first observation (the first measures the prior); 0 until then.
     pub rel_error: f64,
 }
 
@@ -180,6 +181,8 @@ pub struct TtftEstimator {
     p: [[f64; N]; N],
     last: Option<Instant>,
     log_error: f64,
+    /// Errors averaged into `log_error` (every observation but the first).
+    errors: u32,
     quality: Quality,
 }
 
@@ -196,6 +199,7 @@ impl TtftEstimator {
             p,
             last: None,
             log_error: 0.0,
+            errors: 0,
             quality: Quality::default(),
         }
     }
@@ -218,15 +222,20 @@ impl TtftEstimator {
         if !actual_s.is_finite() || actual_s < 0.0 {
             return predicted;
         }
-        let e = ((predicted + ERR_FLOOR_S) / (actual_s + ERR_FLOOR_S))
-            .ln()
-            .abs();
-        self.log_error = if self.quality.samples == 0 {
-            e
-        } else {
-            (1.0 - ERR_ALPHA) * self.log_error + ERR_ALPHA * e
-        };
-        self.quality.rel_error = self.log_error.exp() - 1.0;
+        // The first prediction is the prior's, made before any observation: its error says
+        // how far the prior was, not how well the model predicts, and is not counted. (A GPU
+        // prior in front of a CPU engine is ~25× off: counted, it kept the real fleet's models
+        // "poorly predicted", so routed by the fallback, for ~15 observations each after they
+        // had learnt.) Then a running mean until 1 / ERR_ALPHA errors are in, an EWMA after.
+        if self.last.is_some() {
+            let e = ((predicted + ERR_FLOOR_S) / (actual_s + ERR_FLOOR_S))
+                .ln()
+                .abs();
+            self.errors = self.errors.saturating_add(1);
+            let a = ERR_ALPHA.max(1.0 / f64::from(self.errors));
+            self.log_error = (1.0 - a) * self.log_error + a * e;
+            self.quality.rel_error = self.log_error.exp() - 1.0;
+        }
         self.quality.samples = self.quality.samples.saturating_add(1);
 
         let lambda = match self.last {
@@ -338,6 +347,42 @@ mod tests {
         for x in &held_out {
             assert!(learned[1].predict(x) > learned[0].predict(x));
         }
+    }
+
+    /// A prior far from the engine (a GPU prior before a CPU engine, ~25× too fast) is not
+    /// held against the model once it has learnt: its error is within the policies'
+    /// `poor_error` (1.0) a few observations after the first.
+    #[test]
+    fn a_wrong_prior_is_forgiven_once_the_model_has_learnt() {
+        let cpu = Coefficients {
+            base_s: 0.25,
+            s_per_token: 1.0 / 550.0,
+            s_per_token_sq: 0.0,
+            s_per_decode: 0.02,
+            s_per_waiting: 0.3,
+        };
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
+        let t0 = Instant::now();
+        let mut est = TtftEstimator::new(Coefficients::default(), 1.0);
+        let mut first = None;
+        for i in 0..6 {
+            let x = TtftInputs {
+                uncached_tokens: rng.gen_range(100.0..1_500.0),
+                running_decodes: rng.gen_range(0.0..3.0),
+                ..TtftInputs::default()
+            };
+            let actual = truth(&cpu, &x) * (1.0 + rng.gen_range(-0.1..0.1));
+            let predicted = est.observe(&x, actual, t0 + Duration::from_millis(500 * i));
+            first.get_or_insert(actual / predicted);
+        }
+        let first = first.unwrap();
+        assert!(
+            first > 10.0,
+            "the prior is far off: actual/predicted {first}"
+        );
+        let q = est.quality();
+        assert_eq!(q.samples, 6);
+        assert!(q.rel_error < 1.0, "{q:?}");
     }
 
     #[test]
