@@ -29,10 +29,10 @@
 #   KV_BLOCKS=64 MAX_SEQS=8 HETERO_KV_BLOCKS=40 HETERO_MAX_SEQS=2   (vLLM KV blocks of 128 tokens)
 #   KVCACHE_GIB=1      VLLM_CPU_KVCACHE_SPACE (GiB reserved; the blocks above are what is used)
 #   DTYPE=float32      the engines' --dtype: the model is bf16, and on a CPU without avx512_bf16
-#                      or AMX (this host) bf16 runs ~4x slower than float32 (1k-token prefill 7.5 s
-#                      against 1.9 s on one core); DTYPE=auto keeps the model's
-#   MAX_INPUT=1536 MAX_OUTPUT=32        prompt / output tokens caps of every workload (at float32 a
-#                                       1.5k-token prefill takes ~3 s on one core)
+#                      or AMX (this host) bf16 is ~4x slower (one pinned core, cold: bf16 447
+#                      tokens 3.3 s, 2,237 tokens 16.6 s; float32 1,016 tokens 1.85 s, 2,240
+#                      tokens 4.9 s); DTYPE=auto keeps the model's
+#   MAX_INPUT=1536 MAX_OUTPUT=32        prompt / output tokens caps of every workload
 #   CAP_CONC=4 CAP_REQUESTS=48          capacity run: closed loop, CAP_CONC in flight per engine
 #   TTFT_SLO_MS=2000 TPOT_SLO_MS=150    goodput objective (both must hold)
 #   REPLAY=0           1: after each AIPerf run, the same trace again through `pronto replay`

@@ -181,8 +181,6 @@ pub struct TtftEstimator {
     p: [[f64; N]; N],
     last: Option<Instant>,
     log_error: f64,
-    /// Errors averaged into `log_error` (every observation but the first).
-    errors: u32,
     quality: Quality,
 }
 
@@ -199,7 +197,6 @@ impl TtftEstimator {
             p,
             last: None,
             log_error: 0.0,
-            errors: 0,
             quality: Quality::default(),
         }
     }
@@ -227,12 +224,13 @@ impl TtftEstimator {
         // prior in front of a CPU engine is ~25× off: counted, it kept the real fleet's models
         // "poorly predicted", so routed by the fallback, for ~15 observations each after they
         // had learnt.) Then a running mean until 1 / ERR_ALPHA errors are in, an EWMA after.
-        if self.last.is_some() {
+        // Errors already scored: one per observation but the first.
+        let scored = self.quality.samples;
+        if scored > 0 {
             let e = ((predicted + ERR_FLOOR_S) / (actual_s + ERR_FLOOR_S))
                 .ln()
                 .abs();
-            self.errors = self.errors.saturating_add(1);
-            let a = ERR_ALPHA.max(1.0 / f64::from(self.errors));
+            let a = ERR_ALPHA.max(1.0 / f64::from(scored));
             self.log_error = (1.0 - a) * self.log_error + a * e;
             self.quality.rel_error = self.log_error.exp() - 1.0;
         }
