@@ -11,8 +11,8 @@
 //! the sync delay its own messages take to come back) and wakes the requests waiting on X
 //! ([`crate::backend::Backend::remote_dispatches`]). Each one dispatched *after* that estimate
 //! queues behind the remote request at the engine, and was routed without knowing of it: its
-//! decision is taken again on views without its own prefix record and booking
-//! ([`relocation`]).
+//! decision is taken again on views without its own prefix record and booking, by the core's
+//! sequence the evaluator runs too ([`pronto_core::cluster::repair::reconsider`]).
 //! - It stays: its TTFT model observation will use the inputs that show the late booking it
 //!   waits behind.
 //! - Staying predicts more than the margin over the new decision: its attempt is dropped —
@@ -37,7 +37,7 @@ use crate::state::{Pool, Routed};
 use crate::telemetry::{CollisionOutcome, Metrics};
 #[cfg(doc)]
 use pronto_core::cluster::repair::MAX_MOVES;
-use pronto_core::cluster::repair::{relocation, Relocation};
+use pronto_core::cluster::repair::{Booked, Relocation};
 use pronto_core::ids::BackendId;
 use pronto_core::load::RequestLoad;
 use pronto_core::predict::TtftInputs;
@@ -130,15 +130,24 @@ impl Attempting<'_> {
     /// `None` to stay (its prefix record restored, its observation's inputs refreshed).
     fn reconsider(&mut self, margin: f64, now: Instant) -> Option<Routed> {
         let (pool, i, features) = (self.pool, self.index, self.features);
-        pool.undo_record(i, features, self.held_blocks);
-        let views = pool.views(self.policy, features, now, self.tried);
-        let moved = match relocation(self.policy, features, &views, i, self.own, now, margin) {
-            // Routed again without this backend, for the decision the dispatch needs.
+        let booked = Booked {
+            features,
+            backend: i,
+            own: self.own,
+            held_blocks: self.held_blocks,
+            tried: self.tried,
+        };
+        let moved = match pool.reconsider(self.policy, booked, now, margin) {
+            // Routed again without this backend, for the decision the dispatch needs; with
+            // nowhere to go after all, it stays and its record goes back.
             Relocation::Move(_) => {
                 let mut excluded = self.tried.to_vec();
                 excluded.push(pool.backends[i].id());
-                pool.route(self.policy, features, now, &excluded, self.explain)
-                    .ok()
+                let next = pool.route(self.policy, features, now, &excluded, self.explain);
+                if next.is_err() {
+                    pool.redo_record(i, features, now);
+                }
+                next.ok()
             }
             Relocation::Stay(inputs) => {
                 *self.inputs = inputs;
@@ -147,10 +156,7 @@ impl Attempting<'_> {
         };
         let outcome = match moved {
             Some(_) => CollisionOutcome::Moved,
-            None => {
-                pool.redo_record(i, features, now);
-                CollisionOutcome::Stayed
-            }
+            None => CollisionOutcome::Stayed,
         };
         self.metrics
             .cluster

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use pronto_core::cluster::BackendRef;
+use pronto_core::cluster::{repair, BackendRef};
 use pronto_core::ids::BackendId;
 use pronto_core::routing::views::{self, PoolRouting, Scratch};
 use pronto_core::stall::StallRule;
@@ -121,6 +121,23 @@ impl Pool {
         let mut joined = Vec::new();
         let tried = self.and_unnamed(tried, &mut joined);
         views::build(&self.routing(), features, now, limit, tried, &mut scratch).to_vec()
+    }
+
+    /// Collision repair's decision for a request booked on this pool, taken again at `now`
+    /// by `policy` ([`repair::reconsider`]: the core's sequence, as the evaluator runs it);
+    /// [`Pool::unnamed`] backends are excluded as in [`Pool::views`].
+    pub fn reconsider(
+        &self,
+        policy: &dyn Policy,
+        r: repair::Booked<'_>,
+        now: Instant,
+        margin: f64,
+    ) -> repair::Relocation {
+        let mut joined = Vec::new();
+        let tried = self.and_unnamed(r.tried, &mut joined);
+        let r = repair::Booked { tried, ..r };
+        let mut scratch = Scratch::default();
+        repair::reconsider(&self.routing(), &mut scratch, policy, r, now, margin)
     }
 
     /// `tried` and the [`Pool::unnamed`] backends (no copy when there are none).

@@ -22,12 +22,12 @@ use std::collections::BinaryHeap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use pronto_core::cluster::repair::Relocation;
+use pronto_core::cluster::repair::{Booked, Relocation};
 use pronto_core::cluster::{wire, Observation, ObserveLimit, Outbox, Remote, ReplicaId, SyncEvent};
 use pronto_core::load::RequestLoad;
 use pronto_core::request::RequestFeatures;
 use pronto_core::routing::views::Dispatched;
-use pronto_core::routing::{BackendView, Decision};
+use pronto_core::routing::{BackendView, Decision, Policy};
 
 use super::eval_router::{RouterSideState, ScrapedLoad};
 
@@ -454,35 +454,35 @@ impl Replicas {
             .unwrap_or_default()
     }
 
-    /// Collision repair ([`pronto_core::cluster::repair`]): `tr`'s replica takes its decision
-    /// on `backend` again at `t`, as the gateway does. Its prefix record is taken back and
-    /// `decide` runs on the views, which still hold its booking (of [`RequestLoad`] `tr`'s,
-    /// passed along); see [`Reconsidered`].
+    /// Collision repair: `tr`'s replica takes its decision on `backend` again at `t` with
+    /// `policy` and `margin`, by the core's sequence the gateway runs too
+    /// ([`pronto_core::cluster::repair::reconsider`]); see [`Reconsidered`].
     pub fn reconsider(
         &mut self,
         mut tr: Tracked,
         backend: usize,
         features: &RequestFeatures,
         t: f64,
-        residency: bool,
-        decide: impl FnOnce(&[BackendView], RequestLoad) -> Relocation,
+        policy: &dyn Policy,
+        margin: f64,
     ) -> Reconsidered {
         let now = self.at(t);
+        let booked = Booked {
+            features,
+            backend,
+            own: tr.dispatched.booking.load(),
+            held_blocks: tr.dispatched.held_blocks,
+            tried: &[],
+        };
         let rep = &mut self.replicas[tr.replica];
-        rep.router
-            .undo_record(backend, features, tr.dispatched.held_blocks);
-        let own = tr.dispatched.booking.load();
-        let views = rep.router.views_excluding(features, now, residency, &[]);
-        match decide(views, own) {
-            Relocation::Move(d) => {
-                let view = views[d.index];
+        match rep.router.reconsider(policy, booked, now, margin) {
+            (Relocation::Move(d), view) => {
                 rep.router.on_finish(backend, &mut tr.dispatched, None, now);
                 self.send(tr.replica, SyncEvent::Release { seq: tr.seq }, t);
                 Reconsidered::Moves(d, view)
             }
-            Relocation::Stay(inputs) => {
+            (Relocation::Stay(inputs), _) => {
                 tr.dispatched.inputs = inputs;
-                rep.router.redo_record(backend, features, now);
                 Reconsidered::Stays(tr)
             }
         }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use pronto_core::affinity::{IndexConfig, PrefixIndex};
-use pronto_core::cluster::{BackendRef, Local};
+use pronto_core::cluster::{repair, BackendRef, Local};
 use pronto_core::engine::{stale_after, EngineFlavor, EngineSample, DEFAULT_SCRAPE_INTERVAL};
 use pronto_core::ids::BackendId;
 use pronto_core::kv_index::{EventBatch, ExactIndex};
@@ -24,7 +24,7 @@ use pronto_core::load::Plain;
 use pronto_core::predict::Coefficients;
 use pronto_core::request::{RequestFeatures, TokenRatio};
 use pronto_core::routing::views::{self, Dispatched, PoolRouting, RoutingBackend, Scratch};
-use pronto_core::routing::BackendView;
+use pronto_core::routing::{BackendView, Policy};
 use pronto_core::stall::StallRule;
 use pronto_core::state::{BackendState, Learnt, Settings};
 use pronto_core::tokens::BlockHash;
@@ -242,6 +242,32 @@ impl RouterSideState {
         views::build(&pool, features, now, residency, tried, &mut self.scratch);
         self.stall_marks += self.scratch.newly_stalled().len() as u64;
         self.scratch.views()
+    }
+
+    /// Collision repair's decision for `r`, taken again at `now` by `policy`
+    /// ([`repair::reconsider`], the gateway's sequence), with the view of the backend a move
+    /// goes to (the reconsidered request's own when it stays).
+    pub fn reconsider(
+        &mut self,
+        policy: &dyn Policy,
+        r: repair::Booked<'_>,
+        now: Instant,
+        margin: f64,
+    ) -> (repair::Relocation, BackendView) {
+        let pool = PoolRouting {
+            backends: &self.backends,
+            slots: &self.slots,
+            index: &self.index,
+            token_ratio: self.token_ratio.ratio(),
+            stall: self.stall,
+        };
+        let out = repair::reconsider(&pool, &mut self.scratch, policy, r, now, margin);
+        self.stall_marks += self.scratch.newly_stalled().len() as u64;
+        let at = match out {
+            repair::Relocation::Move(d) => d.index,
+            repair::Relocation::Stay(_) => r.backend,
+        };
+        (out, self.scratch.views()[at])
     }
 
     /// `features` goes to backend `index` at `now`, decided on `chosen` (the view the policy

@@ -16,17 +16,22 @@
 //! move costs and a prediction cannot see: the prefill already done where it is, and the
 //! error of two predictions.
 //!
-//! Pure and synchronous. The gateway applies it to a request waiting for its first token
-//! when its replica hears of another's dispatch, sent before that request, to the same
-//! backend (`cluster.collision_repair`, `src/proxy/repair.rs` in the `pronto` crate); the
-//! offline evaluator applies it the same way to R simulated replicas (`pronto evaluate
-//! --collision-repair`).
+//! Pure and synchronous. [`reconsider`] is the whole sequence — take the prefix record back,
+//! build the views, apply the rule, record again if the request stays — and both drivers call
+//! it: the gateway for a request waiting for its first token when its replica hears of
+//! another's dispatch, sent before that request, to the same backend
+//! (`cluster.collision_repair`, `src/proxy/repair.rs` in the `pronto` crate); the offline
+//! evaluator for R simulated replicas (`pronto evaluate --collision-repair`). What follows a
+//! move (dropping the attempt, releasing its booking, routing or dispatching it again) is each
+//! driver's own: a socket closed in one, an engine abort in the other.
 
 use std::time::Instant;
 
+use crate::ids::BackendId;
 use crate::load::RequestLoad;
 use crate::predict::TtftInputs;
 use crate::request::RequestFeatures;
+use crate::routing::views::{self, PoolRouting, RoutingBackend, Scratch};
 use crate::routing::{decide, BackendView, Decision, Policy};
 
 /// The margin both apply unless told otherwise: a move must promise a first token 20 %
@@ -93,6 +98,44 @@ pub fn relocation(
         Some(here) if here > there * (1.0 + margin) => Relocation::Move(moved),
         _ => staying,
     }
+}
+
+/// A request being reconsidered: where it is booked and what its dispatch recorded.
+#[derive(Debug, Clone, Copy)]
+pub struct Booked<'a> {
+    /// Its features (prompt blocks, lengths).
+    pub features: &'a RequestFeatures,
+    /// Its backend's position in the pool.
+    pub backend: usize,
+    /// Its booking's load, still in prefill.
+    pub own: RequestLoad,
+    /// Leading blocks its backend held in the index before its dispatch
+    /// ([`views::Dispatched::held_blocks`]): the record past them is its own.
+    pub held_blocks: u32,
+    /// Backends the request may not go to (already tried, or not routable).
+    pub tried: &'a [BackendId],
+}
+
+/// Take the decision for `r` again at `now` (see the module docs): its prefix record taken
+/// back, views built into `scratch` without it (its booking still in them: [`relocation`]
+/// takes it out), the rule applied with `margin`. A request that stays has its record put
+/// back; one that moves has not (the caller releases its booking and sends it on).
+pub fn reconsider<B: RoutingBackend>(
+    pool: &PoolRouting<'_, B>,
+    scratch: &mut Scratch,
+    policy: &dyn Policy,
+    r: Booked<'_>,
+    now: Instant,
+    margin: f64,
+) -> Relocation {
+    views::undo_record(pool, r.backend, r.features, r.held_blocks);
+    let residency = policy.limits_prefix_credit_to_residency();
+    let built = views::build(pool, r.features, now, residency, r.tried, scratch);
+    let out = relocation(policy, r.features, built, r.backend, r.own, now, margin);
+    if matches!(out, Relocation::Stay(_)) {
+        views::redo_record(pool, r.backend, r.features, now);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -175,6 +218,105 @@ mod tests {
         assert_eq!(inputs.queued_prefill_tokens, 500.0);
         let level = [mine(view("a", 0)), view("b", 0)];
         assert!(!moves(&level, 0.0));
+    }
+
+    /// The sequence through the view builder: the request's prefix record is taken back
+    /// while it is reconsidered, put back when it stays and left out when it moves.
+    #[test]
+    fn reconsidering_restores_the_record_only_when_the_request_stays() {
+        use crate::affinity::{IndexConfig, PrefixIndex};
+        use crate::ids::BackendId;
+        use crate::load::Plain;
+        use crate::routing::views::{PoolRouting, RoutingBackend, Scratch};
+        use crate::state::{BackendState, Settings};
+
+        struct B(BackendState<Plain>);
+        impl RoutingBackend for B {
+            type Storage = Plain;
+            fn state(&self) -> &BackendState<Plain> {
+                &self.0
+            }
+            fn settings(&self) -> Settings {
+                Settings {
+                    weight: 1,
+                    max_inflight: None,
+                }
+            }
+            fn healthy(&self, _now: Instant) -> bool {
+                true
+            }
+        }
+        let t0 = Instant::now();
+        let coefficients = view("x", 0).ttft_model.map(|m| m.coefficients).unwrap();
+        let backends: Vec<B> = (0..2)
+            .map(|i| {
+                B(BackendState::new(
+                    BackendId(i),
+                    &format!("b{i}"),
+                    coefficients,
+                    t0,
+                    None,
+                ))
+            })
+            .collect();
+        let index = PrefixIndex::new(IndexConfig {
+            max_backends: 2,
+            ..IndexConfig::default()
+        });
+        let slots = [0, 1];
+        let pool = PoolRouting {
+            backends: &backends,
+            slots: &slots,
+            index: &index,
+            token_ratio: 1.0,
+            stall: None,
+        };
+        let policy = PolicyKind::parse("predicted_ttft").unwrap().build();
+        let f = RequestFeatures::synthetic("m", "x".repeat(8_000), Some(16));
+        let own = RequestLoad {
+            prefill_tokens: f.prompt_tokens,
+            kv_tokens: u64::from(f.prompt_tokens) + 16,
+        };
+        let held = |b: usize| {
+            let mut m = [0; 2];
+            index.match_lengths(&f.block_hashes, t0, &mut m);
+            m[b]
+        };
+        // Dispatched to backend 0 (booked, recorded), then a 30k-token prefill heard late.
+        let mut mine = backends[0].0.ledger.book(own, t0, true, None);
+        index.record(0, &f.block_hashes, t0);
+        let late = RequestLoad {
+            prefill_tokens: 30_000,
+            kv_tokens: 30_000,
+        };
+        let mut other = backends[0].0.ledger.book(late, t0, true, None);
+        let blocks = f.block_hashes.len() as u32;
+        assert!(blocks > 0 && held(0) == blocks);
+        let booked = Booked {
+            features: &f,
+            backend: 0,
+            own,
+            held_blocks: 0,
+            tried: &[],
+        };
+        let mut scratch = Scratch::default();
+        // With backend 1 excluded there is nowhere to go: it stays, its record put back.
+        let only = Booked {
+            tried: &[BackendId(1)],
+            ..booked
+        };
+        let out = reconsider(&pool, &mut scratch, &*policy, only, t0, DEFAULT_MARGIN);
+        assert!(matches!(out, Relocation::Stay(_)), "{out:?}");
+        assert_eq!(held(0), blocks);
+        // With backend 1 idle it moves there, and backend 0 no longer claims its prefix.
+        let out = reconsider(&pool, &mut scratch, &*policy, booked, t0, DEFAULT_MARGIN);
+        assert!(
+            matches!(out, Relocation::Move(d) if d.index == 1),
+            "{out:?}"
+        );
+        assert_eq!(held(0), 0);
+        backends[0].0.ledger.release(&mut mine);
+        backends[0].0.ledger.release(&mut other);
     }
 
     #[test]

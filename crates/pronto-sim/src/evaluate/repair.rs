@@ -6,8 +6,9 @@
 //! When replica A receives another replica's dispatch to backend X (sent at `s`, delivered
 //! `delay` later), A takes the decision again for each request it dispatched to X after `s`
 //! that has no first token yet: that request could not see the other booking, which the
-//! engine now serves first. Its prefix record is taken back ([`Replicas::reconsider`]) and
-//! [`relocation`] decides over views without it and without its booking. A request moves
+//! engine now serves first. Its decision is taken again by the core's sequence the gateway
+//! runs too ([`pronto_core::cluster::repair::reconsider`], via [`Replicas::reconsider`]):
+//! over views without its prefix record and its booking. A request moves
 //! [`MAX_MOVES`] times at most. A request
 //! that moves is aborted in X's engine — whatever X had prefilled of it is lost, as when a
 //! gateway closes the upstream connection, since a gateway cannot see whether it had begun —
@@ -17,7 +18,7 @@
 use std::collections::VecDeque;
 
 use anyhow::{bail, ensure};
-use pronto_core::cluster::repair::{relocation, DEFAULT_MARGIN, MAX_MOVES};
+use pronto_core::cluster::repair::{DEFAULT_MARGIN, MAX_MOVES};
 use pronto_core::request::RequestFeatures;
 
 use super::race::{id_of, RaceConfig, World};
@@ -141,14 +142,9 @@ impl Repair {
         let mut ids = Vec::new();
         r.prompt_ids(id, &mut ids);
         let mut features = features_for(&ids, r);
-        let now = w.base + std::time::Duration::from_secs_f64(t);
-        let residency = policy.limits_prefix_credit_to_residency();
-        let margin = self.margin;
         let moved = w
             .router
-            .reconsider(tracked, x, &features, t, residency, |views, own| {
-                relocation(&**policy, &features, views, x, own, now, margin)
-            });
+            .reconsider(tracked, x, &features, t, &**policy, self.margin);
         let (d, view) = match moved {
             Reconsidered::Moves(d, view) => (d, view),
             Reconsidered::Stays(tracked) => {
