@@ -5,10 +5,11 @@
 //! gateway requires: [`super::validate()`] reports a missing field together with every other
 //! problem. Addresses and URLs stay strings, parsed during validation. Sections whose struct
 //! is the model (`limits`, `retry`, `health`, `reload`, `access_log`, `admission`,
-//! `migration`, a pool's `scrape`, a rate limit) read their durations and sizes with serde
-//! (`duration::text_duration`, `duration::text_size`) and fill their defaults; a bad value
-//! there is a shape error ([`super::shape`] still reports every one, located). Elsewhere
-//! durations and sizes stay [`Quantity`] until validation.
+//! `migration`, a pool's `scrape`, a rate limit) fill their defaults. Durations and sizes are
+//! read by serde (`duration::text_duration`, `duration::text_size`): a bad value is a shape
+//! error ([`super::shape`] reports every one, located); the checker keeps the ranges
+//! (positive, bounds between fields). Only `cluster:` still holds [`Quantity`] until
+//! validation.
 //!
 //! The structs also derive the JSON Schema ([`super::schema`]): a field's doc comment is its
 //! description there (and in `docs/config-reference.md`), so it is written for the person
@@ -24,11 +25,13 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Duration;
 
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
+use super::duration::text_duration;
 use super::model::*;
 use super::route::DEFAULT_PRIORITY_CLASSES;
 use super::schema::{dur, DurationText};
@@ -50,11 +53,11 @@ pub struct ConfigFile {
     /// On SIGTERM, how long in-flight streams may continue
     #[serde(
         default,
-        with = "super::duration::text_duration::option",
+        with = "text_duration::option",
         skip_serializing_if = "Option::is_none"
     )]
     #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_GRACE_PERIOD)))]
-    pub grace_period: Option<std::time::Duration>,
+    pub grace_period: Option<Duration>,
     /// Request limits and timeouts
     pub limits: Option<Limits>,
     /// Retry policy
@@ -111,12 +114,22 @@ pub struct RouteFile {
     /// Target pool (a key of pools)
     pub pool: Option<String>,
     /// Time-to-first-token objective; enables admission control
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<DurationText>")]
-    pub ttft_slo: Option<Quantity>,
+    pub ttft_slo: Option<Duration>,
     /// Time-per-output-token objective (after the first token): predicted_ttft avoids a
     /// backend whose predicted TPOT would break it while another meets both objectives
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<DurationText>")]
-    pub tpot_slo: Option<Quantity>,
+    pub tpot_slo: Option<Duration>,
     /// What predicted_ttft minimises: ttft (time to first token, the default) or ttfa (time
     /// to first answer: TTFT + expected reasoning tokens × the backend's predicted TPOT)
     #[schemars(extend("enum" = ["ttft", "ttfa"]))]
@@ -138,11 +151,21 @@ pub struct RouteFile {
     /// Overrides retry.max_retries for this route
     pub max_retries: Option<u64>,
     /// Overrides limits.first_token_timeout for this route
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<DurationText>")]
-    pub first_token_timeout: Option<Quantity>,
+    pub first_token_timeout: Option<Duration>,
     /// Overrides limits.idle_timeout for this route
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<DurationText>")]
-    pub idle_timeout: Option<Quantity>,
+    pub idle_timeout: Option<Duration>,
     /// Streams: a backend without a first token by then also gets the request sent to the
     /// next-best backend; the first to answer is relayed, the other cancelled. Either after,
     /// or factor (with floor)
@@ -157,8 +180,13 @@ pub struct RouteFile {
     /// Streams: send an SSE comment (: keep-alive) this often while waiting for the first
     /// token, so idle timeouts in front of Pronto do not cut a long prefill (100ms..=10m; off
     /// when absent)
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<DurationText>")]
-    pub keepalive: Option<Quantity>,
+    pub keepalive: Option<Duration>,
 }
 
 /// Conditions, all of which must hold; absent: every request
@@ -233,7 +261,7 @@ pub struct DiscoverFile {
     /// Time between two resolutions
     #[serde(with = "super::duration::text_duration")]
     #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_DISCOVER_INTERVAL)))]
-    pub interval: std::time::Duration,
+    pub interval: Duration,
     /// Scheme of the discovered backends
     #[schemars(extend("enum" = ["http"]))]
     pub scheme: String,
