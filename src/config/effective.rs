@@ -16,7 +16,6 @@
 //! same [`Config`] (`effective_tests.rs` checks `config/pronto.yaml` and every example).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde_json::Value;
 
@@ -116,10 +115,6 @@ fn strip_nulls(v: &mut Value) {
         Value::Array(items) => items.iter_mut().for_each(strip_nulls),
         _ => {}
     }
-}
-
-fn dur(d: Duration) -> Quantity {
-    Quantity::Text(humantime::format_duration(d).to_string())
 }
 
 /// Where a secret is read from; an inline one, [`REDACTED`].
@@ -320,8 +315,8 @@ fn cluster(c: &super::cluster::Cluster) -> ClusterFile {
         nats: Some(c.nats.clone()),
         subject: Some(c.subject.clone()),
         replica: Some(SecretFile::Inline(c.replica.clone())),
-        heartbeat: Some(dur(c.heartbeat)),
-        peer_timeout: Some(dur(c.peer_timeout)),
+        heartbeat: Some(c.heartbeat),
+        peer_timeout: Some(c.peer_timeout),
         collision_repair: Some(match c.collision_repair {
             Some(margin) => RepairFile::Margin(margin),
             None => RepairFile::Word("off".to_string()),

@@ -5,11 +5,10 @@
 //! gateway requires: [`super::validate()`] reports a missing field together with every other
 //! problem. Addresses and URLs stay strings, parsed during validation. Sections whose struct
 //! is the model (`limits`, `retry`, `health`, `reload`, `access_log`, `admission`,
-//! `migration`, a pool's `scrape`, a rate limit) fill their defaults. Durations and sizes are
-//! read by serde (`duration::text_duration`, `duration::text_size`): a bad value is a shape
-//! error ([`super::shape`] reports every one, located); the checker keeps the ranges
-//! (positive, bounds between fields). Only `cluster:` still holds [`Quantity`] until
-//! validation.
+//! `migration`, a pool's `scrape`, a rate limit) fill their defaults. Every duration and size
+//! is read by serde (`duration::text_duration`, `duration::text_size`): a bad value is a
+//! shape error ([`super::shape`] reports every one, located); the checker keeps the ranges
+//! (positive, bounds between fields).
 //!
 //! The structs also derive the JSON Schema ([`super::schema`]): a field's doc comment is its
 //! description there (and in `docs/config-reference.md`), so it is written for the person
@@ -426,68 +425,6 @@ impl<'de> Deserialize<'de> for LabelValue {
     }
 }
 
-// === impl Quantity ===
-
-/// A duration or size as written: a bare number or a string with a unit.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-#[serde(untagged)]
-pub enum Quantity {
-    /// A bare integer (`30`, `-1`).
-    Int(i128),
-    /// A bare non-integer (`1.5`).
-    Float(f64),
-    /// A string (`30s`, `32MiB`).
-    Text(String),
-}
-
-impl fmt::Display for Quantity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Quantity::Int(n) => write!(f, "{n}"),
-            Quantity::Float(x) => write!(f, "{x}"),
-            Quantity::Text(s) => f.write_str(s),
-        }
-    }
-}
-
-impl From<&str> for Quantity {
-    fn from(s: &str) -> Quantity {
-        Quantity::Text(s.to_string())
-    }
-}
-
-impl<'de> Deserialize<'de> for Quantity {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Quantity, D::Error> {
-        struct QuantityVisitor;
-
-        impl Visitor<'_> for QuantityVisitor {
-            type Value = Quantity;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a number or a string with a unit, like `2s` or `32MiB`")
-            }
-
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Quantity, E> {
-                Ok(Quantity::Int(i128::from(v)))
-            }
-
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Quantity, E> {
-                Ok(Quantity::Int(i128::from(v)))
-            }
-
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Quantity, E> {
-                Ok(Quantity::Float(v))
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Quantity, E> {
-                Ok(Quantity::Text(v.to_string()))
-            }
-        }
-
-        deserializer.deserialize_any(QuantityVisitor)
-    }
-}
-
 // === impl PolicyFile ===
 
 /// A pool's policy: `policy: cache_aware` or `policy: {name: cache_aware, cache_threshold: 0.5}`.
@@ -675,16 +612,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("missing field `name`"), "{err}");
-    }
-
-    #[test]
-    fn quantities_keep_their_form() {
-        let q: BTreeMap<String, Quantity> =
-            serde_yaml_ng::from_str("a: 1024\nb: 2s\nc: 1.5\nd: -3").unwrap();
-        assert_eq!(q["a"], Quantity::Int(1024));
-        assert_eq!(q["b"], Quantity::from("2s"));
-        assert_eq!(q["c"], Quantity::Float(1.5));
-        assert_eq!(q["d"], Quantity::Int(-3));
     }
 
     #[test]

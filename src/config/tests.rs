@@ -413,9 +413,9 @@ fn model_sections_report_bad_values_located() {
     }
 }
 
-/// A route's durations are read by serde: a bad one is a located shape error, and the checker adds
+/// Every duration is read by serde: a bad one is a located shape error, and the checker adds
 /// nothing that only follows from its removal (`hedge: needs after`, `on_slo_miss: has no
-/// effect without ttft_slo`).
+/// effect without ttft_slo`, a `peer_timeout` compared with a `heartbeat` it never read).
 #[test]
 fn bad_durations_are_located_shape_errors_without_follow_ons() {
     let pools = "pools:\n  m: {backends: [{name: a, url: 'http://h:1'}]}\n";
@@ -432,6 +432,10 @@ fn bad_durations_are_located_shape_errors_without_follow_ons() {
             "routes:\n  - {name: r, pool: m, keepalive: soon}\n",
             "f.yaml:2:35: routes[0].keepalive: `soon` is not a duration (e.g. `250ms`, `2s`, \
              `1h30m`)",
+        ),
+        (
+            "cluster: {nats: 'nats://x:1', replica: r, heartbeat: 1, peer_timeout: 500ms}\n",
+            "f.yaml:1:54: cluster.heartbeat: `1` has no unit; write `1s` or `1ms`",
         ),
     ] {
         let err = Config::from_yaml_str(&format!("{text}{pools}"), "f.yaml")
