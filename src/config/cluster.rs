@@ -32,8 +32,8 @@ use std::time::Duration;
 use pronto_core::cluster::repair::DEFAULT_MARGIN;
 use serde::Deserialize;
 
+use super::duration::text_duration;
 use super::edge::{EnvLookup, SecretFile};
-use super::file::Quantity;
 use super::nats::{NatsAuth, NatsAuthFile, NatsTls, NatsTlsFile};
 use super::validate::Checker;
 
@@ -60,13 +60,23 @@ pub struct ClusterFile {
     #[schemars(with = "Option<super::schema::ReplicaName>")]
     pub replica: Option<SecretFile>,
     /// How often this replica publishes the snapshot of its bookings
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<super::schema::DurationText>")]
     #[schemars(extend("default" = super::schema::dur(DEFAULT_HEARTBEAT)))]
-    pub heartbeat: Option<Quantity>,
+    pub heartbeat: Option<Duration>,
     /// A replica silent this long has its bookings released (default 3 heartbeats)
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<super::schema::DurationText>")]
     #[schemars(extend("default" = super::schema::dur(DEFAULT_HEARTBEAT * DEFAULT_MISSED_HEARTBEATS)))]
-    pub peer_timeout: Option<Quantity>,
+    pub peer_timeout: Option<Duration>,
     /// Collision repair: a request waiting for its first token on a backend that another
     /// replica (heard late) sent a request to just before it is routed again, and moves when
     /// staying predicts more than this margin (a fraction) over the new decision; `off` or
@@ -213,11 +223,16 @@ impl Checker {
                 None
             }
         });
-        let heartbeat = self.duration(f.heartbeat.as_ref(), "cluster.heartbeat", DEFAULT_HEARTBEAT);
-        let peer_timeout = self.duration(
-            f.peer_timeout.as_ref(),
+        let heartbeat = self.positive(
+            f.heartbeat.unwrap_or(DEFAULT_HEARTBEAT),
+            "cluster.heartbeat",
+            DEFAULT_HEARTBEAT,
+        );
+        let default_peer_timeout = heartbeat * DEFAULT_MISSED_HEARTBEATS;
+        let peer_timeout = self.positive(
+            f.peer_timeout.unwrap_or(default_peer_timeout),
             "cluster.peer_timeout",
-            heartbeat * DEFAULT_MISSED_HEARTBEATS,
+            default_peer_timeout,
         );
         if peer_timeout <= heartbeat {
             self.error(

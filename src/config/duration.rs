@@ -96,7 +96,6 @@ pub fn format_duration(d: Duration) -> String {
 /// or `1h30m` ([`parse_duration`]; a bare number is refused with a hint), written as
 /// humantime prints it. Ranges (zero, whole seconds) are the checker's.
 pub mod text_duration {
-    use super::super::file::Quantity;
     use super::*;
     use serde::{Deserialize, Deserializer, Serializer};
 
@@ -107,10 +106,10 @@ pub mod text_duration {
 
     /// From text; a bare number is an error that suggests both units.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let parsed = match Quantity::deserialize(d)? {
-            Quantity::Text(s) => parse_duration(&s),
-            Quantity::Int(n) => Err(no_unit(&n.to_string(), n as f64)),
-            Quantity::Float(x) => Err(no_unit(&x.to_string(), x)),
+        let parsed = match Written::deserialize(d)? {
+            Written::Text(s) => parse_duration(&s),
+            Written::Int(n) => Err(no_unit(&n.to_string(), n as f64)),
+            Written::Float(x) => Err(no_unit(&x.to_string(), x)),
         };
         parsed.map_err(serde::de::Error::custom)
     }
@@ -157,13 +156,13 @@ pub mod text_size {
 
     /// From whole bytes or text.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-        use super::super::file::Quantity;
-        let parsed = match Quantity::deserialize(d)? {
-            Quantity::Int(n) => {
+        use super::Written;
+        let parsed = match Written::deserialize(d)? {
+            Written::Int(n) => {
                 u64::try_from(n).map_err(|_| format!("`{n}` is not a size (e.g. `32MiB`)"))
             }
-            Quantity::Float(x) => Err(format!("`{x}` is not a size (e.g. `32MiB`)")),
-            Quantity::Text(s) => super::parse_size(&s),
+            Written::Float(x) => Err(format!("`{x}` is not a size (e.g. `32MiB`)")),
+            Written::Text(s) => super::parse_size(&s),
         };
         parsed.map_err(serde::de::Error::custom)
     }
@@ -184,6 +183,49 @@ pub mod text_size {
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
             super::deserialize(d).map(Some)
         }
+    }
+}
+
+/// A duration or size as written: a bare number or a string with a unit. Read only to tell
+/// a bare number (refused with a hint, or bytes) from text.
+enum Written {
+    /// A bare integer (`30`, `-1`).
+    Int(i128),
+    /// A bare non-integer (`1.5`).
+    Float(f64),
+    /// A string (`30s`, `32MiB`).
+    Text(String),
+}
+
+impl<'de> serde::Deserialize<'de> for Written {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Written, D::Error> {
+        struct WrittenVisitor;
+
+        impl serde::de::Visitor<'_> for WrittenVisitor {
+            type Value = Written;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a number or a string with a unit, like `2s` or `32MiB`")
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Written, E> {
+                Ok(Written::Int(i128::from(v)))
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Written, E> {
+                Ok(Written::Int(i128::from(v)))
+            }
+
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Written, E> {
+                Ok(Written::Float(v))
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Written, E> {
+                Ok(Written::Text(v.to_string()))
+            }
+        }
+
+        deserializer.deserialize_any(WrittenVisitor)
     }
 }
 

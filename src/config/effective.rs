@@ -16,7 +16,6 @@
 //! same [`Config`] (`effective_tests.rs` checks `config/pronto.yaml` and every example).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde_json::Value;
 
@@ -118,10 +117,6 @@ fn strip_nulls(v: &mut Value) {
     }
 }
 
-fn dur(d: Duration) -> Quantity {
-    Quantity::Text(humantime::format_duration(d).to_string())
-}
-
 /// Where a secret is read from; an inline one, [`REDACTED`].
 fn redacted(s: &SecretFile) -> SecretFile {
     match s {
@@ -158,7 +153,7 @@ fn route(r: &Route) -> RouteFile {
                 SloAction::Fallback(pool) => ("fallback", Some(pool.to_string())),
                 SloAction::Shed => ("shed", None),
             };
-            (Some(dur(slo.ttft)), Some(action.to_string()), fallback)
+            (Some(slo.ttft), Some(action.to_string()), fallback)
         }
     };
     RouteFile {
@@ -166,7 +161,7 @@ fn route(r: &Route) -> RouteFile {
         matches: Some(matches),
         pool: Some(r.pool.to_string()),
         ttft_slo,
-        tpot_slo: r.tpot_slo.map(dur),
+        tpot_slo: r.tpot_slo,
         objective: Some(
             match r.objective {
                 RouteObjective::Ttft => "ttft",
@@ -187,33 +182,33 @@ fn route(r: &Route) -> RouteFile {
         fallback_pool,
         policy: r.policy.as_ref().map(policy),
         max_retries: r.max_retries.map(u64::from),
-        first_token_timeout: r.first_token_timeout.map(dur),
-        idle_timeout: r.idle_timeout.map(dur),
+        first_token_timeout: r.first_token_timeout,
+        idle_timeout: r.idle_timeout,
         first_token_deadline: r.first_token_deadline.map(|d| match d {
             FirstTokenDeadline::After(after) => DeadlineFile {
-                after: Some(dur(after)),
+                after: Some(after),
                 ..DeadlineFile::default()
             },
             FirstTokenDeadline::Predicted { factor, floor } => DeadlineFile {
                 after: None,
                 factor: Some(factor),
-                floor: Some(dur(floor)),
+                floor: Some(floor),
             },
         }),
         hedge: r.hedge.map(|h| {
             let (after, quantile) = match h.delay {
-                HedgeDelay::After(d) => (Some(dur(d)), None),
+                HedgeDelay::After(d) => (Some(d), None),
                 HedgeDelay::Quantile(q) => (None, Some(q)),
             };
             HedgeFile {
                 after,
                 quantile,
                 budget: Some(h.budget),
-                max_predicted_ttft: h.max_predicted_ttft.map(dur),
+                max_predicted_ttft: h.max_predicted_ttft,
             }
         }),
         migration: r.migration,
-        keepalive: r.keepalive.map(dur),
+        keepalive: r.keepalive,
     }
 }
 
@@ -320,8 +315,8 @@ fn cluster(c: &super::cluster::Cluster) -> ClusterFile {
         nats: Some(c.nats.clone()),
         subject: Some(c.subject.clone()),
         replica: Some(SecretFile::Inline(c.replica.clone())),
-        heartbeat: Some(dur(c.heartbeat)),
-        peer_timeout: Some(dur(c.peer_timeout)),
+        heartbeat: Some(c.heartbeat),
+        peer_timeout: Some(c.peer_timeout),
         collision_repair: Some(match c.collision_repair {
             Some(margin) => RepairFile::Margin(margin),
             None => RepairFile::Word("off".to_string()),

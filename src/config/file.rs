@@ -5,10 +5,10 @@
 //! gateway requires: [`super::validate()`] reports a missing field together with every other
 //! problem. Addresses and URLs stay strings, parsed during validation. Sections whose struct
 //! is the model (`limits`, `retry`, `health`, `reload`, `access_log`, `admission`,
-//! `migration`, a pool's `scrape`, a rate limit) read their durations and sizes with serde
-//! (`duration::text_duration`, `duration::text_size`) and fill their defaults; a bad value
-//! there is a shape error ([`super::shape`] still reports every one, located). Elsewhere
-//! durations and sizes stay [`Quantity`] until validation.
+//! `migration`, a pool's `scrape`, a rate limit) fill their defaults. Every duration and size
+//! is read by serde (`duration::text_duration`, `duration::text_size`): a bad value is a
+//! shape error ([`super::shape`] reports every one, located); the checker keeps the ranges
+//! (positive, bounds between fields).
 //!
 //! The structs also derive the JSON Schema ([`super::schema`]): a field's doc comment is its
 //! description there (and in `docs/config-reference.md`), so it is written for the person
@@ -24,11 +24,13 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Duration;
 
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
+use super::duration::text_duration;
 use super::model::*;
 use super::route::DEFAULT_PRIORITY_CLASSES;
 use super::schema::{dur, DurationText};
@@ -50,11 +52,11 @@ pub struct ConfigFile {
     /// On SIGTERM, how long in-flight streams may continue
     #[serde(
         default,
-        with = "super::duration::text_duration::option",
+        with = "text_duration::option",
         skip_serializing_if = "Option::is_none"
     )]
     #[schemars(with = "Option<DurationText>", extend("default" = dur(DEFAULT_GRACE_PERIOD)))]
-    pub grace_period: Option<std::time::Duration>,
+    pub grace_period: Option<Duration>,
     /// Request limits and timeouts
     pub limits: Option<Limits>,
     /// Retry policy
@@ -111,12 +113,22 @@ pub struct RouteFile {
     /// Target pool (a key of pools)
     pub pool: Option<String>,
     /// Time-to-first-token objective; enables admission control
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<DurationText>")]
-    pub ttft_slo: Option<Quantity>,
+    pub ttft_slo: Option<Duration>,
     /// Time-per-output-token objective (after the first token): predicted_ttft avoids a
     /// backend whose predicted TPOT would break it while another meets both objectives
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<DurationText>")]
-    pub tpot_slo: Option<Quantity>,
+    pub tpot_slo: Option<Duration>,
     /// What predicted_ttft minimises: ttft (time to first token, the default) or ttfa (time
     /// to first answer: TTFT + expected reasoning tokens × the backend's predicted TPOT)
     #[schemars(extend("enum" = ["ttft", "ttfa"]))]
@@ -138,11 +150,21 @@ pub struct RouteFile {
     /// Overrides retry.max_retries for this route
     pub max_retries: Option<u64>,
     /// Overrides limits.first_token_timeout for this route
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<DurationText>")]
-    pub first_token_timeout: Option<Quantity>,
+    pub first_token_timeout: Option<Duration>,
     /// Overrides limits.idle_timeout for this route
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<DurationText>")]
-    pub idle_timeout: Option<Quantity>,
+    pub idle_timeout: Option<Duration>,
     /// Streams: a backend without a first token by then also gets the request sent to the
     /// next-best backend; the first to answer is relayed, the other cancelled. Either after,
     /// or factor (with floor)
@@ -157,8 +179,13 @@ pub struct RouteFile {
     /// Streams: send an SSE comment (: keep-alive) this often while waiting for the first
     /// token, so idle timeouts in front of Pronto do not cut a long prefill (100ms..=10m; off
     /// when absent)
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<DurationText>")]
-    pub keepalive: Option<Quantity>,
+    pub keepalive: Option<Duration>,
 }
 
 /// Conditions, all of which must hold; absent: every request
@@ -233,7 +260,7 @@ pub struct DiscoverFile {
     /// Time between two resolutions
     #[serde(with = "super::duration::text_duration")]
     #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_DISCOVER_INTERVAL)))]
-    pub interval: std::time::Duration,
+    pub interval: Duration,
     /// Scheme of the discovered backends
     #[schemars(extend("enum" = ["http"]))]
     pub scheme: String,
@@ -395,68 +422,6 @@ impl<'de> Deserialize<'de> for LabelValue {
         }
 
         deserializer.deserialize_any(LabelVisitor)
-    }
-}
-
-// === impl Quantity ===
-
-/// A duration or size as written: a bare number or a string with a unit.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-#[serde(untagged)]
-pub enum Quantity {
-    /// A bare integer (`30`, `-1`).
-    Int(i128),
-    /// A bare non-integer (`1.5`).
-    Float(f64),
-    /// A string (`30s`, `32MiB`).
-    Text(String),
-}
-
-impl fmt::Display for Quantity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Quantity::Int(n) => write!(f, "{n}"),
-            Quantity::Float(x) => write!(f, "{x}"),
-            Quantity::Text(s) => f.write_str(s),
-        }
-    }
-}
-
-impl From<&str> for Quantity {
-    fn from(s: &str) -> Quantity {
-        Quantity::Text(s.to_string())
-    }
-}
-
-impl<'de> Deserialize<'de> for Quantity {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Quantity, D::Error> {
-        struct QuantityVisitor;
-
-        impl Visitor<'_> for QuantityVisitor {
-            type Value = Quantity;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a number or a string with a unit, like `2s` or `32MiB`")
-            }
-
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Quantity, E> {
-                Ok(Quantity::Int(i128::from(v)))
-            }
-
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Quantity, E> {
-                Ok(Quantity::Int(i128::from(v)))
-            }
-
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Quantity, E> {
-                Ok(Quantity::Float(v))
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Quantity, E> {
-                Ok(Quantity::Text(v.to_string()))
-            }
-        }
-
-        deserializer.deserialize_any(QuantityVisitor)
     }
 }
 
@@ -647,16 +612,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("missing field `name`"), "{err}");
-    }
-
-    #[test]
-    fn quantities_keep_their_form() {
-        let q: BTreeMap<String, Quantity> =
-            serde_yaml_ng::from_str("a: 1024\nb: 2s\nc: 1.5\nd: -3").unwrap();
-        assert_eq!(q["a"], Quantity::Int(1024));
-        assert_eq!(q["b"], Quantity::from("2s"));
-        assert_eq!(q["c"], Quantity::Float(1.5));
-        assert_eq!(q["d"], Quantity::Int(-3));
     }
 
     #[test]

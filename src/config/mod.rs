@@ -228,19 +228,17 @@ impl Loaded {
             path,
             message,
         };
-        // Shape errors first, then the semantic errors of what remains (none about a node
-        // a shape error removed: that would repeat it as "missing").
+        // Shape errors first, then the semantic errors of what remains: none about a node a
+        // shape error removed (that would repeat it as "missing"), and none beside it that
+        // names it (`hedge: needs after`, `on_slo_miss: has no effect without ttft_slo`).
         let shape: Vec<Diagnostic> = shape_errors
             .into_iter()
             .map(|e| located(e.path, e.message))
             .collect();
-        let removed = |path: &str| {
-            shape.iter().any(|d| {
-                path == d.path
-                    || path
-                        .strip_prefix(d.path.as_str())
-                        .is_some_and(|rest| rest.starts_with(['.', '[']))
-            })
+        let removed = |e: &ConfigError| {
+            shape
+                .iter()
+                .any(|d| under(&e.path, &d.path) || names_removed(e, &d.path))
         };
         match validate_with_env(&file, env) {
             Ok((_, _, warnings)) if !shape.is_empty() => Err(LoadError {
@@ -269,7 +267,7 @@ impl Loaded {
                         invalid
                             .errors
                             .into_iter()
-                            .filter(|e| !removed(&e.path))
+                            .filter(|e| !removed(e))
                             .map(|e| located(e.path, e.message)),
                     )
                     .collect(),
@@ -402,6 +400,42 @@ pub(super) fn policy_file(spec: &PolicySpec) -> file::PolicyFile {
         name: spec.name().to_string(),
         params: fields.into_iter().collect(),
     }
+}
+
+/// Whether `path` is `node` or inside it.
+fn under(path: &str, node: &str) -> bool {
+    path == node
+        || path
+            .strip_prefix(node)
+            .is_some_and(|rest| rest.starts_with(['.', '[']))
+}
+
+/// `path` split into its parent and its last map key (`None` for a list index or the root).
+fn split_key(path: &str) -> Option<(&str, &str)> {
+    if path.ends_with(']') {
+        return None;
+    }
+    let at = if path.ends_with('"') {
+        path.rfind(".\"").map_or(0, |i| i + 1)
+    } else {
+        path.rfind(['.', ']']).map_or(0, |i| i + 1)
+    };
+    let parent = path[..at].strip_suffix('.').unwrap_or(&path[..at]);
+    Some((parent, path[at..].trim_matches('"')))
+}
+
+/// Whether `e` is about the node or a sibling of the node a shape error removed at `node`,
+/// and names it: a follow-on of the removal (`routes[0].hedge: needs after`).
+fn names_removed(e: &ConfigError, node: &str) -> bool {
+    let Some((parent, key)) = split_key(node).filter(|(_, key)| !key.is_empty()) else {
+        return false;
+    };
+    let beside = e.path == parent || split_key(&e.path).is_some_and(|(p, _)| p == parent);
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    beside
+        && e.message.match_indices(key).any(|(i, _)| {
+            !e.message[..i].ends_with(word) && !e.message[i + key.len()..].starts_with(word)
+        })
 }
 
 /// A syntax or type error from `serde_yaml_ng` in `text`, with its position split out of the

@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::file::Quantity;
 use super::validate::Checker;
 
 pub use pronto_core::stall::{StallRule, DEFAULT_FACTOR, DEFAULT_FLOOR};
@@ -112,11 +111,11 @@ impl Checker {
     }
 
     /// `{path}.keepalive`; `None` when absent or invalid (errors recorded).
-    pub(super) fn keepalive(&mut self, path: &str, q: Option<&Quantity>) -> Option<Duration> {
-        let q = q?;
+    pub(super) fn keepalive(&mut self, path: &str, d: Option<Duration>) -> Option<Duration> {
+        let d = d?;
         let path = format!("{path}.keepalive");
         let before = self.error_count();
-        let d = self.duration(Some(q), &path, Duration::ZERO);
+        let d = self.positive(d, &path, Duration::ZERO);
         if self.error_count() != before {
             return None;
         }

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::file::Quantity;
+use super::duration::text_duration;
 use super::validate::Checker;
 
 pub use pronto_core::race::{
@@ -48,14 +48,24 @@ pub use pronto_core::race::{
 #[serde(deny_unknown_fields)]
 pub struct DeadlineFile {
     /// Absolute deadline from sending the request
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<super::schema::DurationText>")]
-    pub after: Option<Quantity>,
+    pub after: Option<Duration>,
     /// Deadline as this many times the decision's predicted TTFT
     #[schemars(range(min = 1))]
     pub factor: Option<f64>,
     /// With factor: the shortest deadline, and the deadline without a prediction
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<super::schema::DurationText>", extend("default" = "250ms"))]
-    pub floor: Option<Quantity>,
+    pub floor: Option<Duration>,
 }
 
 /// Streams: send a second copy to the next-best backend after a delay (after, or quantile of
@@ -64,8 +74,13 @@ pub struct DeadlineFile {
 #[serde(deny_unknown_fields)]
 pub struct HedgeFile {
     /// Delay of the second copy
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<super::schema::DurationText>")]
-    pub after: Option<Quantity>,
+    pub after: Option<Duration>,
     /// Delay as this quantile (0-1) of the first backend's predicted TTFT
     #[schemars(range(min = 0))]
     pub quantile: Option<f64>,
@@ -73,8 +88,13 @@ pub struct HedgeFile {
     #[schemars(range(min = 0), extend("default" = 0.05))]
     pub budget: Option<f64>,
     /// No hedge while the best predicted TTFT is above this (saturated fleet)
+    #[serde(
+        default,
+        with = "text_duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<super::schema::DurationText>")]
-    pub max_predicted_ttft: Option<Quantity>,
+    pub max_predicted_ttft: Option<Duration>,
 }
 
 // === validation ===
@@ -89,8 +109,8 @@ impl Checker {
         let f = f?;
         let path = format!("{path}.first_token_deadline");
         let before = self.error_count();
-        let after = self.race_duration(f.after.as_ref(), &path, "after");
-        let floor = self.race_duration(f.floor.as_ref(), &path, "floor");
+        let after = self.race_duration(f.after, &path, "after");
+        let floor = self.race_duration(f.floor, &path, "floor");
         if self.error_count() != before {
             return None;
         }
@@ -104,9 +124,8 @@ impl Checker {
         let f = f?;
         let path = format!("{path}.hedge");
         let before = self.error_count();
-        let after = self.race_duration(f.after.as_ref(), &path, "after");
-        let max_predicted =
-            self.race_duration(f.max_predicted_ttft.as_ref(), &path, "max_predicted_ttft");
+        let after = self.race_duration(f.after, &path, "after");
+        let max_predicted = self.race_duration(f.max_predicted_ttft, &path, "max_predicted_ttft");
         if self.error_count() != before {
             return None;
         }
@@ -121,9 +140,9 @@ impl Checker {
         }
     }
 
-    /// `{path}.{field}` parsed as a duration (its errors recorded); `None` when absent.
-    fn race_duration(&mut self, q: Option<&Quantity>, path: &str, field: &str) -> Option<Duration> {
-        q.map(|q| self.duration(Some(q), &format!("{path}.{field}"), Duration::ZERO))
+    /// `{path}.{field}`, checked positive (its error recorded); `None` when absent.
+    fn race_duration(&mut self, d: Option<Duration>, path: &str, field: &str) -> Option<Duration> {
+        d.map(|d| self.positive(d, &format!("{path}.{field}"), Duration::ZERO))
     }
 }
 

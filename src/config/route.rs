@@ -444,13 +444,9 @@ impl Checker {
             },
         };
         let slo = self.slo(path, r, pools, pool.as_deref());
-        let tpot_slo = r.tpot_slo.as_ref().map(|q| {
-            self.duration(
-                Some(q),
-                &format!("{path}.tpot_slo"),
-                Duration::from_millis(50),
-            )
-        });
+        let tpot_slo = r
+            .tpot_slo
+            .map(|d| self.positive(d, &format!("{path}.tpot_slo"), Duration::from_millis(50)));
         let policy = r
             .policy
             .as_ref()
@@ -483,27 +479,23 @@ impl Checker {
         let max_retries = r
             .max_retries
             .map(|n| self.count(Some(n), &format!("{path}.max_retries"), 0, 0));
-        let first_token_timeout = r.first_token_timeout.as_ref().map(|q| {
-            self.duration(
-                Some(q),
+        let first_token_timeout = r.first_token_timeout.map(|d| {
+            self.positive(
+                d,
                 &format!("{path}.first_token_timeout"),
                 Duration::from_secs(1),
             )
         });
-        let idle_timeout = r.idle_timeout.as_ref().map(|q| {
-            self.duration(
-                Some(q),
-                &format!("{path}.idle_timeout"),
-                Duration::from_secs(1),
-            )
-        });
+        let idle_timeout = r
+            .idle_timeout
+            .map(|d| self.positive(d, &format!("{path}.idle_timeout"), Duration::from_secs(1)));
         let first_token_deadline = self.first_token_deadline(path, r.first_token_deadline.as_ref());
         let hedge = self.hedge(path, r.hedge.as_ref());
         let migration = r
             .migration
             .as_ref()
             .map(|m| self.migration(&format!("{path}.migration"), *m));
-        let keepalive = self.keepalive(path, r.keepalive.as_ref());
+        let keepalive = self.keepalive(path, r.keepalive);
         let race_on = match r.race_on.as_deref() {
             None | Some("ttft") => RaceOn::Ttft,
             Some("ttfa") => RaceOn::Ttfa,
@@ -618,7 +610,7 @@ impl Checker {
                 "unused: on_slo_miss is not `fallback`",
             );
         }
-        let Some(q) = &r.ttft_slo else {
+        let Some(ttft) = r.ttft_slo else {
             if r.on_slo_miss.is_some() {
                 self.error(
                     format!("{path}.on_slo_miss"),
@@ -627,7 +619,7 @@ impl Checker {
             }
             return (self.error_count() == before).then_some(None);
         };
-        let ttft = self.duration(Some(q), &format!("{path}.ttft_slo"), Duration::from_secs(1));
+        let ttft = self.positive(ttft, &format!("{path}.ttft_slo"), Duration::from_secs(1));
         let on_miss = action?;
         (self.error_count() == before).then_some(Some(Slo { ttft, on_miss }))
     }

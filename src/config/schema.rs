@@ -90,7 +90,7 @@ impl Transform for NoNull {
     }
 }
 
-/// A duration with a unit, as written in the file (`super::file::Quantity`).
+/// A duration with a unit, as written in the file (read by `super::duration::text_duration`).
 pub struct DurationText;
 
 impl JsonSchema for DurationText {
@@ -107,7 +107,8 @@ impl JsonSchema for DurationText {
     }
 }
 
-/// A size in bytes, bare or with a unit, as written in the file (`super::file::Quantity`).
+/// A size in bytes, bare or with a unit, as written in the file (read by
+/// `super::duration::text_size`).
 pub struct SizeText;
 
 impl JsonSchema for SizeText {

@@ -412,3 +412,46 @@ fn model_sections_report_bad_values_located() {
         assert!(err.starts_with(expected), "{section}: {err}");
     }
 }
+
+/// Every duration is read by serde: a bad one is a located shape error, and the checker adds
+/// nothing that only follows from its removal (`hedge: needs after`, `on_slo_miss: has no
+/// effect without ttft_slo`, a `peer_timeout` compared with a `heartbeat` it never read).
+#[test]
+fn bad_durations_are_located_shape_errors_without_follow_ons() {
+    let pools = "pools:\n  m: {backends: [{name: a, url: 'http://h:1'}]}\n";
+    for (text, expected) in [
+        (
+            "routes:\n  - {name: r, pool: m, ttft_slo: 800, on_slo_miss: shed}\n",
+            "f.yaml:2:34: routes[0].ttft_slo: `800` has no unit; write `800ms` or `800s`",
+        ),
+        (
+            "routes:\n  - {name: r, pool: m, hedge: {after: 5}}\n",
+            "f.yaml:2:39: routes[0].hedge.after: `5` has no unit; write `5s` or `5ms`",
+        ),
+        (
+            "routes:\n  - {name: r, pool: m, keepalive: soon}\n",
+            "f.yaml:2:35: routes[0].keepalive: `soon` is not a duration (e.g. `250ms`, `2s`, \
+             `1h30m`)",
+        ),
+        (
+            "cluster: {nats: 'nats://x:1', replica: r, heartbeat: 1, peer_timeout: 500ms}\n",
+            "f.yaml:1:54: cluster.heartbeat: `1` has no unit; write `1s` or `1ms`",
+        ),
+    ] {
+        let err = Config::from_yaml_str(&format!("{text}{pools}"), "f.yaml")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, expected, "{text}");
+    }
+    // A semantic error beside a removed node that does not name it stays.
+    let err = Config::from_yaml_str(
+        &format!("routes:\n  - {{name: r, pool: m, ttft_slo: 800, on_slo_miss: drop}}\n{pools}"),
+        "f.yaml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.ends_with("routes[0].on_slo_miss: unknown action `drop`; use queue, fallback or shed"),
+        "{err}"
+    );
+}

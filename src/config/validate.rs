@@ -28,8 +28,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::duration::{format_size, parse_duration};
-use super::file::{BackendFile, ConfigFile, KvEventsFile, PolicyFile, PoolFile, Quantity};
+use super::duration::format_size;
+use super::file::{BackendFile, ConfigFile, KvEventsFile, PolicyFile, PoolFile};
 use super::model::*;
 use pronto_core::routing::PolicySpec;
 
@@ -130,19 +130,6 @@ pub fn key_path(parent: &str, key: &str) -> String {
     } else {
         format!("{parent}.{key}")
     }
-}
-
-/// The error for a duration written as a bare number: both readings, the one nearer the
-/// field's default first (`ttft_slo: 800` reads as `800ms` before `800s`).
-fn unit_hint(text: &str, x: f64, default: Duration) -> String {
-    let d = default.as_secs_f64();
-    let distance = |secs: f64| (secs.max(1e-9) / d.max(1e-9)).ln().abs();
-    let (first, second) = if distance(x / 1000.0) < distance(x) {
-        ("ms", "s")
-    } else {
-        ("s", "ms")
-    };
-    format!("`{text}` has no unit; write `{text}{first}` or `{text}{second}`")
 }
 
 /// Collects problems while building the model; on error, substitutes a default and goes on.
@@ -289,32 +276,6 @@ impl Checker {
                     path,
                     format!("`{text}` is not an IP:port address (e.g. 127.0.0.1:8080)"),
                 );
-                default
-            }
-        }
-    }
-
-    /// A positive duration; `default` when absent or invalid.
-    pub(super) fn duration(
-        &mut self,
-        q: Option<&Quantity>,
-        path: &str,
-        default: Duration,
-    ) -> Duration {
-        let parsed = match q {
-            None => return default,
-            Some(Quantity::Text(s)) => parse_duration(s),
-            Some(Quantity::Int(n)) => Err(unit_hint(&n.to_string(), *n as f64, default)),
-            Some(Quantity::Float(x)) => Err(unit_hint(&x.to_string(), *x, default)),
-        };
-        match parsed {
-            Ok(d) if d.is_zero() => {
-                self.error(path, "must be greater than zero");
-                default
-            }
-            Ok(d) => d,
-            Err(message) => {
-                self.error(path, message);
                 default
             }
         }
