@@ -16,7 +16,11 @@
 #      EXTRA_POLICIES (more policies, separated by `;`, each as `pronto evaluate --policy` takes
 #      it, parameters included: "predicted_ttft{decode_stall_weight: 0.3}"),
 #      LIMIT (requests per trace, default all), TTFT_SLO (1s), TPOT_SLO (50ms),
-#      BIN (default target/release/pronto, built if missing).
+#      BIN (default target/release/pronto, built if missing), REPLACE (set to 1 to rerun only
+#      POLICIES and replace their runs in the cells already in OUT_DIR, keeping the other
+#      policies' runs: each policy's run is independent of the others in the same cell, so a
+#      change that can move only some policies is rerun for those; the cell's capacity must
+#      not change, or the script stops).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-docs/benchmarks/eval-matrix}
@@ -46,7 +50,26 @@ cell() {
         for p in "${extra[@]}"; do args+=(--policy "$p"); done
     fi
     echo "eval-matrix: $name × $fleet × load $load × seed $seed" >&2
-    "$BIN" "${args[@]}" 2>/dev/null >"$OUT/$name--$fleet--$load--s$seed.json"
+    local cell="$OUT/$name--$fleet--$load--s$seed.json"
+    if [[ "${REPLACE:-0}" == 1 ]]; then
+        [[ -f "$cell" ]] || { echo "eval-matrix: REPLACE=1 but $cell is absent" >&2; exit 1; }
+        "$BIN" "${args[@]}" 2>/dev/null >"$cell.new"
+        python3 - "$cell" "$cell.new" <<'PY'
+import json, sys
+cell, new = sys.argv[1:]
+old, fresh = json.load(open(cell)), json.load(open(new))
+if old["capacity_rps"] != fresh["capacity_rps"]:
+    sys.exit(f"eval-matrix: {cell}: capacity {old['capacity_rps']} → {fresh['capacity_rps']}; rerun the whole cell")
+by = {r["policy"]: r for r in fresh["runs"]}
+old["runs"] = [by.pop(r["policy"], r) for r in old["runs"]] + list(by.values())
+with open(cell, "w") as f:
+    json.dump(old, f, separators=(",", ":"))
+    f.write("\n")
+PY
+        rm "$cell.new"
+    else
+        "$BIN" "${args[@]}" 2>/dev/null >"$cell"
+    fi
 }
 
 if [[ "${TRACES:-1}" != 0 ]]; then
