@@ -20,14 +20,14 @@
 //! mean absolute deviation `ln(1 + e)` gives `σ = ln(1 + e) · √(π/2)`, and the `q` quantile of
 //! the TTFT is `predicted · exp(σ · Φ⁻¹(q))`.
 //!
-//! - [`Race`] ([`machine`]): the sequencing of one race — when the second copy goes out and
+//! - [`Race`]: the sequencing of one race — when the second copy goes out and
 //!   what the loser does — as a state machine both the gateway and the evaluator drive.
 //!
 //! Nothing here reads a clock or takes a lock: the caller owns time and shared state.
 
 use std::time::Duration;
 
-pub mod machine;
+mod machine;
 pub use machine::{Action, Race, Side, Trigger};
 
 /// Hedges a route may bank (the token bucket's capacity).

@@ -76,7 +76,7 @@
 //! 121 / 126 / 168 bytes per block at 8 / 64 / 256 backends with 1M blocks (66 / 66 / 115
 //! without the recorder words).
 
-pub mod residency;
+pub(crate) mod residency;
 mod shard;
 #[cfg(test)]
 mod tests;

@@ -28,7 +28,7 @@
 //! first message after a reconnection). A sender that restarted (another incarnation) starts
 //! from nothing.
 //!
-//! ## What is not heard yet ([`unseen`], [`repair`])
+//! ## What is not heard yet ([`Unseen`], [`repair`])
 //! What the others dispatched within the last sync delay is missing from every replica's
 //! view; [`Remote::unseen`] estimates how much. [`repair::relocation`] is the rule for a
 //! request that a booking heard late now shows to be on the wrong backend.
@@ -43,7 +43,7 @@ mod outbox;
 pub mod repair;
 #[cfg(test)]
 mod tests;
-pub mod unseen;
+mod unseen;
 pub mod wire;
 
 pub use outbox::{ObserveLimit, Outbox};

@@ -41,9 +41,9 @@
 //! few samples as cold (to be explored) and one with a large error as poorly predicted (fall
 //! back to load balancing).
 
-pub mod reasoning;
+mod reasoning;
 mod shared;
-pub mod tpot;
+mod tpot;
 
 pub use reasoning::{ReasoningEffort, ReasoningLengths};
 pub use shared::TtftModel;

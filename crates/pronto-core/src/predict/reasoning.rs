@@ -21,7 +21,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Observations after which the mean becomes exponentially weighted (weight `1 / WINDOW`).
-pub const WINDOW: u64 = 200;
+pub(crate) const WINDOW: u64 = 200;
 
 /// A request's `reasoning_effort` (OpenAI's chat completions field), as far as routing cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

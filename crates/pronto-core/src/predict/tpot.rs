@@ -82,7 +82,7 @@ impl TpotCoefficients {
 
 /// Decayed sums of a weighted least-squares fit of `tpot` on `batch`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct TpotFit {
+pub(crate) struct TpotFit {
     s0: f64,
     sx: f64,
     sy: f64,
@@ -95,7 +95,7 @@ pub struct TpotFit {
 impl TpotFit {
     /// Learn a TPOT of `tpot_s` in a batch of `batch`, observed at `at_s` seconds (any epoch,
     /// non-decreasing). Non-finite or negative values are ignored.
-    pub fn observe(&mut self, batch: f64, tpot_s: f64, at_s: f64) {
+    pub(crate) fn observe(&mut self, batch: f64, tpot_s: f64, at_s: f64) {
         if !(batch.is_finite() && tpot_s.is_finite() && batch >= 0.0 && tpot_s >= 0.0) {
             return;
         }
@@ -112,7 +112,7 @@ impl TpotFit {
     }
 
     /// The fit, once it has `MIN_SAMPLES` observations (see the module docs).
-    pub fn coefficients(&self) -> Option<TpotCoefficients> {
+    pub(crate) fn coefficients(&self) -> Option<TpotCoefficients> {
         if self.samples < MIN_SAMPLES || self.s0 <= 0.0 {
             return None;
         }
