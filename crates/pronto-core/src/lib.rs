@@ -30,7 +30,7 @@ pub mod predict;
 pub mod race;
 pub mod request;
 pub mod routing;
-pub mod seq_cell;
+pub(crate) mod seq_cell;
 pub mod slo;
 pub mod splice;
 pub mod sse;

@@ -194,7 +194,7 @@ impl<H: Clone> Remote<H> {
     }
 
     /// One of this replica's own messages came back through the channel `delay` after it
-    /// was sent: the sync delay the others see ([`Unseen::on_echo`]).
+    /// was sent: the sync delay the others see ([`Unseen`]).
     pub fn on_echo(&mut self, delay: Duration) {
         self.unseen.on_echo(delay);
     }
@@ -332,7 +332,7 @@ impl<H: Clone> Remote<H> {
     }
 
     /// Release every booking of replica `from` and forget it.
-    pub fn forget<L: Local<Handle = H>>(&mut self, local: &L, from: ReplicaId) {
+    pub(crate) fn forget<L: Local<Handle = H>>(&mut self, local: &L, from: ReplicaId) {
         self.release_where(local, |r, _| r == from);
         self.peers.remove(&from);
     }

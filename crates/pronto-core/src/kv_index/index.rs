@@ -139,7 +139,7 @@ impl ExactIndex {
     }
 
     /// Whether a lookup has shown that the engine's blocks map onto Pronto's hashes.
-    pub fn is_trusted(&self) -> bool {
+    pub(crate) fn is_trusted(&self) -> bool {
         self.trusted.load(Ordering::Relaxed)
     }
 

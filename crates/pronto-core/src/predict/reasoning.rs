@@ -129,7 +129,8 @@ impl ReasoningLengths {
     }
 
     /// Observations learned at `effort`.
-    pub fn samples(&self, effort: Option<ReasoningEffort>) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn samples(&self, effort: Option<ReasoningEffort>) -> u64 {
         self.levels[ReasoningEffort::slot(effort)]
             .count
             .load(Ordering::Relaxed)

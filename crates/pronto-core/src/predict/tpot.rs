@@ -68,14 +68,14 @@ pub struct TpotCoefficients {
 impl TpotCoefficients {
     /// Predicted seconds per output token in a batch of `batch` sequences.
     #[inline]
-    pub fn predict(&self, batch: f64) -> f64 {
+    pub(crate) fn predict(&self, batch: f64) -> f64 {
         self.base_s + self.s_per_seq * batch
     }
 
     /// The cautious fit's prediction for a batch of `batch` (module docs): what a
     /// `tpot_slo` is checked against.
     #[inline]
-    pub fn predict_cautious(&self, batch: f64) -> f64 {
+    pub(crate) fn predict_cautious(&self, batch: f64) -> f64 {
         self.cautious_base_s + self.cautious_s_per_seq * batch
     }
 }
@@ -151,7 +151,7 @@ impl TpotFit {
 }
 
 /// One backend's TPOT model as shared state: learned under a small mutex when a stream ends
-/// (off the decision path), published through a [`SeqCell`] for lock-free reads.
+/// (off the decision path), published through a `SeqCell` for lock-free reads.
 #[derive(Debug)]
 pub struct TpotModel {
     fit: Mutex<TpotFit>,
@@ -162,7 +162,7 @@ pub struct TpotModel {
 
 impl TpotModel {
     /// A model with nothing learnt; times relative to `epoch`.
-    pub fn new(epoch: Instant) -> TpotModel {
+    pub(crate) fn new(epoch: Instant) -> TpotModel {
         TpotModel {
             fit: Mutex::new(TpotFit::default()),
             published: SeqCell::new([0; 5]),
@@ -188,7 +188,7 @@ impl TpotModel {
 
     /// The published coefficients, once the model predicts.
     #[inline]
-    pub fn view(&self) -> Option<TpotCoefficients> {
+    pub(crate) fn view(&self) -> Option<TpotCoefficients> {
         let w = self.published.load();
         (w[2] > 0).then(|| TpotCoefficients {
             base_s: f64::from_bits(w[0]),
