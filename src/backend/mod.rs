@@ -637,7 +637,7 @@ mod tests {
             prefix_hits: None,
             cache_hit_rate: None,
             kv_capacity_tokens: cap,
-            flavor: pronto_core::engine::metrics::EngineFlavor::Vllm,
+            flavor: pronto_core::engine::EngineFlavor::Vllm,
         };
         b.record_engine_sample(sample(Some(100_000.0)), t0, Duration::from_secs(1));
         // An unknown capacity in a later scrape keeps the known one.

@@ -42,7 +42,7 @@
 //! **What to minimise.** `objective: ttft` (the default) has `predicted_ttft` send each request
 //! where its first token comes soonest; `objective: ttfa`, where its first *answer* token does
 //! — for a reasoning model, the TTFT plus the reasoning tokens the pool's model is expected to
-//! spend (learned per pool and `reasoning_effort`, [`pronto_core::predict::reasoning`]) at
+//! spend (learned per pool and `reasoning_effort`, [`pronto_core::predict::ReasoningLengths`]) at
 //! each backend's predicted time per output token. Other policies ignore it (a warning says
 //! so when the route's own policy is not `predicted_ttft`).
 //!

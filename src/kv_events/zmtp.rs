@@ -3,7 +3,7 @@
 //! A hand-written client rather than a ZMQ library's socket because the subscriber must know
 //! exactly when its connection drops (ZMQ sockets reconnect silently, and a silent
 //! reconnect loses messages): here end-of-stream is an error the caller sees, and the
-//! resync rule (see [`pronto_core::kv_index::index`]) is driven by sequence numbers.
+//! resync rule (see [`pronto_core::kv_index`]) is driven by sequence numbers.
 //!
 //! Handshake (RFC 23): send our 64-byte greeting (signature `FF 00…00 7F`, version 3.0,
 //! mechanism `NULL`, as-server 0), read the peer's; send a `READY` command with

@@ -40,7 +40,7 @@ use crate::backend::lifecycle::{Change, Condition};
 use crate::backend::Backend;
 use crate::state::GatewayState;
 use crate::state::StateHandle;
-use pronto_core::engine::metrics::{EngineMetricsError, EngineSample};
+use pronto_core::engine::{EngineMetricsError, EngineSample};
 use pronto_core::ids::BackendId;
 
 /// Default time between two scrapes of a backend.

@@ -130,7 +130,7 @@ pub struct ClusterMetrics {
     /// back through NATS (a moving average): the delay its peers hear of it with.
     pub sync_delay_seconds: Gauge,
     /// `pronto_cluster_unseen_dispatches`: other replicas' dispatches a decision has not heard
-    /// of yet (their rate × the sync delay; `pronto_core::cluster::unseen`).
+    /// of yet (their rate × the sync delay; `pronto_core::cluster::Unseen`).
     pub unseen_dispatches: Gauge,
     /// `pronto_cluster_collisions_total{outcome}`: requests waiting for their first token
     /// that were routed again because another replica's dispatch to their backend, sent

@@ -2,7 +2,7 @@
 //!
 //! Each is a newtype, so an id of one kind cannot be passed where another is meant. (An
 //! engine's own block hash, as its KV events publish it, is a plain `u64`
-//! ([`crate::kv_index::decode::EngineHash`]) and so can never be looked up as one of Pronto's
+//! (`EngineHash` in [`crate::kv_index::KvEvent`]) and so can never be looked up as one of Pronto's
 //! chained [`crate::tokens::BlockHash`]es, which are a newtype.)
 //!
 //! - [`BackendId`]: one backend *instance*, unique in the process and stable across reloads —

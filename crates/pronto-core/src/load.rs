@@ -16,14 +16,14 @@
 //!   tokens are outstanding prefill work (and their square, for attention:
 //!   [`LoadView::outstanding_prefill_sq`]); its uncached prompt plus expected output is
 //!   reserved in the KV cache ([`RequestLoad::kv_tokens`]) and counted into the cache's
-//!   allocation rate ([`crate::affinity::residency`]).
+//!   allocation rate ([`crate::affinity::Residency`]).
 //! - [`Ledger::end_prefill`]: the prefill is over, the request decodes. **When:** a streamed
 //!   request at its first token; a non-streamed one (whose first byte is the whole answer) at
 //!   its response head *or* once its predicted TTFT has passed, whichever comes first — so a
 //!   long non-streamed generation does not count as queued prefill for its whole life and
 //!   inflate every prediction on that backend. The caller arms the timer
 //!   ([`Booking::prefill_ends_by`]); the transition happens once.
-//! - [`Ledger::release`] (finished, failed, cancelled): nothing of it is left. Releasing from
+//! - `Ledger::release` (finished, failed, cancelled): nothing of it is left. Releasing from
 //!   `Prefill` returns its prefill charge too.
 //!
 //! Every transition checks the booking's phase, so none is counted twice; a counter never goes
@@ -35,7 +35,7 @@
 //! their tokens are not seen here) and how long they have gone without a token
 //! ([`LoadView::silent_s`]): the time since the last [`Ledger::progressed`] during which it
 //! held streams — idle gaps pause the clock, so streams that each wait a short while (raced
-//! away before a token) add up. A stream released without a time ([`Ledger::release`]) ends
+//! away before a token) add up. A stream released without a time (`Ledger::release`) ends
 //! its stretch uncounted. [`crate::stall`] judges a backend wedged on these and marks it
 //! ([`Ledger::mark_stalled`]) until it produces again.
 
@@ -134,9 +134,9 @@ impl Counter for Cell<u64> {
 pub trait AllocCell: Debug {
     /// Empty; times are kept relative to `epoch`.
     fn new(epoch: Instant) -> Self;
-    /// `tokens` were allocated at `now` ([`Residency::on_alloc`]).
+    /// `tokens` were allocated at `now` (`Residency::on_alloc`).
     fn on_alloc(&self, tokens: f64, now: Instant);
-    /// The allocation rate at `now` ([`Residency::alloc_rate`]); `now_ns` is `now` in
+    /// The allocation rate at `now` (`Residency::alloc_rate`); `now_ns` is `now` in
     /// nanoseconds since the cell's epoch (the atomic cell reads that, the plain one `now`).
     fn rate(&self, now: Instant, now_ns: u64) -> AllocRate;
 }
@@ -156,7 +156,7 @@ impl AllocCell for Cell<Residency> {
 }
 
 /// The gateway's allocation-rate state: updated under a small mutex at dispatch (held for a
-/// few arithmetic operations, never across an await), published through a [`SeqCell`] so a
+/// few arithmetic operations, never across an await), published through a `SeqCell` so a
 /// routing view reads it without a lock.
 #[derive(Debug)]
 pub struct AtomicAlloc {
@@ -192,20 +192,20 @@ pub struct RequestLoad {
     /// Prompt tokens expected to need prefill (not in the backend's prefix cache).
     pub prefill_tokens: u32,
     /// KV-cache tokens it will add: its uncached prompt plus its expected output
-    /// ([`crate::routing::BackendView::kv_need`]).
+    /// (`BackendView::kv_need`).
     pub kv_tokens: u64,
 }
 
 impl RequestLoad {
     /// Its prefill's attention work as [`LoadView::outstanding_prefill_sq`] counts it.
-    pub fn prefill_sq(&self) -> f64 {
+    pub(crate) fn prefill_sq(&self) -> f64 {
         sq_units(self.prefill_tokens) as f64 / 1000.0
     }
 }
 
 /// Where a booked request is in its life (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Sent; its prompt is (expected to be) in prefill.
     Prefill,
     /// Past its prefill: generating.
@@ -214,14 +214,13 @@ pub enum Phase {
     Released,
 }
 
-/// One request's entry in a backend's ledger. Must end in [`Ledger::release`] (the gateway's
+/// One request's entry in a backend's ledger. Must end in [`Ledger::release_at`] (the gateway's
 /// RAII guard does it on drop).
 #[derive(Debug, PartialEq)]
 #[must_use = "a booking must be released"]
 pub struct Booking {
     load: RequestLoad,
     phase: Phase,
-    booked_at: Instant,
     prefill_ends_by: Option<Instant>,
     /// Watched for progress: counted in [`LoadView::streams`] until released.
     watched: bool,
@@ -234,16 +233,6 @@ impl Booking {
     /// What was booked.
     pub fn load(&self) -> RequestLoad {
         self.load
-    }
-
-    /// The phase now.
-    pub fn phase(&self) -> Phase {
-        self.phase
-    }
-
-    /// When it was booked (dispatched).
-    pub fn booked_at(&self) -> Instant {
-        self.booked_at
     }
 
     /// For a non-streamed request: when its prefill counts as over at the latest (its booking
@@ -312,7 +301,7 @@ fn sq_units(tokens: u32) -> u64 {
 
 impl<S: Storage> Ledger<S> {
     /// An empty ledger; times are kept relative to `epoch`.
-    pub fn new(epoch: Instant) -> Ledger<S> {
+    pub(crate) fn new(epoch: Instant) -> Ledger<S> {
         Ledger {
             inflight: S::Counter::default(),
             prefill_tokens: S::Counter::default(),
@@ -375,7 +364,7 @@ impl<S: Storage> Ledger<S> {
 
     /// Another replica's stream, dispatched at `now` ([`crate::cluster`]): booked as a
     /// stream, not watched for progress (its tokens are not seen here).
-    pub fn book_remote(&self, load: RequestLoad, now: Instant) -> Booking {
+    pub(crate) fn book_remote(&self, load: RequestLoad, now: Instant) -> Booking {
         self.book_watched(load, now, true, None, false)
     }
 
@@ -411,7 +400,6 @@ impl<S: Storage> Ledger<S> {
         Booking {
             load,
             phase: Phase::Prefill,
-            booked_at: now,
             prefill_ends_by,
             watched,
             held_first_token: None,
@@ -431,7 +419,7 @@ impl<S: Storage> Ledger<S> {
         true
     }
 
-    /// [`release`](Self::release) at `now`: a stream that leaves the backend holding none
+    /// `release` at `now`: a stream that leaves the backend holding none
     /// adds its silent stretch to the backend's silence (see the module docs).
     pub fn release_at(&self, b: &mut Booking, now: Instant) {
         if b.watched && b.phase != Phase::Released && self.streams.get() == 1 {
@@ -442,7 +430,7 @@ impl<S: Storage> Ledger<S> {
     }
 
     /// The request finished, failed or was cancelled: release all of it. Idempotent.
-    pub fn release(&self, b: &mut Booking) {
+    pub(crate) fn release(&self, b: &mut Booking) {
         match b.phase {
             Phase::Released => return,
             Phase::Prefill => {
@@ -465,7 +453,7 @@ impl<S: Storage> Ledger<S> {
     }
 
     /// The load at `now`.
-    pub fn view(&self, now: Instant) -> LoadView {
+    pub(crate) fn view(&self, now: Instant) -> LoadView {
         self.view_at(
             now,
             now.saturating_duration_since(self.epoch).as_nanos() as u64,

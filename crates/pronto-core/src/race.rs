@@ -3,7 +3,7 @@
 //! and `hedge`, `pronto::config::race`) and the offline evaluator (`pronto evaluate
 //! --first-token-deadline / --hedge`).
 //!
-//! - [`FirstTokenDeadline::resolve`]: when a backend is late — an absolute delay, or `factor ×`
+//! - `FirstTokenDeadline::resolve`: when a backend is late — an absolute delay, or `factor ×`
 //!   the decision's predicted TTFT, at least `floor` (the floor also without a prediction).
 //! - [`Hedge::delay`]: when a second copy goes out — a fixed delay, or the `quantile` of the
 //!   prediction's error distribution; never while the best predicted TTFT exceeds
@@ -20,14 +20,14 @@
 //! mean absolute deviation `ln(1 + e)` gives `σ = ln(1 + e) · √(π/2)`, and the `q` quantile of
 //! the TTFT is `predicted · exp(σ · Φ⁻¹(q))`.
 //!
-//! - [`Race`] ([`machine`]): the sequencing of one race — when the second copy goes out and
+//! - [`Race`]: the sequencing of one race — when the second copy goes out and
 //!   what the loser does — as a state machine both the gateway and the evaluator drive.
 //!
 //! Nothing here reads a clock or takes a lock: the caller owns time and shared state.
 
 use std::time::Duration;
 
-pub mod machine;
+mod machine;
 pub use machine::{Action, Race, Side, Trigger};
 
 /// Hedges a route may bank (the token bucket's capacity).
@@ -109,7 +109,8 @@ impl FieldError {
     }
 
     /// `path.field: message` (or `path: message` for the setting itself).
-    pub fn at(&self, path: &str) -> String {
+    #[cfg(test)]
+    pub(crate) fn at(&self, path: &str) -> String {
         if self.field.is_empty() {
             format!("{path}: {}", self.message)
         } else {
@@ -175,7 +176,7 @@ impl FirstTokenDeadline {
     }
 
     /// The deadline of a decision that predicted `predicted_s` (if it predicted).
-    pub fn resolve(&self, predicted_s: Option<f64>) -> Duration {
+    pub(crate) fn resolve(&self, predicted_s: Option<f64>) -> Duration {
         match *self {
             FirstTokenDeadline::After(d) => d,
             FirstTokenDeadline::Predicted { factor, floor } => predicted_s
@@ -186,7 +187,7 @@ impl FirstTokenDeadline {
     }
 
     /// Which kind of deadline this is.
-    pub fn kind(&self) -> DeadlineKind {
+    pub(crate) fn kind(&self) -> DeadlineKind {
         match self {
             FirstTokenDeadline::After(_) => DeadlineKind::Absolute,
             FirstTokenDeadline::Predicted { .. } => DeadlineKind::Relative,

@@ -13,14 +13,14 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// `N` words read and written as one snapshot.
 #[derive(Debug)]
-pub struct SeqCell<const N: usize> {
+pub(crate) struct SeqCell<const N: usize> {
     version: AtomicU64,
     words: [AtomicU64; N],
 }
 
 impl<const N: usize> SeqCell<N> {
     /// A cell holding `init`.
-    pub fn new(init: [u64; N]) -> Self {
+    pub(crate) fn new(init: [u64; N]) -> Self {
         SeqCell {
             version: AtomicU64::new(0),
             words: init.map(AtomicU64::new),
@@ -29,7 +29,7 @@ impl<const N: usize> SeqCell<N> {
 
     /// A consistent snapshot of the words.
     #[inline]
-    pub fn load(&self) -> [u64; N] {
+    pub(crate) fn load(&self) -> [u64; N] {
         loop {
             let v1 = self.version.load(Ordering::Acquire);
             if v1 & 1 == 0 {
@@ -44,7 +44,7 @@ impl<const N: usize> SeqCell<N> {
     }
 
     /// Replace the words.
-    pub fn store(&self, words: [u64; N]) {
+    pub(crate) fn store(&self, words: [u64; N]) {
         let mut v = self.version.load(Ordering::Relaxed);
         loop {
             if v & 1 == 0 {

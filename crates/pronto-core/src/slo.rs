@@ -32,7 +32,7 @@ impl SloTargets {
 
     /// Whether a completed request with this TTFT and TPOT met both objectives (an absent
     /// TPOT — one output token — meets any `tpot_s`).
-    pub fn met(&self, ttft_s: f64, tpot_s: Option<f64>) -> bool {
+    pub(crate) fn met(&self, ttft_s: f64, tpot_s: Option<f64>) -> bool {
         self.ttft_s.is_none_or(|slo| ttft_s <= slo)
             && self
                 .tpot_s
@@ -47,7 +47,7 @@ pub enum Objective {
     #[default]
     Ttft,
     /// The time to the first *answer* token: the TTFT plus the expected reasoning tokens at
-    /// the backend's predicted time per output token ([`crate::predict::reasoning`]).
+    /// the backend's predicted time per output token ([`crate::predict::ReasoningLengths`]).
     Ttfa {
         /// Reasoning tokens expected before the answer (learned per pool and effort).
         reasoning_tokens: f64,

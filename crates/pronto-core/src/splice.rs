@@ -151,11 +151,6 @@ impl Splicer {
         self.events
     }
 
-    /// Continuations begun so far.
-    pub fn continuations(&self) -> u32 {
-        self.continuations
-    }
-
     /// `data: [DONE]` went out.
     pub fn done(&self) -> bool {
         self.done

@@ -206,12 +206,14 @@ impl SseScanner {
     }
 
     /// Index (0-based, among data events) of the first output event, if any yet.
-    pub fn first_token_event(&self) -> Option<u32> {
+    #[cfg(test)]
+    pub(crate) fn first_token_event(&self) -> Option<u32> {
         self.first_token_event
     }
 
     /// Index (0-based, among data events) of the first answer event, if any yet.
-    pub fn first_answer_event(&self) -> Option<u32> {
+    #[cfg(test)]
+    pub(crate) fn first_answer_event(&self) -> Option<u32> {
         self.first_answer_event
     }
 
@@ -246,13 +248,15 @@ impl SseScanner {
     }
 
     /// Lines longer than `MAX_LINE_BYTES` that were truncated.
-    pub fn truncated_lines(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn truncated_lines(&self) -> u32 {
         self.truncated_lines
     }
 
     /// Bytes held between chunks (carry-over plus open event data); never above
     /// 2 × `MAX_LINE_BYTES`.
-    pub fn buffered_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn buffered_bytes(&self) -> usize {
         self.carry.len() + self.data.len()
     }
 

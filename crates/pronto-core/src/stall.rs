@@ -71,7 +71,7 @@ impl StallRule {
     }
 
     /// Whether `v`'s silence has reached its bound (a backend holding no stream never has).
-    pub fn fires(&self, v: &BackendView) -> bool {
+    pub(crate) fn fires(&self, v: &BackendView) -> bool {
         v.silent_s > 0.0 && v.silent_s >= self.bound_s(v)
     }
 }

@@ -84,7 +84,7 @@ impl<S: Storage> BackendState<S> {
 
     /// The KV-cache capacity in tokens, when known.
     #[inline]
-    pub fn kv_capacity(&self) -> Option<u64> {
+    pub(crate) fn kv_capacity(&self) -> Option<u64> {
         Some(self.kv_capacity_tokens.load(Ordering::Relaxed)).filter(|&c| c > 0)
     }
 
@@ -105,7 +105,13 @@ impl<S: Storage> BackendState<S> {
     /// buffer: a view is a few hundred bytes, and building it elsewhere to copy it in cost
     /// two copies per backend per decision). Every field is written.
     #[inline]
-    pub fn write_view(&self, v: &mut BackendView, settings: Settings, healthy: bool, now: Instant) {
+    pub(crate) fn write_view(
+        &self,
+        v: &mut BackendView,
+        settings: Settings,
+        healthy: bool,
+        now: Instant,
+    ) {
         self.write_view_at(v, settings, healthy, now, self.ns_since_epoch(now));
     }
 
@@ -113,20 +119,20 @@ impl<S: Storage> BackendState<S> {
     /// that share one let a caller convert `now` once for all of them
     /// ([`write_view_at`](Self::write_view_at)).
     #[inline]
-    pub fn epoch(&self) -> Instant {
+    pub(crate) fn epoch(&self) -> Instant {
         self.epoch
     }
 
     /// `now` in nanoseconds since [`epoch`](Self::epoch).
     #[inline]
-    pub fn ns_since_epoch(&self, now: Instant) -> u64 {
+    pub(crate) fn ns_since_epoch(&self, now: Instant) -> u64 {
         now.saturating_duration_since(self.epoch).as_nanos() as u64
     }
 
     /// [`write_view`](Self::write_view) with `now_ns` = [`ns_since_epoch`](Self::ns_since_epoch)`(now)`
     /// already known.
     #[inline]
-    pub fn write_view_at(
+    pub(crate) fn write_view_at(
         &self,
         v: &mut BackendView,
         settings: Settings,

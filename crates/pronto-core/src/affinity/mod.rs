@@ -51,7 +51,7 @@
 //!
 //! ## Per-backend recency
 //! An engine evicts a prefix it was not sent for longer than its residency time, even if other
-//! backends keep that prefix hot, so [`PrefixIndex::limit_to_recent`] needs each backend's own
+//! backends keep that prefix hot, so `PrefixIndex::limit_to_recent` needs each backend's own
 //! last use. Exact per-backend ticks would cost a word per backend per block; instead an entry
 //! keeps `RECENT` words `tick << 16 | (backend + 1)` for its most recent distinct recorders
 //! (a record refreshes the backend's own word, else fills an empty one, else replaces the
@@ -76,7 +76,7 @@
 //! 121 / 126 / 168 bytes per block at 8 / 64 / 256 backends with 1M blocks (66 / 66 / 115
 //! without the recorder words).
 
-pub mod residency;
+pub(crate) mod residency;
 mod shard;
 #[cfg(test)]
 mod tests;
@@ -128,7 +128,6 @@ pub struct PrefixIndex {
     /// `shards.len() - 1`; the shard of a key is `(spread(key) >> 32) & shard_mask`.
     shard_mask: usize,
     max_backends: usize,
-    max_blocks: usize,
     tick_nanos: u128,
     ttl_ticks: u64,
     epoch: OnceLock<Instant>,
@@ -164,7 +163,6 @@ impl PrefixIndex {
             shards,
             shard_mask: n_shards - 1,
             max_backends: cfg.max_backends,
-            max_blocks: cfg.max_blocks,
             tick_nanos,
             ttl_ticks: u64::try_from(cfg.ttl.as_nanos() / tick_nanos).unwrap_or(u64::MAX),
             epoch: OnceLock::new(),
@@ -276,7 +274,7 @@ impl PrefixIndex {
     /// the recent blocks of a chain are a prefix of it: one lookup checks the last matched
     /// block, and only a backend whose match ends in a stale block pays a bisection over its
     /// length.
-    pub fn limit_to_recent(
+    pub(crate) fn limit_to_recent(
         &self,
         hashes: &[BlockHash],
         now: Instant,
@@ -351,7 +349,7 @@ impl PrefixIndex {
     /// Take back a [`record`](Self::record) whose request never reached the backend: clear
     /// `backend` from these blocks (the part of the chain it did not hold before; the blocks it
     /// did hold keep the refreshed recency, which only helps them). `O(hashes)`.
-    pub fn unrecord(&self, backend: usize, hashes: &[BlockHash]) {
+    pub(crate) fn unrecord(&self, backend: usize, hashes: &[BlockHash]) {
         if backend >= self.max_backends {
             return;
         }
@@ -386,11 +384,6 @@ impl PrefixIndex {
     /// Backend slots the index holds (`0..max_backends`).
     pub fn max_backends(&self) -> usize {
         self.max_backends
-    }
-
-    /// The configured cap on [`len`](Self::len).
-    pub fn max_blocks(&self) -> usize {
-        self.max_blocks
     }
 
     /// Heap and inline bytes held: allocated map and slab capacity, not just what is in use.

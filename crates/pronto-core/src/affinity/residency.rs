@@ -38,7 +38,7 @@ pub struct Residency {
 impl Residency {
     /// `tokens` will take KV blocks on the backend from `now` (a dispatched prompt's uncached
     /// part plus its expected output).
-    pub fn on_alloc(&mut self, tokens: f64, now: Instant) {
+    pub(crate) fn on_alloc(&mut self, tokens: f64, now: Instant) {
         self.decay_to(now);
         let first = *self.first.get_or_insert(now);
         if let Some(last) = self.last {
@@ -52,12 +52,12 @@ impl Residency {
 
     /// Tokens allocated per second, averaged over about `RATE_TAU_S` (over the time since
     /// the first allocation while that is shorter, so a cold start is not read as idle).
-    pub fn rate(&self, now: Instant) -> f64 {
+    pub(crate) fn rate(&self, now: Instant) -> f64 {
         self.alloc_rate(now).per_s()
     }
 
     /// The rate at `now` as a routing view carries it (evaluated on demand).
-    pub fn alloc_rate(&self, now: Instant) -> AllocRate {
+    pub(crate) fn alloc_rate(&self, now: Instant) -> AllocRate {
         let (Some(last), Some(first)) = (self.last, self.first) else {
             return AllocRate::NONE;
         };
@@ -73,7 +73,7 @@ impl Residency {
     /// τ over the decayed sum, the last and first allocation times in nanoseconds since
     /// `epoch` (`u64::MAX`: none) and the bits of exp(−(last − first)/τ).
     /// `alloc_rate_from_words` reads the rate back from them.
-    pub fn to_words(&self, epoch: Instant) -> [u64; 4] {
+    pub(crate) fn to_words(self, epoch: Instant) -> [u64; 4] {
         let ns = |t: Option<Instant>| {
             t.map_or(u64::MAX, |t| {
                 (t.saturating_duration_since(epoch).as_nanos() as u64).min(u64::MAX - 1)
@@ -143,7 +143,7 @@ pub struct AllocRate {
 
 impl AllocRate {
     /// Nothing allocated yet: rate 0.
-    pub const NONE: AllocRate = AllocRate {
+    pub(crate) const NONE: AllocRate = AllocRate {
         tau_over_sum: f64::INFINITY,
         since_last_s: 0.0,
         first_to_last_s: f64::INFINITY,
@@ -151,7 +151,8 @@ impl AllocRate {
     };
 
     /// A steady `tokens_per_s` (tests and tools); ≤ 0: [`AllocRate::NONE`].
-    pub fn constant(tokens_per_s: f64) -> AllocRate {
+    #[cfg(test)]
+    pub(crate) fn constant(tokens_per_s: f64) -> AllocRate {
         AllocRate {
             tau_over_sum: if tokens_per_s > 0.0 {
                 1.0 / tokens_per_s
@@ -164,7 +165,7 @@ impl AllocRate {
 
     /// Seconds per allocated token (infinite when nothing allocates).
     #[inline]
-    pub fn secs_per_token(&self) -> f64 {
+    pub(crate) fn secs_per_token(&self) -> f64 {
         if self.tau_over_sum.is_infinite() {
             return f64::INFINITY;
         }

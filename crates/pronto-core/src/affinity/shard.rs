@@ -118,7 +118,7 @@ pub(super) struct Clock {
 impl Clock {
     /// Whether an entry with this `meta` has expired.
     #[inline]
-    pub fn expired(&self, meta: u64) -> bool {
+    pub(crate) fn expired(&self, meta: u64) -> bool {
         self.now.saturating_sub(tick_of(meta)) > self.ttl
     }
 }
@@ -163,7 +163,7 @@ pub(super) struct Shard {
 
 impl Shard {
     /// An empty shard of at most `cap` entries whose bitsets are `words` words wide.
-    pub fn new(cap: usize, words: usize, seed: u64) -> Shard {
+    pub(crate) fn new(cap: usize, words: usize, seed: u64) -> Shard {
         Shard {
             map: Map::default(),
             data: Vec::new(),
@@ -177,18 +177,18 @@ impl Shard {
     }
 
     /// Entries held.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
 
     /// Entries evicted for space so far.
-    pub fn evictions(&self) -> u64 {
+    pub(crate) fn evictions(&self) -> u64 {
         self.evictions
     }
 
     /// `[meta, bits…, recent…]` of `key`, if present (expired or not).
     #[inline]
-    pub fn get(&self, key: u64) -> Option<&[u64]> {
+    pub(crate) fn get(&self, key: u64) -> Option<&[u64]> {
         let slot = *self.map.get(&key)? as usize;
         let base = slot * self.stride;
         Some(&self.data[base + 1..base + self.stride])
@@ -197,7 +197,7 @@ impl Shard {
     /// Backend `backend`'s last-use tick of `key` ([`backend_tick`]) if the entry is present
     /// (expired or not) and the backend holds it.
     #[inline]
-    pub fn held_tick(&self, key: u64, backend: usize) -> Option<u64> {
+    pub(crate) fn held_tick(&self, key: u64, backend: usize) -> Option<u64> {
         let e = self.get(key)?;
         (e[1 + backend / 64] & (1 << (backend % 64)) != 0)
             .then(|| backend_tick(e, self.words, backend))
@@ -206,7 +206,7 @@ impl Shard {
     /// Mark `key` (at chain position `depth`) as held by `backend` and used by it at
     /// `clock.now`. An expired entry is reset first, so stale backends do not come back. Inserts,
     /// evicting if the shard is full; does nothing in a shard of capacity 0.
-    pub fn upsert(&mut self, key: u64, depth: usize, backend: usize, clock: Clock) {
+    pub(crate) fn upsert(&mut self, key: u64, depth: usize, backend: usize, clock: Clock) {
         let meta = pack(clock.now, depth);
         let (word, bit) = (backend / 64, 1u64 << (backend % 64));
         let mark = (clock.now << WHO_BITS) | (backend as u64 + 1);
@@ -278,7 +278,7 @@ impl Shard {
     }
 
     /// Remove every expired entry; returns how many were removed.
-    pub fn sweep(&mut self, clock: Clock) -> usize {
+    pub(crate) fn sweep(&mut self, clock: Clock) -> usize {
         let (data, free, stride) = (&self.data, &mut self.free, self.stride);
         let before = self.map.len();
         self.map.retain(|_, slot| {
@@ -293,7 +293,7 @@ impl Shard {
 
     /// Clear the backend `(word, bit)` everywhere, removing entries left with no backend;
     /// returns how many entries were removed.
-    pub fn forget(&mut self, backend: usize) -> usize {
+    pub(crate) fn forget(&mut self, backend: usize) -> usize {
         let (word, bit) = (backend / 64, 1u64 << (backend % 64));
         let who = backend as u64 + 1;
         let (data, free, stride, words) = (&mut self.data, &mut self.free, self.stride, self.words);
@@ -316,7 +316,7 @@ impl Shard {
 
     /// Clear `backend` from `key`'s entry (and its recorder word), removing the entry if no
     /// backend is left. Does nothing when the entry is absent.
-    pub fn clear(&mut self, key: u64, backend: usize) {
+    pub(crate) fn clear(&mut self, key: u64, backend: usize) {
         let Some(&slot) = self.map.get(&key) else {
             return;
         };
@@ -335,7 +335,7 @@ impl Shard {
     }
 
     /// Heap bytes held by this shard (allocated capacity, not just what is in use).
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         // hashbrown: one (key, slot) pair plus one control byte per bucket.
         let bucket = std::mem::size_of::<(u64, u32)>() + 1;
         self.map.capacity() * 8 / 7 * bucket

@@ -28,7 +28,7 @@
 //! first message after a reconnection). A sender that restarted (another incarnation) starts
 //! from nothing.
 //!
-//! ## What is not heard yet ([`unseen`], [`repair`])
+//! ## What is not heard yet ([`Unseen`], [`repair`])
 //! What the others dispatched within the last sync delay is missing from every replica's
 //! view; [`Remote::unseen`] estimates how much. [`repair::relocation`] is the rule for a
 //! request that a booking heard late now shows to be on the wrong backend.
@@ -43,7 +43,7 @@ mod outbox;
 pub mod repair;
 #[cfg(test)]
 mod tests;
-pub mod unseen;
+mod unseen;
 pub mod wire;
 
 pub use outbox::{ObserveLimit, Outbox};
@@ -194,7 +194,7 @@ impl<H: Clone> Remote<H> {
     }
 
     /// One of this replica's own messages came back through the channel `delay` after it
-    /// was sent: the sync delay the others see ([`Unseen::on_echo`]).
+    /// was sent: the sync delay the others see ([`Unseen`]).
     pub fn on_echo(&mut self, delay: Duration) {
         self.unseen.on_echo(delay);
     }
@@ -332,7 +332,7 @@ impl<H: Clone> Remote<H> {
     }
 
     /// Release every booking of replica `from` and forget it.
-    pub fn forget<L: Local<Handle = H>>(&mut self, local: &L, from: ReplicaId) {
+    pub(crate) fn forget<L: Local<Handle = H>>(&mut self, local: &L, from: ReplicaId) {
         self.release_where(local, |r, _| r == from);
         self.peers.remove(&from);
     }

@@ -34,12 +34,6 @@ impl ObserveLimit {
         per_second: 20.0,
         burst: 20.0,
     };
-
-    /// No limit.
-    pub const NONE: ObserveLimit = ObserveLimit {
-        per_second: f64::INFINITY,
-        burst: f64::INFINITY,
-    };
 }
 
 impl Outbox {
@@ -50,11 +44,6 @@ impl Outbox {
             buckets: HashMap::new(),
             limit,
         }
-    }
-
-    /// Bookings live now.
-    pub fn live(&self) -> usize {
-        self.live.len()
     }
 
     /// `ev` is about to be sent at `now`: update the live bookings, and drop a first token's

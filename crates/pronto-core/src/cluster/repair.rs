@@ -1,6 +1,6 @@
 //! Collision repair: the rule for a request routed before a booking it could not see.
 //!
-//! Replicas hear of each other's dispatches a sync delay late ([`super::unseen`]). Two
+//! Replicas hear of each other's dispatches a sync delay late ([`super::Unseen`]). Two
 //! requests routed by different replicas within that delay can both pick the backend that
 //! looked best, and the second then queues behind the first while another backend idles —
 //! the one loss of a replicated router a single router does not have. When the late booking

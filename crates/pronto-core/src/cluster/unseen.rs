@@ -20,7 +20,7 @@ use crate::affinity::residency::Residency;
 const DELAY_WEIGHT: f64 = 0.2;
 
 /// The estimate (see the module docs). Fed by [`super::Remote`] (remote dispatches) and by
-/// whoever sees the replica's own messages come back ([`Unseen::on_echo`]).
+/// whoever sees the replica's own messages come back (`Unseen::on_echo`).
 #[derive(Debug, Clone, Default)]
 pub struct Unseen {
     /// The remote dispatches' rate (one "token" each).
@@ -30,18 +30,18 @@ pub struct Unseen {
 
 impl Unseen {
     /// Nothing seen yet.
-    pub fn new() -> Unseen {
+    pub(crate) fn new() -> Unseen {
         Unseen::default()
     }
 
     /// A remote dispatch was folded at `now`.
-    pub fn on_remote_dispatch(&mut self, now: Instant) {
+    pub(crate) fn on_remote_dispatch(&mut self, now: Instant) {
         self.dispatches.on_alloc(1.0, now);
     }
 
     /// One of this replica's own messages came back through the channel `delay` after it
     /// was sent.
-    pub fn on_echo(&mut self, delay: Duration) {
+    pub(crate) fn on_echo(&mut self, delay: Duration) {
         let d = delay.as_secs_f64();
         self.delay_s = Some(match self.delay_s {
             Some(s) => s + DELAY_WEIGHT * (d - s),
@@ -56,7 +56,7 @@ impl Unseen {
 
     /// Remote dispatches per second at `now` ([`Residency::rate`]: not biased low while
     /// the traffic is younger than the time constant).
-    pub fn rate(&self, now: Instant) -> f64 {
+    pub(crate) fn rate(&self, now: Instant) -> f64 {
         self.dispatches.rate(now)
     }
 

@@ -25,6 +25,7 @@
 //! not blind the router. Only lines that start with a family we read are parsed at all (the
 //! rest, mostly histogram buckets, cost a prefix compare).
 
+#[cfg(test)]
 use std::borrow::Cow;
 
 /// Which engine produced a metrics page.
@@ -99,7 +100,7 @@ pub enum EngineMetricsError {
 
 /// One sample line.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Sample<'a> {
+pub(crate) struct Sample<'a> {
     /// Metric name (`vllm:num_requests_waiting`, `x_bucket`, …).
     pub name: &'a str,
     /// Raw text between `{` and `}` (escapes intact), empty when there are no labels.
@@ -110,9 +111,10 @@ pub struct Sample<'a> {
     pub timestamp_ms: Option<i64>,
 }
 
+#[cfg(test)]
 impl<'a> Sample<'a> {
     /// The unescaped value of label `key`, if present.
-    pub fn label(&self, key: &str) -> Option<Cow<'a, str>> {
+    fn label(&self, key: &str) -> Option<Cow<'a, str>> {
         let mut rest = self.labels;
         loop {
             rest = rest.trim_start_matches([' ', ',']);
@@ -133,8 +135,9 @@ impl<'a> Sample<'a> {
 }
 
 /// A sample line that could not be parsed: the metric name when one was read, and why.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LineError<'a> {
+struct LineError<'a> {
     /// 1-based line number.
     pub line: usize,
     /// The metric name, when the line got that far.
@@ -144,7 +147,8 @@ pub struct LineError<'a> {
 }
 
 /// Every sample line of `text`, in order; comments and blank lines are skipped.
-pub fn samples(text: &str) -> impl Iterator<Item = Result<Sample<'_>, LineError<'_>>> + '_ {
+#[cfg(test)]
+fn samples(text: &str) -> impl Iterator<Item = Result<Sample<'_>, LineError<'_>>> + '_ {
     text.lines().enumerate().filter_map(|(i, line)| {
         let line = line.trim_start();
         if line.is_empty() || line.starts_with('#') {
@@ -222,6 +226,7 @@ fn closing_quote(s: &str) -> Option<usize> {
     None
 }
 
+#[cfg(test)]
 fn unescape(raw: &str) -> Cow<'_, str> {
     if !raw.contains('\\') {
         return Cow::Borrowed(raw);

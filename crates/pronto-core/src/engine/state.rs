@@ -70,7 +70,7 @@ pub struct EngineState {
 
 impl EngineState {
     /// Empty state; times are measured from `epoch`.
-    pub fn new(epoch: Instant) -> EngineState {
+    pub(crate) fn new(epoch: Instant) -> EngineState {
         EngineState {
             epoch,
             last: ArcSwapOption::empty(),
@@ -147,7 +147,7 @@ impl EngineState {
     }
 
     /// The last good scrape and its age in seconds, when it may still be trusted at `now`.
-    pub fn fresh(&self, now: Instant) -> Option<(EngineSample, f64)> {
+    pub(crate) fn fresh(&self, now: Instant) -> Option<(EngineSample, f64)> {
         if self.consecutive_failures() >= STALE_AFTER_FAILURES {
             return None;
         }

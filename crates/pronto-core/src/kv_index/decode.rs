@@ -1,27 +1,12 @@
 //! Decoding (and, for the simulator and fixtures, encoding) of engine KV-cache event messages.
 //!
-//! ## Wire format (vLLM / SGLang ZMQ publisher)
-//! One ZMQ multipart message per batch: `[topic, seq, payload]` where `topic` is a (usually
-//! empty) frame, `seq` is a big-endian `u64` that grows by one per batch, and `payload` is
-//! msgpack of `[ts, [event, …], dp_rank]` (`dp_rank` may be absent or nil). A two-frame
-//! `[seq, payload]` message (no topic frame) is accepted too.
-//!
-//! Each event comes in one of two encodings, both accepted:
-//! - a **map** (vLLM's current `msgspec` structs): `{type: "BlockStored", block_hashes: [...],
-//!   parent_block_hash, token_ids: [...], block_size, lora_id, medium, ...}`;
-//! - a **tagged array** (older versions, SGLang): `["BlockStored", hashes, parent, token_ids,
-//!   block_size, lora_id, ...]`, `["BlockRemoved", hashes, ...]`, `["AllBlocksCleared", ...]`.
-//!
-//! Hashes are integers (signed or unsigned 64-bit; kept as their 64-bit pattern) or byte
-//! strings (newer vLLM, SHA-256 based), folded to 64 bits with FNV-1a. Unknown fields and
-//! trailing array elements are ignored; unknown event types decode to
-//! [`KvEvent::Other`] so a batch with one new event type still applies the rest.
+//! The wire format: the module docs of [`super`] (`pronto_core::kv_index`).
 
 use bytes::Bytes;
 use rmpv::Value;
 
 /// An engine's identifier of one KV block (its block hash folded to 64 bits).
-pub type EngineHash = u64;
+pub(crate) type EngineHash = u64;
 
 /// One cache event.
 #[derive(Debug, Clone, PartialEq, Eq)]

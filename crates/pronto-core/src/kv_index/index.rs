@@ -1,37 +1,6 @@
 //! The exact per-backend prefix index, fed by one engine's KV-cache events.
 //!
-//! ## What it holds
-//! The engine's block hashes mean nothing to Pronto (another seed, maybe another hash
-//! function), so each stored block is mapped onto **Pronto's own chained hashes**
-//! ([`crate::tokens::chain_hash`]) of the token ids the event carries: an engine block of
-//! `block_size` tokens covers `block_size / BLOCK_TOKENS` Pronto blocks, chained from the Pronto
-//! hashes of its parent engine block. The index keeps
-//! - `engine hash → its Pronto block hashes` (to resolve parents and removals), and
-//! - `Pronto block hash → how many engine blocks hold it` (what a lookup walks),
-//!
-//! so matching a request is the same walk down `features.block_hashes` as the approximate
-//! index, against what the engine really holds. A stored block whose parent is unknown (stored
-//! before a resync), whose size is not a multiple of [`BLOCK_TOKENS`], or whose token ids are
-//! missing cannot be mapped and is counted as `unmapped`.
-//!
-//! ## When it is used (the resync rule)
-//! - **Live**: the index is consulted only while *live*: from the first batch applied after a
-//!   (re)connect until the connection drops. While disconnected the gateway falls back to the
-//!   approximate index (what it knows may be going stale).
-//! - **Gap**: every batch carries the publisher's sequence number. A batch whose number is not
-//!   the previous one + 1 (messages lost while disconnected or dropped by the publisher's
-//!   high-water mark, or a restarted publisher counting from 0) means the index missed
-//!   changes: it forgets everything (a *resync*, counted), and rebuilds from the events that
-//!   follow. A reconnect after which numbering continues loses nothing and keeps the state.
-//! - **Trusted**: engine token ids only match Pronto's hashes when the gateway tokenizes like
-//!   the engine: the simulator with the built-in mapping, or any engine when the pool has the
-//!   model's `tokenizer:` (the `pronto-tokenizer` crate). The index is trusted
-//!   once one lookup found a request's leading block in it; until then it answers `None` and
-//!   the approximate index decides, so an engine whose ids never map does no harm.
-//! - **Bound**: more than `MAX_ENGINE_BLOCKS` engine blocks (missed removals) forces a resync.
-//!
-//! Locking: one `RwLock` per backend, written by that backend's subscriber task for the
-//! duration of one batch (no await inside), read by routing decisions.
+//! What it holds and when it is used: the module docs of [`super`] (`pronto_core::kv_index`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -170,7 +139,7 @@ impl ExactIndex {
     }
 
     /// Whether a lookup has shown that the engine's blocks map onto Pronto's hashes.
-    pub fn is_trusted(&self) -> bool {
+    pub(crate) fn is_trusted(&self) -> bool {
         self.trusted.load(Ordering::Relaxed)
     }
 

@@ -41,9 +41,9 @@
 //! few samples as cold (to be explored) and one with a large error as poorly predicted (fall
 //! back to load balancing).
 
-pub mod reasoning;
+mod reasoning;
 mod shared;
-pub mod tpot;
+mod tpot;
 
 pub use reasoning::{ReasoningEffort, ReasoningLengths};
 pub use shared::TtftModel;
@@ -152,7 +152,7 @@ impl Coefficients {
 
     /// Predicted TTFT in seconds (finite, ≥ 0).
     #[inline]
-    pub fn predict(&self, x: &TtftInputs) -> f64 {
+    pub(crate) fn predict(&self, x: &TtftInputs) -> f64 {
         let t = self.to_theta();
         let f = x.features();
         let p: f64 = t.iter().zip(f.iter()).map(|(a, b)| a * b).sum();
@@ -176,7 +176,7 @@ pub struct Quality {
 
 /// An online TTFT estimator for one backend.
 #[derive(Debug, Clone)]
-pub struct TtftEstimator {
+pub(crate) struct TtftEstimator {
     theta: [f64; N],
     p: [[f64; N]; N],
     last: Option<Instant>,
@@ -187,7 +187,7 @@ pub struct TtftEstimator {
 impl TtftEstimator {
     /// An estimator starting at `prior`; `prior_variance` sets how quickly data overrides it
     /// (larger = faster).
-    pub fn new(prior: Coefficients, prior_variance: f64) -> TtftEstimator {
+    pub(crate) fn new(prior: Coefficients, prior_variance: f64) -> TtftEstimator {
         let mut p = [[0.0; N]; N];
         for (i, row) in p.iter_mut().enumerate() {
             row[i] = prior_variance;
@@ -203,18 +203,18 @@ impl TtftEstimator {
 
     /// Current coefficients, projected onto `≥ 0` (the unconstrained estimate keeps learning;
     /// predictions never reward a longer queue).
-    pub fn coefficients(&self) -> Coefficients {
+    pub(crate) fn coefficients(&self) -> Coefficients {
         Coefficients::from_theta(&self.theta.map(|t| t.max(0.0)))
     }
 
     /// Current quality.
-    pub fn quality(&self) -> Quality {
+    pub(crate) fn quality(&self) -> Quality {
         self.quality
     }
 
     /// Learn from one observed TTFT (seconds) for a request dispatched with inputs `x`.
     /// Returns the prediction made before the update (for the residual metric).
-    pub fn observe(&mut self, x: &TtftInputs, actual_s: f64, now: Instant) -> f64 {
+    pub(crate) fn observe(&mut self, x: &TtftInputs, actual_s: f64, now: Instant) -> f64 {
         let predicted = self.coefficients().predict(x);
         if !actual_s.is_finite() || actual_s < 0.0 {
             return predicted;

@@ -21,7 +21,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Observations after which the mean becomes exponentially weighted (weight `1 / WINDOW`).
-pub const WINDOW: u64 = 200;
+pub(crate) const WINDOW: u64 = 200;
 
 /// A request's `reasoning_effort` (OpenAI's chat completions field), as far as routing cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -129,7 +129,8 @@ impl ReasoningLengths {
     }
 
     /// Observations learned at `effort`.
-    pub fn samples(&self, effort: Option<ReasoningEffort>) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn samples(&self, effort: Option<ReasoningEffort>) -> u64 {
         self.levels[ReasoningEffort::slot(effort)]
             .count
             .load(Ordering::Relaxed)

@@ -39,7 +39,7 @@ fn words(c: Coefficients, q: Quality, last_ns: u64) -> [u64; 8] {
 
 impl TtftModel {
     /// A model starting at `prior`.
-    pub fn new(prior: Coefficients, epoch: Instant) -> TtftModel {
+    pub(crate) fn new(prior: Coefficients, epoch: Instant) -> TtftModel {
         let estimator = TtftEstimator::new(prior, PRIOR_VARIANCE);
         let published = SeqCell::new(words(estimator.coefficients(), estimator.quality(), NEVER));
         TtftModel {

@@ -68,21 +68,21 @@ pub struct TpotCoefficients {
 impl TpotCoefficients {
     /// Predicted seconds per output token in a batch of `batch` sequences.
     #[inline]
-    pub fn predict(&self, batch: f64) -> f64 {
+    pub(crate) fn predict(&self, batch: f64) -> f64 {
         self.base_s + self.s_per_seq * batch
     }
 
     /// The cautious fit's prediction for a batch of `batch` (module docs): what a
     /// `tpot_slo` is checked against.
     #[inline]
-    pub fn predict_cautious(&self, batch: f64) -> f64 {
+    pub(crate) fn predict_cautious(&self, batch: f64) -> f64 {
         self.cautious_base_s + self.cautious_s_per_seq * batch
     }
 }
 
 /// Decayed sums of a weighted least-squares fit of `tpot` on `batch`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct TpotFit {
+pub(crate) struct TpotFit {
     s0: f64,
     sx: f64,
     sy: f64,
@@ -95,7 +95,7 @@ pub struct TpotFit {
 impl TpotFit {
     /// Learn a TPOT of `tpot_s` in a batch of `batch`, observed at `at_s` seconds (any epoch,
     /// non-decreasing). Non-finite or negative values are ignored.
-    pub fn observe(&mut self, batch: f64, tpot_s: f64, at_s: f64) {
+    pub(crate) fn observe(&mut self, batch: f64, tpot_s: f64, at_s: f64) {
         if !(batch.is_finite() && tpot_s.is_finite() && batch >= 0.0 && tpot_s >= 0.0) {
             return;
         }
@@ -112,7 +112,7 @@ impl TpotFit {
     }
 
     /// The fit, once it has `MIN_SAMPLES` observations (see the module docs).
-    pub fn coefficients(&self) -> Option<TpotCoefficients> {
+    pub(crate) fn coefficients(&self) -> Option<TpotCoefficients> {
         if self.samples < MIN_SAMPLES || self.s0 <= 0.0 {
             return None;
         }
@@ -151,7 +151,7 @@ impl TpotFit {
 }
 
 /// One backend's TPOT model as shared state: learned under a small mutex when a stream ends
-/// (off the decision path), published through a [`SeqCell`] for lock-free reads.
+/// (off the decision path), published through a `SeqCell` for lock-free reads.
 #[derive(Debug)]
 pub struct TpotModel {
     fit: Mutex<TpotFit>,
@@ -162,7 +162,7 @@ pub struct TpotModel {
 
 impl TpotModel {
     /// A model with nothing learnt; times relative to `epoch`.
-    pub fn new(epoch: Instant) -> TpotModel {
+    pub(crate) fn new(epoch: Instant) -> TpotModel {
         TpotModel {
             fit: Mutex::new(TpotFit::default()),
             published: SeqCell::new([0; 5]),
@@ -188,7 +188,7 @@ impl TpotModel {
 
     /// The published coefficients, once the model predicts.
     #[inline]
-    pub fn view(&self) -> Option<TpotCoefficients> {
+    pub(crate) fn view(&self) -> Option<TpotCoefficients> {
         let w = self.published.load();
         (w[2] > 0).then(|| TpotCoefficients {
             base_s: f64::from_bits(w[0]),

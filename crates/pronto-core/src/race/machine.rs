@@ -43,7 +43,7 @@ pub enum Side {
 
 impl Side {
     /// The other copy.
-    pub fn other(self) -> Side {
+    pub(crate) fn other(self) -> Side {
         match self {
             Side::First => Side::Second,
             Side::Second => Side::First,
@@ -151,12 +151,13 @@ impl Race {
     }
 
     /// Whether the first copy may still be raced (no second copy, nothing decided).
-    pub fn open(&self) -> bool {
+    pub(crate) fn open(&self) -> bool {
         self.phase == Phase::Alone && !self.closed
     }
 
     /// Whether both copies run.
-    pub fn racing(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn racing(&self) -> bool {
         self.phase == Phase::Racing
     }
 

@@ -6,7 +6,7 @@
 mod features;
 mod json_str;
 mod parse;
-pub mod token_ratio;
+mod token_ratio;
 
 pub use features::{Endpoint, RequestFeatures};
 pub use parse::{parse_request, parse_request_with_prompt, RequestError};

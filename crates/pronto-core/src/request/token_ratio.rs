@@ -50,7 +50,8 @@ impl TokenRatio {
     }
 
     /// Samples learned from.
-    pub fn samples(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn samples(&self) -> u64 {
         self.samples.load(Ordering::Relaxed)
     }
 

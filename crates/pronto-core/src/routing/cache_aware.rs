@@ -61,7 +61,7 @@ pub(crate) const DEFAULT_BALANCE_REL_THRESHOLD: f64 = 1.5;
 
 /// Cache-aware routing with load-imbalance override (SGLang semantics).
 #[derive(Debug, Clone, PartialEq)]
-pub struct CacheAware {
+pub(crate) struct CacheAware {
     cache_threshold: f64,
     balance_abs_threshold: u32,
     balance_rel_threshold: f64,
@@ -80,7 +80,7 @@ impl Default for CacheAware {
 
 impl CacheAware {
     /// A policy with the given knobs (see the module docs; validated by the config layer).
-    pub fn new(
+    pub(crate) fn new(
         cache_threshold: f64,
         balance_abs_threshold: u32,
         balance_rel_threshold: f64,

@@ -49,7 +49,7 @@ const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// Session affinity on a consistent-hash ring; least in-flight without a session key.
 #[derive(Debug)]
-pub struct ConsistentHash {
+pub(crate) struct ConsistentHash {
     virtual_nodes: u32,
     ring: ArcSwapOption<Ring>,
     fallback: LeastInflight,
@@ -111,7 +111,7 @@ impl Ring {
 
 impl ConsistentHash {
     /// A policy placing each backend at `virtual_nodes × weight` points (at least 1 each).
-    pub fn new(virtual_nodes: u32) -> ConsistentHash {
+    pub(crate) fn new(virtual_nodes: u32) -> ConsistentHash {
         ConsistentHash {
             virtual_nodes: virtual_nodes.max(1),
             ring: ArcSwapOption::empty(),

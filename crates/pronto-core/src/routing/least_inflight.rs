@@ -12,7 +12,7 @@ use crate::request::RequestFeatures;
 
 /// Least in-flight requests, weighted, ties rotated.
 #[derive(Debug, Default)]
-pub struct LeastInflight {
+pub(crate) struct LeastInflight {
     tiebreak: AtomicU64,
 }
 

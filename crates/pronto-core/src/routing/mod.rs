@@ -10,11 +10,11 @@
 //! Every policy sees only *eligible* backends ([`BackendView::eligible`]): healthy, not already
 //! tried for this request, not stalled ([`crate::stall`]), and below their `max_inflight`.
 //!
-//! One file per policy, each documenting its algorithm and knobs: [`PredictedTtft`] (the
-//! default), [`RoundRobin`], [`LeastInflight`], [`Random`], [`PowerOfTwo`], [`CacheAware`]
-//! (SGLang's `cache_aware`), [`ConsistentHash`]. Config names a policy and its parameters as a [`PolicySpec`]
-//! (see `spec.rs` for the table of names, parameters and defaults); [`PolicySpec::build`]
-//! makes the policy. Every [`Decision`] carries a [`Reason`], a bounded metric label.
+//! One file per policy, each documenting its algorithm and knobs ([`PolicyKind`]:
+//! `predicted_ttft`, the default, `round_robin`, `least_inflight`, `random`, `power_of_two`,
+//! `cache_aware` as SGLang's, `consistent_hash`). Config names a policy and its parameters as
+//! a [`PolicySpec`] (see `spec.rs` for the table of names, parameters and defaults);
+//! [`PolicySpec::build`] makes the policy. Every [`Decision`] carries a [`Reason`], a bounded metric label.
 
 mod cache_aware;
 mod consistent_hash;
@@ -29,13 +29,13 @@ pub mod views;
 
 use std::time::Instant;
 
-pub use cache_aware::CacheAware;
-pub use consistent_hash::ConsistentHash;
-pub use least_inflight::LeastInflight;
-pub use power_of_two::PowerOfTwo;
-pub use predicted_ttft::PredictedTtft;
-pub use random::Random;
-pub use round_robin::RoundRobin;
+pub(crate) use cache_aware::CacheAware;
+pub(crate) use consistent_hash::ConsistentHash;
+pub(crate) use least_inflight::LeastInflight;
+pub(crate) use power_of_two::PowerOfTwo;
+pub(crate) use predicted_ttft::PredictedTtft;
+pub(crate) use random::Random;
+pub(crate) use round_robin::RoundRobin;
 pub use spec::{
     CacheAwareParams, ConsistentHashParams, PolicyKind, PolicySpec, PredictedTtftParams,
     SeedParams, SpecError,
@@ -95,12 +95,12 @@ pub struct BackendView {
     /// KV-cache tokens the backend allocates per second (its dispatched uncached prompts and
     /// expected outputs, time-averaged; evaluated on demand, [`AllocRate`]). In a steady state
     /// blocks are freed as fast as they are taken, so this is also how fast room appears
-    /// ([`BackendView::kv_wait_s`]), and how fast an unused prefix is evicted
+    /// (`BackendView::kv_wait_s`), and how fast an unused prefix is evicted
     /// ([`BackendView::cache_residency_s`]).
     pub kv_alloc: AllocRate,
     /// The backend's learned TTFT model, when the caller keeps one.
     pub ttft_model: Option<TtftModelView>,
-    /// The backend's learned TPOT model, once it predicts ([`crate::predict::tpot`]).
+    /// The backend's learned TPOT model, once it predicts ([`crate::predict::TpotModel`]).
     pub tpot_model: Option<TpotCoefficients>,
     /// Seconds its streams in flight have gone without a token (0: it holds no stream;
     /// [`crate::load::LoadView::silent_s`]).
@@ -126,7 +126,7 @@ pub struct TtftModelView {
 impl BackendView {
     /// Inputs of a TTFT prediction for `features` on this backend.
     #[inline]
-    pub fn ttft_inputs(&self, features: &RequestFeatures) -> TtftInputs {
+    pub(crate) fn ttft_inputs(&self, features: &RequestFeatures) -> TtftInputs {
         TtftInputs {
             queued_prefill_tokens: self.outstanding_prefill_tokens as f64,
             queued_prefill_sq: self.outstanding_prefill_sq,
@@ -137,7 +137,7 @@ impl BackendView {
     }
 
     /// Predicted seconds to first token for `features`, if the backend has a model.
-    pub fn predicted_ttft(&self, features: &RequestFeatures) -> Option<f64> {
+    pub(crate) fn predicted_ttft(&self, features: &RequestFeatures) -> Option<f64> {
         self.ttft_model
             .map(|m| m.coefficients.predict(&self.ttft_inputs(features)))
     }
@@ -179,9 +179,9 @@ impl BackendView {
     }
 
     /// [`BackendView::predicted_tpot_s`] from the model's cautious fit
-    /// ([`crate::predict::tpot`]): what a TPOT objective is checked against.
+    /// ([`crate::predict::TpotModel`]): what a TPOT objective is checked against.
     #[inline]
-    pub fn cautious_tpot_s(&self) -> Option<f64> {
+    pub(crate) fn cautious_tpot_s(&self) -> Option<f64> {
         self.tpot_model
             .map(|m| m.predict_cautious(f64::from(self.inflight) + 1.0))
     }
@@ -190,7 +190,7 @@ impl BackendView {
     /// prediction `predicted_ttft_s` within `ttft_s` and its predicted TPOT within `tpot_s`
     /// (an objective not set, or a TPOT the backend cannot predict yet, counts as met).
     #[inline]
-    pub fn meets_slo(&self, features: &RequestFeatures, predicted_ttft_s: f64) -> bool {
+    pub(crate) fn meets_slo(&self, features: &RequestFeatures, predicted_ttft_s: f64) -> bool {
         let slo = &features.slo;
         slo.ttft_s.is_none_or(|s| predicted_ttft_s <= s)
             && slo
@@ -202,7 +202,7 @@ impl BackendView {
     /// will hold (true when the capacity is unknown): its uncached prompt here plus its expected
     /// output. A request that does not fit makes the engine queue it or preempt running ones —
     /// a cost the TTFT model cannot see coming.
-    pub fn kv_fits(&self, features: &RequestFeatures) -> bool {
+    pub(crate) fn kv_fits(&self, features: &RequestFeatures) -> bool {
         self.kv_capacity_tokens
             .is_none_or(|cap| self.kv_reserved_tokens + self.kv_need(features) <= cap)
     }
@@ -227,7 +227,7 @@ impl BackendView {
     /// unknown. An engine out of blocks queues the request (or preempts) until running
     /// requests finish, a wait the TTFT model cannot see in its inputs.
     #[inline]
-    pub fn kv_wait_s(&self, features: &RequestFeatures) -> f64 {
+    pub(crate) fn kv_wait_s(&self, features: &RequestFeatures) -> f64 {
         let Some(cap) = self.kv_capacity_tokens else {
             return 0.0;
         };
@@ -244,7 +244,7 @@ impl BackendView {
     /// expected output (cached prefix blocks are shared and already resident). What a dispatch
     /// reserves in `kv_reserved_tokens` and allocates for the cache-residency estimate.
     #[inline]
-    pub fn kv_need(&self, features: &RequestFeatures) -> u64 {
+    pub(crate) fn kv_need(&self, features: &RequestFeatures) -> u64 {
         let uncached = features.prompt_tokens.saturating_sub(self.cached_tokens);
         u64::from(uncached) + u64::from(expected_output_tokens(features))
     }
@@ -294,7 +294,7 @@ pub struct Snapshot<'a> {
 
 impl<'a> Snapshot<'a> {
     /// Indices of eligible backends.
-    pub fn eligible(&self) -> impl Iterator<Item = (usize, &'a BackendView)> + 'a {
+    pub(crate) fn eligible(&self) -> impl Iterator<Item = (usize, &'a BackendView)> + 'a {
         self.backends
             .iter()
             .enumerate()
@@ -414,7 +414,7 @@ pub struct Decision {
 }
 
 /// Run `policy` on `views` and make sure the decision carries a prediction: a policy that
-/// predicts ([`PredictedTtft`]) reports the one it acted on; for any other, the chosen
+/// predicts ([`PolicyKind::PredictedTtft`]) reports the one it acted on; for any other, the chosen
 /// backend's own model prediction plus its wait for KV room (when finite) is filled in. This
 /// is *the* prediction of the request — the one the explain header shows, admission compares
 /// with the SLO and the accuracy metric scores.
@@ -524,7 +524,7 @@ pub(crate) mod test_support {
     }
 
     /// Indices `p` picks over `v` in `n` decisions on the same features.
-    pub fn picks(p: &dyn Policy, v: &[BackendView], n: usize) -> Vec<usize> {
+    pub(crate) fn picks(p: &dyn Policy, v: &[BackendView], n: usize) -> Vec<usize> {
         let f = features();
         let now = Instant::now();
         (0..n)

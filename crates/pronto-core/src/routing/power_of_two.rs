@@ -22,13 +22,13 @@ use crate::request::RequestFeatures;
 
 /// Power of two random choices by in-flight requests, seeded.
 #[derive(Debug)]
-pub struct PowerOfTwo {
+pub(crate) struct PowerOfTwo {
     rng: SplitMix,
 }
 
 impl PowerOfTwo {
     /// A policy drawing from the splitmix64 stream that starts at `seed`.
-    pub fn with_seed(seed: u64) -> PowerOfTwo {
+    pub(crate) fn with_seed(seed: u64) -> PowerOfTwo {
         PowerOfTwo {
             rng: SplitMix::new(seed),
         }

@@ -87,7 +87,7 @@ use crate::request::RequestFeatures;
 
 /// The predicted-TTFT policy and its knobs.
 #[derive(Debug)]
-pub struct PredictedTtft {
+pub(crate) struct PredictedTtft {
     /// Relative error above which a calibrated model is distrusted (its prediction scaled up).
     pub poor_error: f64,
     /// Observations before a model counts as calibrated.
@@ -263,7 +263,7 @@ impl Policy for PredictedTtft {
 
 impl PredictedTtft {
     /// A policy with the given knobs (see the module docs).
-    pub fn new(
+    pub(crate) fn new(
         poor_error: f64,
         min_samples: u32,
         explore_after_s: f64,

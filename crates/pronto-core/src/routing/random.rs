@@ -17,13 +17,13 @@ use crate::request::RequestFeatures;
 
 /// Weighted uniform random choice, seeded.
 #[derive(Debug)]
-pub struct Random {
+pub(crate) struct Random {
     rng: SplitMix,
 }
 
 impl Random {
     /// A policy drawing from the splitmix64 stream that starts at `seed`.
-    pub fn with_seed(seed: u64) -> Random {
+    pub(crate) fn with_seed(seed: u64) -> Random {
         Random {
             rng: SplitMix::new(seed),
         }

@@ -13,7 +13,7 @@ use crate::request::RequestFeatures;
 
 /// Weighted round robin.
 #[derive(Debug, Default)]
-pub struct RoundRobin {
+pub(crate) struct RoundRobin {
     next: AtomicU64,
 }
 

@@ -188,7 +188,7 @@ pub struct SeedParams {
     pub seed: u64,
 }
 
-/// Parameters of `cache_aware` (see [`CacheAware`]).
+/// Parameters of `cache_aware` (`CacheAware`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CacheAwareParams {
@@ -212,7 +212,7 @@ impl Default for CacheAwareParams {
     }
 }
 
-/// Parameters of `predicted_ttft` (see [`PredictedTtft`]).
+/// Parameters of `predicted_ttft` (`PredictedTtft`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PredictedTtftParams {
@@ -243,7 +243,7 @@ impl Default for PredictedTtftParams {
     }
 }
 
-/// Parameters of `consistent_hash` (see [`ConsistentHash`]).
+/// Parameters of `consistent_hash` (`ConsistentHash`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ConsistentHashParams {
@@ -356,7 +356,7 @@ impl PolicySpec {
     }
 
     /// Range problems with the parameters, one per parameter at fault.
-    pub fn check(&self) -> Vec<SpecError> {
+    pub(crate) fn check(&self) -> Vec<SpecError> {
         let mut errors = Vec::new();
         match self {
             PolicySpec::CacheAware(p) => {
