@@ -76,7 +76,7 @@ pub enum GatewayError {
     Overloaded {
         /// Route name.
         route: String,
-        /// Why (a [`crate::telemetry::ShedReason`] label).
+        /// Why (a [`pronto_core::admission::ShedReason`] label).
         reason: &'static str,
         /// Suggested wait before retrying, seconds.
         retry_after_s: u32,

@@ -24,10 +24,11 @@ use super::edge::{AdminFile, AuthFile, KeyFile, RateLimit, RateLimitsFile, Secre
 use super::file::*;
 use super::model::{Backend, Config, Pool, ProfileHint};
 use super::nats::{NatsAuth, NatsAuthFile, NatsSecret, NatsTlsFile};
-use super::race::{DeadlineFile, FirstTokenDeadline, HedgeDelay, HedgeFile};
+use super::race::{DeadlineFile, HedgeFile};
 use super::route::{Route, RouteObjective, SloAction};
 use super::secrets::REDACTED;
 use super::tls::TlsFile;
+use pronto_core::race::{FirstTokenDeadline, HedgeDelay, RaceOn};
 use pronto_core::routing::PolicySpec;
 
 // === impl Config ===
@@ -171,8 +172,8 @@ fn route(r: &Route) -> RouteFile {
         ),
         race_on: Some(
             match r.race_on {
-                super::route::RaceOn::Ttft => "ttft",
-                super::route::RaceOn::Ttfa => "ttfa",
+                RaceOn::Ttft => "ttft",
+                RaceOn::Ttfa => "ttfa",
             }
             .to_string(),
         ),

@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use super::validate::Checker;
 
-pub use pronto_core::stall::{StallRule, DEFAULT_FACTOR, DEFAULT_FLOOR};
+use pronto_core::stall::{StallRule, DEFAULT_FACTOR, DEFAULT_FLOOR};
 
 /// Shortest `health.stall.floor` accepted (shorter would take a merely slow prefill for a
 /// wedge).

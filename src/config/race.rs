@@ -24,7 +24,7 @@
 //! one's TTFT model observes the time it was given — a lower bound of its real TTFT.
 //! **Hedging**: the same race, started after `after` or at the `quantile` of the prediction's
 //! error distribution, whether or not the backend is late — bounded by a token bucket
-//! (each request earns `budget` hedges, at most [`HEDGE_BURST`] banked) and never while the
+//! (each request earns `budget` hedges, at most [`HEDGE_BURST`](pronto_core::race::HEDGE_BURST) banked) and never while the
 //! best predicted TTFT exceeds `max_predicted_ttft`, so hedges cannot amplify an overload.
 //!
 //! The quantile of a prediction: see [`pronto_core::race`].
@@ -36,10 +36,7 @@ use serde::Deserialize;
 use super::duration::text_duration;
 use super::validate::Checker;
 
-pub use pronto_core::race::{
-    normal_quantile, FirstTokenDeadline, Hedge, HedgeDelay, DEFAULT_DEADLINE_FLOOR,
-    DEFAULT_HEDGE_BUDGET, HEDGE_BURST,
-};
+use pronto_core::race::{FirstTokenDeadline, Hedge};
 
 /// Streams: a backend without a first token by then also gets the request sent to the
 /// next-best backend; the first to answer is relayed, the other cancelled. Either after, or

@@ -144,9 +144,9 @@ pub struct Route {
     /// Overrides `limits.idle_timeout`.
     pub idle_timeout: Option<Duration>,
     /// Failover when a backend's first token is this late ([`super::race`]).
-    pub first_token_deadline: Option<super::race::FirstTokenDeadline>,
+    pub first_token_deadline: Option<pronto_core::race::FirstTokenDeadline>,
     /// Bounded hedging ([`super::race`]).
-    pub hedge: Option<super::race::Hedge>,
+    pub hedge: Option<pronto_core::race::Hedge>,
     /// Routing policy for this route's requests (the pool's when absent).
     pub policy: Option<PolicySpec>,
     /// Overrides the top-level `migration:` ([`super::migration`]).
@@ -167,7 +167,7 @@ pub enum RouteObjective {
 }
 
 /// A route's `race_on:` (see the module docs).
-pub use pronto_core::race::RaceOn;
+use pronto_core::race::RaceOn;
 
 /// A route's conditions; every one given must hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

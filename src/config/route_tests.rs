@@ -298,7 +298,7 @@ fn the_objective_defaults_to_ttft_and_ttfa_warns_under_another_policy() {
     assert!(on("objective: ttfa", "predicted_ttft").is_empty());
     assert!(on("objective: ttfa, policy: predicted_ttft", "round_robin").is_empty());
     let c = load("routes:\n  - {name: r, pool: fast, race_on: ttfa, match: {model: x}}\n  - {name: s, pool: spare}\n").unwrap();
-    assert_eq!(c.routes[0].race_on, crate::config::route::RaceOn::Ttfa);
+    assert_eq!(c.routes[0].race_on, pronto_core::race::RaceOn::Ttfa);
     let w = warnings(&c);
     assert_eq!(
         w,
@@ -330,7 +330,7 @@ fn a_route_policy_is_validated_like_a_pools() {
 
 #[test]
 fn deadlines_and_hedges_load_and_their_errors_name_the_field() {
-    use crate::config::race::{FirstTokenDeadline, Hedge, HedgeDelay};
+    use pronto_core::race::{FirstTokenDeadline, Hedge, HedgeDelay};
     let c = load(
         "routes:\n  - {name: a, pool: fast, first_token_deadline: {factor: 3, floor: 100ms}, hedge: {quantile: 0.9, budget: 0.1, max_predicted_ttft: 2s}}\n  - {name: b, pool: spare, first_token_deadline: {after: 2s}, hedge: {after: 300ms}}\n",
     )

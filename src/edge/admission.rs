@@ -56,7 +56,6 @@ use tokio::sync::Notify;
 use crate::telemetry::Metrics;
 
 use pronto_core::admission::QueueKey;
-pub use pronto_core::admission::ShedReason;
 
 /// The gateway's admission queue (one per gateway; it outlives config reloads).
 #[derive(Debug)]

@@ -11,9 +11,10 @@ use pingora_core::protocols::http::ServerSession;
 use super::Edge;
 use super::{Admitting, Failure};
 use crate::config::{Route, Slo, SloAction};
-use crate::edge::admission::{Departure, ShedReason};
+use crate::edge::admission::Departure;
 use crate::error::GatewayError;
 use crate::state::{GatewayState, Pool, Routed};
+use pronto_core::admission::ShedReason;
 use pronto_core::ids::BackendId;
 use pronto_core::request::RequestFeatures;
 

@@ -32,11 +32,11 @@ use pingora_http::RequestHeader;
 
 use super::upstream::{attempt, client_key_is_ours, upstream_request_head, Attempt, Deadlines};
 use super::Proxy;
-use crate::config::route::RaceOn;
 use crate::config::Route;
 use crate::state::{Attempted, GatewayState, Pool, Routed};
 use crate::telemetry::{FailoverReason, RaceKind};
 use pronto_core::ids::BackendId;
+use pronto_core::race::RaceOn;
 use pronto_core::race::{Action, DeadlineKind, HedgeBucket, Race as CoreRace, Side, Trigger};
 use pronto_core::request::RequestFeatures;
 use pronto_core::routing::Policy;
@@ -118,7 +118,7 @@ pub(super) struct Raced {
 
 /// Hedge credit per route, outliving reloads: a [`HedgeBucket`] per route (each request on a
 /// hedging route earns `budget` hedges, at most
-/// [`HEDGE_BURST`](crate::config::race::HEDGE_BURST) banked; a hedge spends one).
+/// [`HEDGE_BURST`](pronto_core::race::HEDGE_BURST) banked; a hedge spends one).
 #[derive(Debug, Default)]
 pub(super) struct HedgeBudgets {
     credit: Mutex<HashMap<Arc<str>, HedgeBucket>>,
@@ -437,7 +437,7 @@ fn kind_of(t: Trigger) -> RaceKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::race::HEDGE_BURST;
+    use pronto_core::race::HEDGE_BURST;
     use pronto_core::routing::{BackendView, Decision, Reason};
 
     fn routed(predicted: Option<f64>) -> Routed {

@@ -124,9 +124,8 @@ pub const UPSTREAM_ERROR_KINDS: [&str; 7] = [
     "mid_stream",
 ];
 
-/// Why admission refused a request (a bounded metric label): the core's admission verdict,
-/// named here so telemetry's labels are all in one place.
-pub use pronto_core::admission::ShedReason;
+// Why admission refused a request is the core's verdict, `pronto_core::admission::ShedReason`,
+// used as a label under its one name (not re-exported here).
 
 /// Why an active health check failed (a bounded metric label, [`CheckFailure::label`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,6 +27,7 @@ use families::*;
 pub use labels::*;
 pub use migrate::{MigrationMetrics, MigrationOutcome};
 pub use progress::ProgressMetrics;
+use pronto_core::admission::ShedReason;
 pub use race::{FailoverReason, RaceKind, RaceMetrics};
 
 /// The version and git revision this binary was built from (`build.rs`).
