@@ -19,6 +19,14 @@
 //! arrival; E2E = finish − arrival. Nothing is random: a run is a pure function of trace,
 //! fleet and policy.
 //!
+//! ## The TTFT model's prior
+//! Each backend's TTFT model starts from its engine's profile, as a gateway backend's does from
+//! its `profile:` hint: the profile file's `prior:` block when it has one, else the prior its
+//! timing terms imply ([`crate::profile::Profile::router_prior`]) — not the generic GPU prior
+//! ([`pronto_core::predict::Coefficients::default`]) a gateway backend without a hint starts
+//! from. (A gateway hint carries three of the block's five terms, `base_s`, `s_per_token` and
+//! `s_per_decode`; the other two keep the generic values there.)
+//!
 //! ## The `oracle` policy (evaluator only)
 //! Reads true engine state: for each backend it clones the engine, adds the request and steps
 //! the clone until the request's first token (from the end of the step in flight, if any).
@@ -113,7 +121,7 @@ pub use fleet::{
     SimBackend,
 };
 use pronto_core::admission::Verdict;
-use pronto_core::predict::ReasoningLengths;
+use pronto_core::predict::{Coefficients, ReasoningLengths};
 use pronto_core::request::RequestFeatures;
 use pronto_core::routing::BackendView;
 use pronto_core::slo::{Objective, SloTargets};
@@ -387,12 +395,18 @@ impl<'a> Run<'a> {
             .iter()
             .map(|b| Some((b.config.num_kv_blocks * b.config.block_size) as u64))
             .collect();
+        // Each TTFT model starts from its engine's profile prior (see the module docs).
+        let priors: Vec<Coefficients> = fleet
+            .iter()
+            .map(|b| b.config.profile.router_prior().coefficients())
+            .collect();
         let base = Instant::now();
         let exact = matches!(chooser, Chooser::Policy(_, true));
         let block_sizes: Vec<usize> = fleet.iter().map(|b| b.config.block_size).collect();
         let mut router = Replicas::new(
             &names,
             &capacities,
+            &priors,
             base,
             rep,
             exact.then_some(&block_sizes[..]),
@@ -847,4 +861,75 @@ fn features_of(model: &str, ids: &[u32], r: &TraceRequest) -> RequestFeatures {
     f.block_hashes = block_hashes(ids, BLOCK_TOKENS);
     f.session_key = r.session.map(|s| s.to_string());
     f
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::engine::EngineConfig;
+    use crate::profile::Profile;
+
+    /// Coefficients as a prior's fields, in its file order.
+    fn fields(c: Coefficients) -> [f64; 5] {
+        [
+            c.base_s,
+            c.s_per_token,
+            c.s_per_token_sq,
+            c.s_per_decode,
+            c.s_per_waiting,
+        ]
+    }
+
+    /// Every replica's TTFT model of each backend starts from the backend's profile prior, as
+    /// a gateway backend's does from its `profile:` hint: the file's `prior:` block where it has
+    /// one (cpu-tiny), else what the timing terms imply (the built-in GPU profiles have none) —
+    /// not the generic prior.
+    #[test]
+    fn each_ttft_model_starts_from_its_profiles_prior() {
+        let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/sim/cpu-tiny.yaml");
+        let tiny = Profile::load(&tiny).unwrap();
+        let written = tiny.prior.expect("cpu-tiny carries its prior");
+        let h100 = Profile::builtin("h100-llama3-8b").unwrap();
+        let a100 = Profile::builtin("a100-llama3-8b").unwrap();
+        assert!(h100.prior.is_none() && a100.prior.is_none());
+        let want = [h100.ttft_prior(), a100.ttft_prior(), written];
+        let fleet: Vec<SimBackend> = [h100, a100, tiny]
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| SimBackend::new(format!("b{i}"), EngineConfig::from_profile(p)))
+            .collect();
+        let rep = Replication {
+            replicas: 2,
+            ..Replication::default()
+        };
+        let route = RouteSettings::default();
+        let mut run = Run::new(
+            &fleet,
+            "m",
+            &[],
+            "predicted_ttft",
+            rep,
+            &route,
+            &CrashPlan::default(),
+        )
+        .unwrap();
+        let f = RequestFeatures::synthetic("m", String::new(), None);
+        for replica in 0..2 {
+            let views = run.router.router(replica).views(&f, run.base, false);
+            assert_eq!(views.len(), want.len());
+            for (v, prior) in views.iter().zip(want) {
+                let c = v.ttft_model.expect("a TTFT model").coefficients;
+                // The model keeps its coefficients scaled: they come back to within rounding.
+                let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs();
+                let (got, want) = (fields(c), prior.fields().map(|(_, v)| v));
+                assert!(
+                    got.iter().zip(want).all(|(&a, b)| close(a, b)),
+                    "replica {replica}, {:?}: {c:?}, not the prior {prior:?}",
+                    v.id
+                );
+            }
+        }
+    }
 }
