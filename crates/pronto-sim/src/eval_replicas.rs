@@ -196,13 +196,14 @@ impl Replicas {
     pub fn new<S: AsRef<str>>(
         names: &[S],
         capacities: &[Option<u64>],
+        priors: &[pronto_core::predict::Coefficients],
         base: Instant,
         cfg: Replication,
         exact: Option<&[usize]>,
     ) -> Replicas {
         let replicas = (0..cfg.replicas.max(1))
             .map(|i| Replica {
-                router: RouterSideState::new(names, capacities, base, exact),
+                router: RouterSideState::new(names, capacities, priors, base, exact),
                 id: ReplicaId(i as u64),
                 remote: Remote::new(PEER_TIMEOUT),
                 outbox: Outbox::new(ObserveLimit::DEFAULT),
@@ -536,7 +537,7 @@ mod tests {
         let base = Instant::now();
         let features = RequestFeatures::synthetic("m", String::new(), Some(16));
         let model_after = |calls: &[(bool, f64, f64)]| {
-            let mut r = Replicas::new(&["b0"], &[None], base, Replication::default(), None);
+            let mut r = Replicas::new(&["b0"], &[None], &[], base, Replication::default(), None);
             let view = r.views_excluding(0, &features, 0.0, false, &[])[0];
             let mut tr = r.on_dispatch(0, 0, Some(0.1), &view, &features, 0.0);
             for &(held, ttft_s, t) in calls {

@@ -86,11 +86,14 @@ pub struct RouterSideState {
 impl RouterSideState {
     /// Idle backends with these names, in pool order; times relative to `epoch`. `capacities`:
     /// each engine's KV-cache capacity in tokens, as a scrape of its cache config would report.
+    /// `priors`: each backend's TTFT-model prior, as its gateway backend's `profile:` hint
+    /// would set it (a backend without one: the generic [`Coefficients::default`]).
     /// `exact`: each engine's block size, when its KV events feed an exact prefix index
     /// ([`RouterSideState::apply_kv_events`]), as a gateway backend with `kv_events:`.
     pub fn new<S: AsRef<str>>(
         names: &[S],
         capacities: &[Option<u64>],
+        priors: &[Coefficients],
         epoch: Instant,
         exact: Option<&[usize]>,
     ) -> RouterSideState {
@@ -104,7 +107,7 @@ impl RouterSideState {
                 let state = BackendState::new(
                     BackendId(i as u64),
                     n.as_ref(),
-                    Coefficients::default(),
+                    priors.get(i).copied().unwrap_or_default(),
                     epoch,
                     index,
                 );
@@ -383,7 +386,7 @@ mod tests {
         let now = Instant::now();
         let cfg = EngineConfig::from_profile(Profile::builtin("h100-llama3-8b").unwrap());
         let sizes = [cfg.block_size, cfg.block_size];
-        let s = RouterSideState::new(&["a", "b"], &[None, None], now, Some(&sizes));
+        let s = RouterSideState::new(&["a", "b"], &[None, None], &[], now, Some(&sizes));
         let ids: Vec<u32> = (0..256).collect();
         let mut f = RequestFeatures::synthetic("m", String::new(), None);
         f.prompt_tokens = ids.len() as u32;
@@ -415,7 +418,7 @@ mod tests {
     #[test]
     fn counts_follow_the_request_lifecycle_and_the_model_learns() {
         let now = Instant::now();
-        let mut s = RouterSideState::new(&["a", "b"], &[None, None], now, None);
+        let mut s = RouterSideState::new(&["a", "b"], &[None, None], &[], now, None);
         let mut f = RequestFeatures::synthetic("m", "x".into(), None);
         f.prompt_tokens = 100;
         let chosen = s.views(&f, now, true)[1];

@@ -121,6 +121,17 @@ pub struct TtftPrior {
 }
 
 impl TtftPrior {
+    /// These values as the TTFT model's coefficients, field for field.
+    pub fn coefficients(&self) -> pronto_core::predict::Coefficients {
+        pronto_core::predict::Coefficients {
+            base_s: self.base_s,
+            s_per_token: self.s_per_token,
+            s_per_token_sq: self.s_per_token_sq,
+            s_per_decode: self.s_per_decode,
+            s_per_waiting: self.s_per_waiting,
+        }
+    }
+
     /// Fields as `(name, value)`, in file order.
     pub fn fields(&self) -> [(&'static str, f64); 5] {
         [
@@ -353,6 +364,13 @@ impl Profile {
             s_per_decode: (s.decode_ms_per_seq + s.decode_ms_per_kctx) / 1e3,
             s_per_waiting: (f.request_ms + s.floor_ms + s.prefill_step_ms) / 1e3,
         }
+    }
+
+    /// The prior a router starts this engine's TTFT model from: the file's `prior:` block when
+    /// it has one (what a gateway backend's `profile: {file: …}` reads), else the prior the
+    /// timing terms imply ([`Profile::ttft_prior`]).
+    pub fn router_prior(&self) -> TtftPrior {
+        self.prior.unwrap_or_else(|| self.ttft_prior())
     }
 
     /// KV capacity in tokens.
