@@ -5,7 +5,8 @@ Usage: scripts/eval-matrix-compare.py [--threshold T] [--policy P ...] BEFORE_DI
 
 Prints a Markdown table of every cell present in both (cells are matched on workload, fleet,
 load and seed, whichever naming each directory uses: `WORKLOAD--FLEET--LOAD--sSEED.json`, or the
-older `TRACE-FLEET-LOAD.json`, seed 1). The last column says `worse` when the mean or p99 rose
+older `TRACE-FLEET-LOAD.json`, seed 1; any other name, such as the replica table's
+`TRACE-FLEET-rR-SYNC-SPREAD.json`, is matched on the file name alone). The last column says `worse` when the mean or p99 rose
 by more than T (default 0.1 = 10 %), `better` when either fell by more than T and neither
 rose by more than T.
 """
@@ -27,12 +28,16 @@ policies = args.policy or ["round_robin", "least_inflight", "cache_aware", "pred
 
 
 def key(path):
+    """(workload, fleet, load, seed) from the name, or (name, "", 0, 0) for other names."""
     stem = os.path.basename(path)[:-5]
     if "--" in stem:
         w, fleet, load, seed = stem.split("--")
         return w, fleet, float(load), int(seed.lstrip("s"))
     parts = stem.split("-")
-    return parts[0], "-".join(parts[1:-1]), float(parts[-1]), 1
+    try:
+        return parts[0], "-".join(parts[1:-1]), float(parts[-1]), 1
+    except ValueError:
+        return stem, "", 0.0, 0
 
 
 before = {key(p): p for p in glob.glob(f"{args.before}/*.json")}
@@ -46,7 +51,7 @@ for a in sorted(glob.glob(f"{args.after}/*.json"), key=key):
     A = {r["policy"]: r for r in json.load(open(a))["runs"]}
     B = {r["policy"]: r for r in json.load(open(before[k]))["runs"]}
     w, fleet, load, seed = k
-    name = f"{w} × {fleet} × {load:.0%} × s{seed}"
+    name = f"{w} × {fleet} × {load:.0%} × s{seed}" if fleet else w
     for p in policies:
         if p not in A or p not in B:
             continue

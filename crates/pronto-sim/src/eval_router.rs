@@ -195,6 +195,19 @@ impl RouterSideState {
         }
     }
 
+    /// `f` over the pool and the views' scratch (taken out for the call: no copy, its buffers
+    /// move), counting the backends the build marked stalled.
+    fn building<R>(
+        &mut self,
+        f: impl FnOnce(&PoolRouting<'_, SimRouterBackend>, &mut Scratch) -> R,
+    ) -> R {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let out = f(&self.pool(), &mut scratch);
+        self.stall_marks += scratch.newly_stalled().len() as u64;
+        self.scratch = scratch;
+        out
+    }
+
     /// A scrape of `backend`'s engine metrics at `at` read `load`; trusted as the gateway
     /// trusts a scrape taken every [`DEFAULT_SCRAPE_INTERVAL`].
     pub fn on_scrape(&mut self, backend: usize, load: ScrapedLoad, at: Instant) {
@@ -235,15 +248,9 @@ impl RouterSideState {
         residency: bool,
         tried: &[BackendId],
     ) -> &[BackendView] {
-        let pool = PoolRouting {
-            backends: &self.backends,
-            slots: &self.slots,
-            index: &self.index,
-            token_ratio: self.token_ratio.ratio(),
-            stall: self.stall,
-        };
-        views::build(&pool, features, now, residency, tried, &mut self.scratch);
-        self.stall_marks += self.scratch.newly_stalled().len() as u64;
+        self.building(|pool, scratch| {
+            views::build(pool, features, now, residency, tried, scratch);
+        });
         self.scratch.views()
     }
 
@@ -257,15 +264,8 @@ impl RouterSideState {
         now: Instant,
         margin: f64,
     ) -> (repair::Relocation, BackendView) {
-        let pool = PoolRouting {
-            backends: &self.backends,
-            slots: &self.slots,
-            index: &self.index,
-            token_ratio: self.token_ratio.ratio(),
-            stall: self.stall,
-        };
-        let out = repair::reconsider(&pool, &mut self.scratch, policy, r, now, margin);
-        self.stall_marks += self.scratch.newly_stalled().len() as u64;
+        let out = self
+            .building(|pool, scratch| repair::reconsider(pool, scratch, policy, r, now, margin));
         let at = match out {
             repair::Relocation::Move(d) => d.index,
             repair::Relocation::Stay(_) => r.backend,

@@ -226,39 +226,12 @@ mod tests {
     fn reconsidering_restores_the_record_only_when_the_request_stays() {
         use crate::affinity::{IndexConfig, PrefixIndex};
         use crate::ids::BackendId;
-        use crate::load::Plain;
-        use crate::routing::views::{PoolRouting, RoutingBackend, Scratch};
-        use crate::state::{BackendState, Settings};
+        use crate::routing::views::test_support::backend_with;
+        use crate::routing::views::{PoolRouting, Scratch};
 
-        struct B(BackendState<Plain>);
-        impl RoutingBackend for B {
-            type Storage = Plain;
-            fn state(&self) -> &BackendState<Plain> {
-                &self.0
-            }
-            fn settings(&self) -> Settings {
-                Settings {
-                    weight: 1,
-                    max_inflight: None,
-                }
-            }
-            fn healthy(&self, _now: Instant) -> bool {
-                true
-            }
-        }
         let t0 = Instant::now();
         let coefficients = view("x", 0).ttft_model.map(|m| m.coefficients).unwrap();
-        let backends: Vec<B> = (0..2)
-            .map(|i| {
-                B(BackendState::new(
-                    BackendId(i),
-                    &format!("b{i}"),
-                    coefficients,
-                    t0,
-                    None,
-                ))
-            })
-            .collect();
+        let backends = [0, 1].map(|i| backend_with(i, t0, coefficients));
         let index = PrefixIndex::new(IndexConfig {
             max_backends: 2,
             ..IndexConfig::default()

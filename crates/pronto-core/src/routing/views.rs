@@ -292,16 +292,15 @@ pub fn build<'s, B: RoutingBackend>(
     views
 }
 
+/// A backend for tests of what drives the view builder.
 #[cfg(test)]
-mod tests {
+pub(crate) mod test_support {
     use super::*;
-    use crate::affinity::IndexConfig;
     use crate::load::Plain;
     use crate::predict::Coefficients;
-    use crate::tokens::BlockHash;
-    use std::time::Duration;
 
-    struct B(BackendState<Plain>, bool);
+    /// A backend's state and whether it is healthy; weight 1, no in-flight cap.
+    pub(crate) struct B(pub BackendState<Plain>, pub bool);
 
     impl RoutingBackend for B {
         type Storage = Plain;
@@ -319,18 +318,27 @@ mod tests {
         }
     }
 
-    fn backend(i: u64, t0: Instant) -> B {
+    /// Healthy backend `b{i}` whose TTFT model starts from `prior`.
+    pub(crate) fn backend_with(i: u64, t0: Instant, prior: Coefficients) -> B {
         B(
-            BackendState::new(
-                BackendId(i),
-                &format!("b{i}"),
-                Coefficients::default(),
-                t0,
-                None,
-            ),
+            BackendState::new(BackendId(i), &format!("b{i}"), prior, t0, None),
             true,
         )
     }
+
+    /// Healthy backend `b{i}` with the generic prior.
+    pub(crate) fn backend(i: u64, t0: Instant) -> B {
+        backend_with(i, t0, Coefficients::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{backend, B};
+    use super::*;
+    use crate::affinity::IndexConfig;
+    use crate::tokens::BlockHash;
+    use std::time::Duration;
 
     #[test]
     fn views_carry_load_health_and_the_prefix_hit_by_slot() {
