@@ -20,9 +20,9 @@ fn pod_env(name: &str) -> Option<String> {
 
 fn load(section: &str) -> Result<Option<Cluster>, Vec<(String, String)>> {
     let yaml = format!("{section}{POOL}");
-    validate_with_env(&file::parse(&yaml).expect("test YAML parses"), pod_env)
-        .map(|(c, _, _)| c.cluster)
-        .map_err(|i| i.errors.into_iter().map(|e| (e.path, e.message)).collect())
+    crate::config::Loaded::from_yaml_str_with_env(&yaml, "t.yaml", pod_env)
+        .map(|l| l.config.cluster)
+        .map_err(|e| e.errors.into_iter().map(|d| (d.path, d.message)).collect())
 }
 
 #[test]

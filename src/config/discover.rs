@@ -10,7 +10,7 @@
 
 use super::file::DiscoverFile;
 use super::model::{Discover, DEFAULT_DISCOVER_INTERVAL, DEFAULT_WEIGHT};
-use super::validate::{parse_backend_url, Checker};
+use super::validate::Checker;
 
 impl Checker {
     /// A `discover:` section; `None` when `dns` is missing or invalid (errors recorded).
@@ -43,29 +43,12 @@ impl Checker {
             }
             n.max(1)
         });
-        let dns_path = format!("{path}.dns");
-        let (host, port) = match d.dns.as_deref().map(str::trim) {
-            None | Some("") => {
-                self.error(
-                    dns_path,
-                    "missing; a name to resolve, e.g. `vllm.internal:8000`",
-                );
-                return None;
-            }
-            Some(dns) if dns.contains("://") || dns.contains('/') => {
-                self.error(
-                    dns_path,
-                    format!("`{dns}` must be `host:port`, without a scheme or path"),
-                );
-                return None;
-            }
-            Some(dns) => match parse_backend_url(&format!("http://{dns}")) {
-                Ok((host, port, _)) => (host, port),
-                Err(message) => {
-                    self.error(dns_path, message.replace("http://", ""));
-                    return None;
-                }
-            },
+        let Some(super::value::HostPort { host, port }) = d.dns.clone() else {
+            self.error(
+                format!("{path}.dns"),
+                "missing; a name to resolve, e.g. `vllm.internal:8000`",
+            );
+            return None;
         };
         Some(Discover {
             host,

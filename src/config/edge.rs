@@ -75,8 +75,8 @@ pub struct KeyFile {
     #[schemars(regex(pattern = r"^[0-9a-fA-F]{64}$"))]
     pub sha256: Option<String>,
     /// Model globs the key may use; absent: all
-    #[schemars(length(min = 1))]
-    pub models: Option<Vec<String>>,
+    #[schemars(with = "Option<Vec<String>>", length(min = 1))]
+    pub models: Option<Vec<Glob>>,
     /// Route names the key may use; absent: all
     #[schemars(length(min = 1))]
     pub routes: Option<Vec<String>>,
@@ -468,13 +468,7 @@ impl Checker {
                 [0; 32]
             }
         };
-        let mut models = Vec::new();
-        for (i, m) in k.models.iter().flatten().enumerate() {
-            match Glob::parse(m) {
-                Ok(g) => models.push(g),
-                Err(e) => self.error(format!("{path}.models[{i}]"), e),
-            }
-        }
+        let models = k.models.clone().unwrap_or_default();
         let mut allowed_routes = Vec::new();
         for (i, r) in k.routes.iter().flatten().enumerate() {
             if routes.contains(r.as_str()) {
@@ -486,8 +480,12 @@ impl Checker {
                 );
             }
         }
-        for (field, list) in [("models", &k.models), ("routes", &k.routes)] {
-            if list.as_ref().is_some_and(Vec::is_empty) {
+        let lengths = [
+            k.models.as_ref().map(Vec::len),
+            k.routes.as_ref().map(Vec::len),
+        ];
+        for (field, len) in ["models", "routes"].into_iter().zip(lengths) {
+            if len == Some(0) {
                 self.error(
                     format!("{path}.{field}"),
                     "empty list: the key could use nothing (omit it to allow everything)",

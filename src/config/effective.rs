@@ -25,10 +25,11 @@ use super::file::*;
 use super::model::{Backend, Config, Pool, ProfileHint};
 use super::nats::{NatsAuth, NatsAuthFile, NatsSecret, NatsTlsFile};
 use super::race::{DeadlineFile, HedgeFile};
-use super::route::{Route, RouteObjective, SloAction};
+use super::route::{OnSloMiss, Route, SloAction};
 use super::secrets::REDACTED;
 use super::tls::TlsFile;
-use pronto_core::race::{FirstTokenDeadline, HedgeDelay, RaceOn};
+use super::value::BackendUrl;
+use pronto_core::race::{FirstTokenDeadline, HedgeDelay};
 use pronto_core::routing::PolicySpec;
 
 // === impl Config ===
@@ -44,8 +45,8 @@ impl Config {
     /// Every setting, defaults included, as the file structs; secrets redacted.
     pub fn to_file(&self) -> ConfigFile {
         ConfigFile {
-            listen: Some(self.listen.to_string()),
-            admin_listen: Some(self.admin_listen.to_string()),
+            listen: Some(self.listen),
+            admin_listen: Some(self.admin_listen),
             threads: Some(self.threads as u64),
             grace_period: Some(self.grace_period),
             limits: Some(self.limits),
@@ -77,8 +78,7 @@ impl Config {
                             name: Some(k.name.to_string()),
                             key: Some(REDACTED.to_string()),
                             sha256: None,
-                            models: (!k.models.is_empty())
-                                .then(|| k.models.iter().map(|g| g.as_str().to_string()).collect()),
+                            models: (!k.models.is_empty()).then(|| k.models.clone()),
                             routes: (!k.routes.is_empty())
                                 .then(|| k.routes.iter().map(|r| r.to_string()).collect()),
                             priority: k.priority.as_ref().map(|(name, _)| name.to_string()),
@@ -140,8 +140,8 @@ fn limits_by_name(
 fn route(r: &Route) -> RouteFile {
     let m = &r.matcher;
     let matches = MatchFile {
-        model: m.model.as_ref().map(|g| g.as_str().to_string()),
-        path: m.path.as_ref().map(|g| g.as_str().to_string()),
+        model: m.model.clone(),
+        path: m.path.clone(),
         headers: (!m.headers.is_empty()).then(|| m.headers.iter().cloned().collect()),
         api_keys: (!m.api_keys.is_empty())
             .then(|| m.api_keys.iter().map(|_| REDACTED.to_string()).collect()),
@@ -150,11 +150,11 @@ fn route(r: &Route) -> RouteFile {
         None => (None, None, None),
         Some(slo) => {
             let (action, fallback) = match &slo.on_miss {
-                SloAction::Queue => ("queue", None),
-                SloAction::Fallback(pool) => ("fallback", Some(pool.to_string())),
-                SloAction::Shed => ("shed", None),
+                SloAction::Queue => (OnSloMiss::Queue, None),
+                SloAction::Fallback(pool) => (OnSloMiss::Fallback, Some(pool.to_string())),
+                SloAction::Shed => (OnSloMiss::Shed, None),
             };
-            (Some(slo.ttft), Some(action.to_string()), fallback)
+            (Some(slo.ttft), Some(action), fallback)
         }
     };
     RouteFile {
@@ -163,20 +163,8 @@ fn route(r: &Route) -> RouteFile {
         pool: Some(r.pool.to_string()),
         ttft_slo,
         tpot_slo: r.tpot_slo,
-        objective: Some(
-            match r.objective {
-                RouteObjective::Ttft => "ttft",
-                RouteObjective::Ttfa => "ttfa",
-            }
-            .to_string(),
-        ),
-        race_on: Some(
-            match r.race_on {
-                RaceOn::Ttft => "ttft",
-                RaceOn::Ttfa => "ttfa",
-            }
-            .to_string(),
-        ),
+        objective: Some(r.objective),
+        race_on: Some(r.race_on),
         // A class the file did not name is left out: an API key's class may replace it.
         priority: r.priority_explicit.then(|| r.priority.to_string()),
         on_slo_miss,
@@ -224,7 +212,10 @@ fn pool(pool: &Pool) -> PoolFile {
                 .collect()
         }),
         discover: pool.discover.as_ref().map(|d| DiscoverFile {
-            dns: Some(d.target()),
+            dns: Some(super::value::HostPort {
+                host: d.host.clone(),
+                port: d.port,
+            }),
             interval: d.interval,
             scheme: "http".to_string(),
             family: d.family,
@@ -243,10 +234,7 @@ fn pool(pool: &Pool) -> PoolFile {
             .map(|p| p.display().to_string()),
         api_key: key(&pool.api_key),
         scrape: Some(pool.scrape),
-        served_model_name: pool
-            .served_model_name
-            .as_ref()
-            .map(|n| n.as_str().to_string()),
+        served_model_name: pool.served_model_name.clone(),
         continue_streams: Some(pool.continue_streams),
         serve_listed_models: Some(pool.serve_listed_models),
     }
@@ -264,7 +252,11 @@ fn profile(p: &ProfileHint) -> ProfileFile {
 fn backend(b: &Backend, api_key: Option<SecretFile>) -> BackendFile {
     BackendFile {
         name: Some(b.name.to_string()),
-        url: Some(b.base_url()),
+        url: Some(BackendUrl {
+            host: b.host.clone(),
+            port: b.port,
+            tls: b.tls,
+        }),
         weight: Some(u64::from(b.weight)),
         max_inflight: b.max_inflight.map(u64::from),
         labels: (!b.labels.is_empty()).then(|| {
@@ -280,7 +272,7 @@ fn backend(b: &Backend, api_key: Option<SecretFile>) -> BackendFile {
         }),
         ca_file: b.ca.as_ref().map(|c| c.path.display().to_string()),
         api_key,
-        served_model_name: b.served_model_name.as_ref().map(|n| n.as_str().to_string()),
+        served_model_name: b.served_model_name.clone(),
     }
 }
 

@@ -1,14 +1,16 @@
-//! The config file as written: serde structs mirroring the YAML, with no interpretation.
+//! The config file as written: serde structs mirroring the YAML.
 //!
 //! Every struct denies unknown fields, so a typo (`wieght:`) is an error with a line and
 //! column rather than a silently ignored setting. Every field is optional here, even ones the
 //! gateway requires: [`super::validate()`] reports a missing field together with every other
-//! problem. Addresses and URLs stay strings, parsed during validation. Sections whose struct
-//! is the model (`limits`, `retry`, `health`, `reload`, `access_log`, `admission`,
-//! `migration`, a pool's `scrape`, a rate limit) fill their defaults. Every duration and size
-//! is read by serde (`duration::text_duration`, `duration::text_size`): a bad value is a
-//! shape error ([`super::shape`] reports every one, located); the checker keeps the ranges
-//! (positive, bounds between fields).
+//! problem. Sections whose struct is the model (`limits`, `retry`, `health`, `reload`,
+//! `access_log`, `admission`, `migration`, a pool's `scrape`, a rate limit) fill their
+//! defaults. Every value with a form of its own is read whole by serde: durations and sizes
+//! (`duration::text_duration`, `duration::text_size`), addresses, URLs and globs
+//! ([`super::value`]), served model names, enums. A bad one is a shape error
+//! ([`super::shape`] reports every one, located, like an unknown key); the checker sees only
+//! values that parsed and keeps the ranges, the rules between fields, the references between
+//! sections, the files and the secrets.
 //!
 //! The structs also derive the JSON Schema ([`super::schema`]): a field's doc comment is its
 //! description there (and in `docs/config-reference.md`), so it is written for the person
@@ -24,6 +26,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
@@ -32,20 +35,25 @@ use serde::Deserialize;
 
 use super::duration::text_duration;
 use super::model::*;
+use super::route::Glob;
 use super::route::DEFAULT_PRIORITY_CLASSES;
 use super::schema::{dur, DurationText};
 use super::validate::MAX_THREADS;
+use super::value::{self, BackendUrl};
+use pronto_core::race::RaceOn;
 
 /// Check a file with `pronto check-config FILE`. Unknown keys are errors.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     /// Address clients connect to, IP:port
-    #[schemars(extend("default" = DEFAULT_LISTEN.to_string()))]
-    pub listen: Option<String>,
+    #[serde(default, deserialize_with = "value::socket_addr")]
+    #[schemars(with = "Option<String>", extend("default" = DEFAULT_LISTEN.to_string()))]
+    pub listen: Option<SocketAddr>,
     /// Admin listener (status page, /metrics, /admin/*), IP:port; not loopback needs admin.token
-    #[schemars(extend("default" = DEFAULT_ADMIN_LISTEN.to_string()))]
-    pub admin_listen: Option<String>,
+    #[serde(default, deserialize_with = "value::socket_addr")]
+    #[schemars(with = "Option<String>", extend("default" = DEFAULT_ADMIN_LISTEN.to_string()))]
+    pub admin_listen: Option<SocketAddr>,
     /// Worker threads for the proxy service (restart to change)
     #[schemars(range(min = 1, max = MAX_THREADS), extend("default" = DEFAULT_THREADS))]
     pub threads: Option<u64>,
@@ -131,18 +139,19 @@ pub struct RouteFile {
     pub tpot_slo: Option<Duration>,
     /// What predicted_ttft minimises: ttft (time to first token, the default) or ttfa (time
     /// to first answer: TTFT + expected reasoning tokens × the backend's predicted TPOT)
-    #[schemars(extend("enum" = ["ttft", "ttfa"]))]
-    pub objective: Option<String>,
+    #[schemars(with = "Option<String>", extend("enum" = ["ttft", "ttfa"]))]
+    pub objective: Option<super::route::RouteObjective>,
     /// What first_token_deadline and hedge race on: ttft (the first token, the default) or
     /// ttfa (the first answer token: each copy's reasoning is held until its answer, the
     /// first to answer wins)
-    #[schemars(extend("enum" = ["ttft", "ttfa"]))]
-    pub race_on: Option<String>,
+    #[schemars(with = "Option<String>", extend("enum" = ["ttft", "ttfa"]))]
+    pub race_on: Option<RaceOn>,
     /// Priority class (one of priority_classes); default: the first
     pub priority: Option<String>,
     /// When the best predicted TTFT exceeds ttft_slo
+    #[schemars(with = "Option<String>")]
     #[schemars(extend("enum" = ["queue", "fallback", "shed"], "default" = "queue"))]
-    pub on_slo_miss: Option<String>,
+    pub on_slo_miss: Option<super::route::OnSloMiss>,
     /// Pool for on_slo_miss: fallback
     pub fallback_pool: Option<String>,
     /// Routing policy for this route's requests, overriding the pool's
@@ -193,9 +202,12 @@ pub struct RouteFile {
 #[serde(deny_unknown_fields)]
 pub struct MatchFile {
     /// Model name or glob (*, ?, [a-z], [!x])
-    pub model: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub model: Option<Glob>,
     /// Request path or glob, e.g. /v1/chat/*
-    pub path: Option<String>,
+    #[serde(default, deserialize_with = "value::path_glob")]
+    #[schemars(with = "Option<String>")]
+    pub path: Option<Glob>,
     /// Header name -> exact value
     pub headers: Option<BTreeMap<String, String>>,
     /// Bearer tokens (Authorization: Bearer ...), any of which matches
@@ -235,7 +247,7 @@ pub struct PoolFile {
     /// rewritten to it upstream and back in answers. A name, or `discover`: the one model
     /// each backend lists at GET /v1/models
     #[schemars(with = "Option<ServedModelName>")]
-    pub served_model_name: Option<String>,
+    pub served_model_name: Option<ServedName>,
     /// The pool's engines can continue a partial answer (vLLM, SGLang:
     /// continue_final_message): its streams may be migrated, and it may take migrated streams
     #[schemars(extend("default" = true))]
@@ -256,7 +268,8 @@ pub struct PoolFile {
 pub struct DiscoverFile {
     /// host:port to resolve (port 80 when absent)
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub dns: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub dns: Option<value::HostPort>,
     /// Time between two resolutions
     #[serde(with = "super::duration::text_duration")]
     #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_DISCOVER_INTERVAL)))]
@@ -317,8 +330,8 @@ pub struct BackendFile {
     #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]+$"))]
     pub name: Option<String>,
     /// Base URL of an OpenAI-compatible server, no path
-    #[schemars(regex(pattern = r"^https?://"))]
-    pub url: Option<String>,
+    #[schemars(with = "Option<String>", regex(pattern = r"^https?://"))]
+    pub url: Option<BackendUrl>,
     /// Relative share of traffic
     #[schemars(range(min = 1), extend("default" = DEFAULT_WEIGHT))]
     pub weight: Option<u64>,
@@ -339,7 +352,7 @@ pub struct BackendFile {
     pub api_key: Option<super::edge::SecretFile>,
     /// This backend's name for the model, replacing the pool's served_model_name
     #[schemars(with = "Option<ServedModelName>")]
-    pub served_model_name: Option<String>,
+    pub served_model_name: Option<ServedName>,
 }
 
 /// The engine's ZMQ KV-cache event publisher: an exact prefix index for this backend
@@ -348,6 +361,7 @@ pub struct BackendFile {
 #[schemars(extend("required" = ["endpoint", "block_size"]))]
 pub struct KvEventsFile {
     /// Publisher address, `tcp://HOST:PORT`
+    #[serde(default, deserialize_with = "value::kv_endpoint")]
     #[schemars(regex(pattern = r"^tcp://.+:[0-9]+$"))]
     pub endpoint: Option<String>,
     /// Tokens per engine KV block (16 on GPU, 128 for vLLM on CPU)

@@ -42,6 +42,7 @@ mod shape;
 pub mod tls;
 mod tokenizer;
 pub mod validate;
+pub mod value;
 
 use std::fmt;
 use std::path::Path;
@@ -228,9 +229,9 @@ impl Loaded {
             path,
             message,
         };
-        // Shape errors first, then the semantic errors of what remains: none about a node a
-        // shape error removed (that would repeat it as "missing"), and none beside it that
-        // names it (`hedge: needs after`, `on_slo_miss: has no effect without ttft_slo`).
+        // Shape errors and the semantic errors of what remains, in file order: none about a
+        // node a shape error removed (that would repeat it as "missing"), and none beside it
+        // that names it (`hedge: needs after`, `on_slo_miss: has no effect without ttft_slo`).
         let shape: Vec<Diagnostic> = shape_errors
             .into_iter()
             .map(|e| located(e.path, e.message))
@@ -243,7 +244,7 @@ impl Loaded {
         match validate_with_env(&file, env) {
             Ok((_, _, warnings)) if !shape.is_empty() => Err(LoadError {
                 origin: origin.to_string(),
-                errors: shape,
+                errors: in_file_order(shape.iter().cloned()),
                 warnings: warnings
                     .into_iter()
                     .map(|w| located(w.path, w.message))
@@ -260,17 +261,15 @@ impl Loaded {
             }
             Err(invalid) => Err(LoadError {
                 origin: origin.to_string(),
-                errors: shape
-                    .iter()
-                    .cloned()
-                    .chain(
+                errors: in_file_order(
+                    shape.iter().cloned().chain(
                         invalid
                             .errors
                             .into_iter()
                             .filter(|e| !removed(e))
                             .map(|e| located(e.path, e.message)),
-                    )
-                    .collect(),
+                    ),
+                ),
                 warnings: invalid
                     .warnings
                     .into_iter()
@@ -310,15 +309,34 @@ impl Config {
     ) -> Result<Config, LoadError> {
         let origin = "--backend";
         let policy = policy_file(&policy.into());
-        let backends = urls
-            .iter()
-            .enumerate()
-            .map(|(i, url)| file::BackendFile {
-                name: Some(format!("backend-{i}")),
-                url: Some(url.clone()),
-                ..Default::default()
-            })
-            .collect();
+        let unlocated = |path: String, message: String| Diagnostic {
+            location: None,
+            path,
+            message,
+        };
+        // Each URL is read as the file's `url:` is; every bad one is reported.
+        let mut bad_urls = Vec::new();
+        let mut backends = Vec::with_capacity(urls.len());
+        for (i, url) in urls.iter().enumerate() {
+            match value::BackendUrl::parse(url) {
+                Ok(url) => backends.push(file::BackendFile {
+                    name: Some(format!("backend-{i}")),
+                    url: Some(url),
+                    ..Default::default()
+                }),
+                Err(message) => bad_urls.push(unlocated(
+                    format!("{}.backends[{i}].url", validate::key_path("pools", model)),
+                    message,
+                )),
+            }
+        }
+        if !bad_urls.is_empty() {
+            return Err(LoadError {
+                origin: origin.to_string(),
+                errors: bad_urls,
+                warnings: Vec::new(),
+            });
+        }
         let pool = file::PoolFile {
             policy: Some(policy.clone()),
             backends: Some(backends),
@@ -327,11 +345,6 @@ impl Config {
         let f = file::ConfigFile {
             pools: Some(file::Pools(vec![(model.to_string(), pool)])),
             ..Default::default()
-        };
-        let unlocated = |path: String, message: String| Diagnostic {
-            location: None,
-            path,
-            message,
         };
         match validate(&f) {
             Ok((mut config, _no_files, warnings)) => {
@@ -436,6 +449,14 @@ fn names_removed(e: &ConfigError, node: &str) -> bool {
         && e.message.match_indices(key).any(|(i, _)| {
             !e.message[..i].ends_with(word) && !e.message[i + key.len()..].starts_with(word)
         })
+}
+
+/// `errors` by their place in the file (shape and semantic errors interleaved, as a
+/// compiler lists them), those without a place last, each group otherwise in the order found.
+fn in_file_order(errors: impl Iterator<Item = Diagnostic>) -> Vec<Diagnostic> {
+    let mut errors: Vec<Diagnostic> = errors.collect();
+    errors.sort_by_key(|d| d.location.map_or((usize::MAX, 0), |l| (l.line, l.column)));
+    errors
 }
 
 /// A syntax or type error from `serde_yaml_ng` in `text`, with its position split out of the

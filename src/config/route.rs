@@ -94,6 +94,18 @@ impl Default for AdmissionSettings {
     }
 }
 
+/// A route's `on_slo_miss:` as written; `fallback` names its pool in `fallback_pool:`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnSloMiss {
+    /// [`SloAction::Queue`].
+    Queue,
+    /// [`SloAction::Fallback`] to `fallback_pool`.
+    Fallback,
+    /// [`SloAction::Shed`].
+    Shed,
+}
+
 /// What a route does with a request whose predicted TTFT misses its SLO.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SloAction {
@@ -157,7 +169,8 @@ pub struct Route {
 }
 
 /// A route's `objective:` (see the module docs).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum RouteObjective {
     /// The time to the first token.
     #[default]
@@ -168,6 +181,8 @@ pub enum RouteObjective {
 
 /// A route's `race_on:` (see the module docs).
 use pronto_core::race::RaceOn;
+
+pub use super::value::Glob;
 
 /// A route's conditions; every one given must hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -244,71 +259,6 @@ pub fn bearer_token(headers: &http::HeaderMap) -> Option<&[u8]> {
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     use subtle::ConstantTimeEq;
     a.ct_eq(b).into()
-}
-
-// === impl Glob ===
-
-/// A shell-style pattern (`globset`): `*` any run of characters (`/` included), `?` one
-/// character, `[abc]`, `[a-z]`, `[!0-9]` a class, `{a,b}` alternatives, `\` escapes.
-#[derive(Debug, Clone)]
-pub struct Glob {
-    text: String,
-    matcher: globset::GlobMatcher,
-}
-
-impl PartialEq for Glob {
-    fn eq(&self, other: &Glob) -> bool {
-        self.text == other.text
-    }
-}
-
-impl Eq for Glob {}
-
-impl Glob {
-    /// Parse `text`, or say why it is not a valid pattern.
-    pub fn parse(text: &str) -> Result<Glob, String> {
-        if text.is_empty() {
-            return Err("empty pattern".to_string());
-        }
-        let glob = globset::GlobBuilder::new(text)
-            .literal_separator(false)
-            .backslash_escape(true)
-            .build()
-            .map_err(|e| format!("`{text}` is not a valid glob: {}", e.kind()))?;
-        Ok(Glob {
-            text: text.to_string(),
-            matcher: glob.compile_matcher(),
-        })
-    }
-
-    /// The pattern as written.
-    pub fn as_str(&self) -> &str {
-        &self.text
-    }
-
-    /// Whether the pattern has no wildcard (it matches exactly one string, its text with
-    /// escapes removed); that string, if so.
-    pub fn literal(&self) -> Option<String> {
-        let mut out = String::new();
-        let mut chars = self.text.chars();
-        while let Some(c) = chars.next() {
-            match c {
-                '\\' => out.push(chars.next()?),
-                '*' | '?' | '[' | '{' => return None,
-                c => out.push(c),
-            }
-        }
-        Some(out)
-    }
-
-    fn is_match_all(&self) -> bool {
-        self.text.chars().all(|c| c == '*')
-    }
-
-    /// Whether `s` matches the whole pattern (a compiled automaton: linear in `s`).
-    pub fn matches(&self, s: &str) -> bool {
-        self.matcher.is_match(s)
-    }
 }
 
 // === validation ===
@@ -451,17 +401,7 @@ impl Checker {
             .policy
             .as_ref()
             .map(|file| self.policy_spec(&format!("{path}.policy"), file));
-        let objective = match r.objective.as_deref() {
-            None | Some("ttft") => RouteObjective::Ttft,
-            Some("ttfa") => RouteObjective::Ttfa,
-            Some(other) => {
-                self.error(
-                    format!("{path}.objective"),
-                    format!("unknown objective `{other}`; use ttft or ttfa"),
-                );
-                RouteObjective::Ttft
-            }
-        };
+        let objective = r.objective.unwrap_or_default();
         // The route's own policy, else its pool's: what routes its requests.
         let effective = policy.as_ref().map(|p| p.kind()).or_else(|| {
             let own = pool.as_deref()?;
@@ -496,17 +436,7 @@ impl Checker {
             .as_ref()
             .map(|m| self.migration(&format!("{path}.migration"), *m));
         let keepalive = self.keepalive(path, r.keepalive);
-        let race_on = match r.race_on.as_deref() {
-            None | Some("ttft") => RaceOn::Ttft,
-            Some("ttfa") => RaceOn::Ttfa,
-            Some(other) => {
-                self.error(
-                    format!("{path}.race_on"),
-                    format!("unknown value `{other}`; use ttft or ttfa"),
-                );
-                RaceOn::Ttft
-            }
-        };
+        let race_on = r.race_on.unwrap_or_default();
         if race_on == RaceOn::Ttfa && r.first_token_deadline.is_none() && r.hedge.is_none() {
             self.warn(
                 format!("{path}.race_on"),
@@ -581,10 +511,10 @@ impl Checker {
             }
             Some(f) => self.pool_ref(&format!("{path}.fallback_pool"), Some(f), pools, false),
         };
-        let action = match r.on_slo_miss.as_deref() {
-            None | Some("queue") => Some(SloAction::Queue),
-            Some("shed") => Some(SloAction::Shed),
-            Some("fallback") => match (&fallback, &r.fallback_pool) {
+        let action = match r.on_slo_miss {
+            None | Some(OnSloMiss::Queue) => Some(SloAction::Queue),
+            Some(OnSloMiss::Shed) => Some(SloAction::Shed),
+            Some(OnSloMiss::Fallback) => match (&fallback, &r.fallback_pool) {
                 (Some(f), _) => Some(SloAction::Fallback(f.clone())),
                 (None, None) => {
                     self.error(
@@ -596,15 +526,8 @@ impl Checker {
                 // Already reported at fallback_pool.
                 (None, Some(_)) => None,
             },
-            Some(other) => {
-                self.error(
-                    format!("{path}.on_slo_miss"),
-                    format!("unknown action `{other}`; use queue, fallback or shed"),
-                );
-                None
-            }
         };
-        if r.fallback_pool.is_some() && r.on_slo_miss.as_deref() != Some("fallback") {
+        if r.fallback_pool.is_some() && r.on_slo_miss != Some(OnSloMiss::Fallback) {
             self.warn(
                 format!("{path}.fallback_pool"),
                 "unused: on_slo_miss is not `fallback`",
@@ -629,22 +552,6 @@ impl Checker {
             return Some(RouteMatch::default());
         };
         let before = self.error_count();
-        let glob = |c: &mut Checker, field: &str, text: &Option<String>| {
-            let text = text.as_ref()?;
-            Glob::parse(text)
-                .map_err(|e| c.error(format!("{path}.{field}"), format!("bad glob: {e}")))
-                .ok()
-        };
-        let model = glob(self, "model", &m.model);
-        let route_path = glob(self, "path", &m.path);
-        if let Some(p) = &m.path {
-            if !p.starts_with('/') && !p.starts_with('*') {
-                self.error(
-                    format!("{path}.path"),
-                    format!("`{p}` is not an absolute path pattern (e.g. `/v1/chat/*`)"),
-                );
-            }
-        }
         let mut headers = Vec::new();
         for (name, value) in m.headers.iter().flatten() {
             let hpath = key_path(&format!("{path}.headers"), name);
@@ -673,8 +580,8 @@ impl Checker {
             );
         }
         (self.error_count() == before).then_some(RouteMatch {
-            model,
-            path: route_path,
+            model: m.model.clone(),
+            path: m.path.clone(),
             headers,
             api_keys,
         })

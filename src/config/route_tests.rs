@@ -161,7 +161,7 @@ fn each_invalid_route_class_has_its_message() {
         ),
         (
             "routes:\n  - {name: r, pool: fast, match: {model: 'llama-[0-9'}}\n",
-            "routes[0].match.model: bad glob: `llama-[0-9` is not a valid glob: unclosed character class; missing ']'",
+            "routes[0].match.model: `llama-[0-9` is not a valid glob: unclosed character class; missing ']'",
         ),
         (
             "routes:\n  - {name: r, pool: fast, match: {path: 'v1/*'}}\n",
@@ -181,7 +181,7 @@ fn each_invalid_route_class_has_its_message() {
         ),
         (
             "routes:\n  - {name: r, pool: fast, ttft_slo: 1s, on_slo_miss: drop}\n",
-            "routes[0].on_slo_miss: unknown action `drop`; use queue, fallback or shed",
+            "routes[0].on_slo_miss: unknown variant `drop`, expected one of `queue`, `fallback`, `shed`",
         ),
         (
             "routes:\n  - {name: r, pool: fast, ttft_slo: 0s}\n",
@@ -201,11 +201,11 @@ fn each_invalid_route_class_has_its_message() {
         ),
         (
             "routes:\n  - {name: r, pool: fast, race_on: answer}\n",
-            "routes[0].race_on: unknown value `answer`; use ttft or ttfa",
+            "routes[0].race_on: unknown variant `answer`, expected `ttft` or `ttfa`",
         ),
         (
             "routes:\n  - {name: r, pool: fast, objective: tta}\n",
-            "routes[0].objective: unknown objective `tta`; use ttft or ttfa",
+            "routes[0].objective: unknown variant `tta`, expected `ttft` or `ttfa`",
         ),
         (
             "routes:\n  - {name: r, pool: fast}\n  - {name: r, pool: spare}\n",

@@ -13,14 +13,18 @@
 //! readmission delay, a probe timeout not shorter than the interval, one server listed twice);
 //! the config still loads.
 //!
-//! What is checked: addresses are `IP:port` and the two listeners cannot collide; `threads`
-//! 1..=256; every duration parses and is positive; `max_body_bytes` 1 KiB..=1 GiB; the health
-//! path starts with `/`; `eject_after_failures` >= 1; at least one pool, each with at least
-//! one backend (static, or a `discover:` section: see [`super::discover`]) and a known policy whose parameters are its own, of the right type and in
-//! range (`pools.m.policy.cache_threshold: must be in 0..=1`); backend names present, well-formed and unique across the
-//! file; URLs `http`/`https` with a host and nothing after it (no path beyond `/`, query,
-//! fragment or credentials); `weight` >= 1; `max_inflight` >= 1; label names are
-//! Prometheus-style identifiers; profile hints positive and finite.
+//! What serde already read is not read again here: addresses, URLs, globs, durations,
+//! sizes and enums arrive parsed ([`super::value`], [`super::duration`]); a bad one was a
+//! located shape error. What is checked: the two listeners cannot collide; `threads`
+//! 1..=256; every duration is positive; `max_body_bytes` 1 KiB..=1 GiB; the health path
+//! starts with `/`; `eject_after_failures` >= 1; at least one pool, each with at least one
+//! backend (static, or a `discover:` section: see [`super::discover`]) and a known policy
+//! whose parameters are its own, of the right type and in range
+//! (`pools.m.policy.cache_threshold: must be in 0..=1`); backend names present, well-formed
+//! and unique across the file; every backend has a URL; `weight` >= 1; `max_inflight` >= 1;
+//! label names are Prometheus-style identifiers; profile hints positive and finite; the
+//! references between sections (a route's pool, a key's routes, a class); the files
+//! (certificates, tokenizers, profiles) and the secrets.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -166,12 +170,8 @@ impl Checker {
     }
 
     fn config(&mut self, f: &ConfigFile) -> Config {
-        let listen = self.addr(f.listen.as_deref(), "listen", DEFAULT_LISTEN);
-        let admin_listen = self.addr(
-            f.admin_listen.as_deref(),
-            "admin_listen",
-            DEFAULT_ADMIN_LISTEN,
-        );
+        let listen = f.listen.unwrap_or(DEFAULT_LISTEN);
+        let admin_listen = f.admin_listen.unwrap_or(DEFAULT_ADMIN_LISTEN);
         if collide(listen, admin_listen) {
             self.error(
                 "admin_listen",
@@ -264,20 +264,6 @@ impl Checker {
         AccessLog {
             sample_rate: DEFAULT_ACCESS_LOG_SAMPLE_RATE,
             ..a
-        }
-    }
-
-    fn addr(&mut self, text: Option<&str>, path: &str, default: SocketAddr) -> SocketAddr {
-        let Some(text) = text else { return default };
-        match text.trim().parse::<SocketAddr>() {
-            Ok(addr) => addr,
-            Err(_) => {
-                self.error(
-                    path,
-                    format!("`{text}` is not an IP:port address (e.g. 127.0.0.1:8080)"),
-                );
-                default
-            }
         }
     }
 
@@ -424,42 +410,6 @@ pub(super) fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-}
-
-/// `(host, port, tls)` from a backend base URL, or why it is not acceptable.
-pub(super) fn parse_backend_url(text: &str) -> Result<(String, u16, bool), String> {
-    let text = text.trim();
-    if !text.contains("://") {
-        return Err(format!(
-            "`{text}` is not a URL; write it with a scheme, e.g. `http://{text}`"
-        ));
-    }
-    let url = url::Url::parse(text).map_err(|e| format!("`{text}` is not a valid URL: {e}"))?;
-    let tls = match url.scheme() {
-        "http" => false,
-        "https" => true,
-        other => return Err(format!("unsupported scheme `{other}`; use http or https")),
-    };
-    let host = match url.host() {
-        Some(h) => h.to_string(),
-        None => return Err(format!("`{text}` has no host")),
-    };
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err("credentials in backend URLs are not supported".to_string());
-    }
-    if url.path() != "/" && !url.path().is_empty() {
-        return Err(format!(
-            "must not have a path (`{}`): Pronto forwards the client's request path as is",
-            url.path()
-        ));
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err("must not have a query or fragment".to_string());
-    }
-    let port = url
-        .port_or_known_default()
-        .ok_or_else(|| format!("`{text}` has no port"))?;
-    Ok((host, port, tls))
 }
 
 #[cfg(test)]

@@ -38,7 +38,8 @@ pub const DEFAULT_DEADLINE_FLOOR: Duration = Duration::from_millis(250);
 pub const DEFAULT_HEDGE_BUDGET: f64 = 0.05;
 
 /// What a race waits for (a route's `race_on:`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum RaceOn {
     /// A copy wins at its first token.
     #[default]

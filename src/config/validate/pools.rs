@@ -2,9 +2,7 @@
 //! discovery, and the checks on how many backends a pool has against its retries.
 
 use super::*;
-
-/// Longest `served_model_name` (as discovery keeps the ids a backend lists).
-const MAX_SERVED_NAME_LEN: usize = 512;
+use crate::config::value::BackendUrl;
 
 /// What a pool hands each of its backends unless the backend sets its own.
 #[derive(Clone, Copy)]
@@ -68,7 +66,7 @@ impl Checker {
             .as_ref()
             .and_then(|k| self.upstream_key(&format!("{path}.api_key"), k));
         let scrape = self.scrape(path, pool);
-        let served_model_name = self.served_model_name(path, pool.served_model_name.as_deref());
+        let served_model_name = pool.served_model_name.clone();
         if pool.discover.is_none() {
             self.backend_count_checks(path, pool, retry);
         }
@@ -106,35 +104,6 @@ impl Checker {
             served_model_name,
             continue_streams: pool.continue_streams.unwrap_or(true),
         }
-    }
-
-    /// A `served_model_name` at `path` (the pool's or a backend's); `None` when absent or
-    /// invalid (errors recorded).
-    pub(super) fn served_model_name(
-        &mut self,
-        path: &str,
-        name: Option<&str>,
-    ) -> Option<ServedName> {
-        let name = name?;
-        let at = format!("{path}.served_model_name");
-        if name == ServedName::DISCOVER {
-            return Some(ServedName::Discover);
-        }
-        if name.trim().is_empty() {
-            self.error(
-                at,
-                "must be a model name or `discover` (ask each backend's GET /v1/models)",
-            );
-            return None;
-        }
-        if name.len() > MAX_SERVED_NAME_LEN || name.chars().any(char::is_control) {
-            self.error(
-                at,
-                format!("must be at most {MAX_SERVED_NAME_LEN} bytes without control characters"),
-            );
-            return None;
-        }
-        Some(ServedName::Named(Arc::from(name)))
     }
 
     /// A backend key as written; `None` when unreadable or not a valid header token (errors
@@ -224,22 +193,12 @@ impl Checker {
                 }
             },
         };
-        let endpoint = match &b.url {
-            None => {
-                self.error(
-                    format!("{path}.url"),
-                    "missing; e.g. `http://10.0.0.1:8000`",
-                );
-                None
-            }
-            Some(u) => match parse_backend_url(u) {
-                Ok(e) => Some(e),
-                Err(message) => {
-                    self.error(format!("{path}.url"), message);
-                    None
-                }
-            },
-        };
+        if b.url.is_none() {
+            self.error(
+                format!("{path}.url"),
+                "missing; e.g. `http://10.0.0.1:8000`",
+            );
+        }
         let weight = self.count(b.weight, &format!("{path}.weight"), 1, DEFAULT_WEIGHT);
         let max_inflight = b
             .max_inflight
@@ -274,11 +233,11 @@ impl Checker {
             Some(k) => self.upstream_key(&format!("{path}.api_key"), k),
             None => pool.api_key.clone(),
         };
-        let served_model_name = match &b.served_model_name {
-            Some(n) => self.served_model_name(path, Some(n)),
-            None => pool.served_model_name.clone(),
-        };
-        let (host, port, tls) = endpoint?;
+        let served_model_name = b
+            .served_model_name
+            .clone()
+            .or_else(|| pool.served_model_name.clone());
+        let BackendUrl { host, port, tls } = b.url.clone()?;
         let ca = self.ca_file(&format!("{path}.ca_file"), b.ca_file.as_deref(), tls);
         if b.ca_file.is_some() && ca.is_none() {
             return None;
@@ -309,16 +268,7 @@ impl Checker {
                 );
                 None
             }
-            Some(e) => match valid_kv_endpoint(e) {
-                true => Some(e.clone()),
-                false => {
-                    self.error(
-                        format!("{path}.endpoint"),
-                        format!("`{e}` is not `tcp://HOST:PORT`"),
-                    );
-                    None
-                }
-            },
+            Some(e) => Some(e.clone()),
         };
         let block_size = match k.block_size {
             None => {
@@ -344,17 +294,6 @@ impl Checker {
     }
 }
 
-/// `tcp://HOST:PORT` with a non-empty host and a port number.
-fn valid_kv_endpoint(e: &str) -> bool {
-    let Some(rest) = e.strip_prefix("tcp://") else {
-        return false;
-    };
-    match rest.rsplit_once(':') {
-        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
-        None => false,
-    }
-}
-
 /// `[A-Za-z_][A-Za-z0-9_]*`, Prometheus' label-name rule.
 fn valid_label_name(name: &str) -> bool {
     let mut bytes = name.bytes();
@@ -366,22 +305,15 @@ fn valid_label_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::validate;
+    use super::super::tests::{errors, run};
     use crate::config::{file, ServedName};
-
-    fn errors(yaml: &str) -> Vec<(String, String)> {
-        match validate(&file::parse(yaml).expect("test YAML parses")) {
-            Ok(_) => panic!("expected errors for:\n{yaml}"),
-            Err(i) => i.errors.into_iter().map(|e| (e.path, e.message)).collect(),
-        }
-    }
 
     #[test]
     fn served_model_names_are_inherited_overridden_and_checked() {
         let yaml = "pools:\n  chat:\n    served_model_name: discover\n    backends:\n      \
                     - {name: a, url: 'http://h:1'}\n      \
                     - {name: b, url: 'http://h:2', served_model_name: /models/llama}\n";
-        let (config, _, _) = validate(&file::parse(yaml).unwrap()).unwrap();
+        let (config, _) = run(yaml).unwrap();
         let pool = &config.pools[0];
         assert_eq!(pool.served_model_name, Some(ServedName::Discover));
         assert!(pool.asks_models());
