@@ -217,17 +217,10 @@ impl Checker {
                 None
             }
         });
-        let heartbeat = self.positive(
-            f.heartbeat.unwrap_or(DEFAULT_HEARTBEAT),
-            "cluster.heartbeat",
-            DEFAULT_HEARTBEAT,
-        );
-        let default_peer_timeout = heartbeat * DEFAULT_MISSED_HEARTBEATS;
-        let peer_timeout = self.positive(
-            f.peer_timeout.unwrap_or(default_peer_timeout),
-            "cluster.peer_timeout",
-            default_peer_timeout,
-        );
+        let heartbeat = f.heartbeat.unwrap_or(DEFAULT_HEARTBEAT);
+        let peer_timeout = f
+            .peer_timeout
+            .unwrap_or(heartbeat * DEFAULT_MISSED_HEARTBEATS);
         if peer_timeout <= heartbeat {
             self.error(
                 "cluster.peer_timeout",

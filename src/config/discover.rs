@@ -9,7 +9,7 @@
 //! Profile hints are checked in [`super::profile`]; their tests are here.
 
 use super::file::DiscoverFile;
-use super::model::{Discover, DEFAULT_DISCOVER_INTERVAL, DEFAULT_WEIGHT};
+use super::model::{Discover, DEFAULT_WEIGHT};
 use super::validate::Checker;
 
 impl Checker {
@@ -25,11 +25,7 @@ impl Checker {
                 ),
             );
         }
-        let interval = self.positive(
-            d.interval,
-            &format!("{path}.interval"),
-            DEFAULT_DISCOVER_INTERVAL,
-        );
+        let interval = d.interval;
         let weight = match d.weight {
             0 => {
                 self.error(format!("{path}.weight"), "must be at least 1, got 0");

@@ -94,7 +94,9 @@ pub fn format_duration(d: Duration) -> String {
 
 /// A duration as a config field of a struct that is the model: read from text such as `2s`
 /// or `1h30m` ([`parse_duration`]; a bare number is refused with a hint), written as
-/// humantime prints it. Ranges (zero, whole seconds) are the checker's.
+/// humantime prints it. Zero is refused ("must be greater than zero"): every duration the file
+/// holds is a time to wait or a bound, none of which can be nothing. Other ranges (whole
+/// seconds, bounds between fields) are the checker's.
 pub mod text_duration {
     use super::*;
     use serde::{Deserialize, Deserializer, Serializer};
@@ -111,7 +113,10 @@ pub mod text_duration {
             Written::Int(n) => Err(no_unit(&n.to_string(), n as f64)),
             Written::Float(x) => Err(no_unit(&x.to_string(), x)),
         };
-        parsed.map_err(serde::de::Error::custom)
+        match parsed {
+            Ok(d) if d.is_zero() => Err(serde::de::Error::custom("must be greater than zero")),
+            parsed => parsed.map_err(serde::de::Error::custom),
+        }
     }
 
     /// The same for an optional duration (absent: `None`; with `#[serde(default)]`).

@@ -114,11 +114,6 @@ impl Checker {
     pub(super) fn keepalive(&mut self, path: &str, d: Option<Duration>) -> Option<Duration> {
         let d = d?;
         let path = format!("{path}.keepalive");
-        let before = self.error_count();
-        let d = self.positive(d, &path, Duration::ZERO);
-        if self.error_count() != before {
-            return None;
-        }
         if !(MIN_KEEPALIVE..=MAX_KEEPALIVE).contains(&d) {
             self.error(
                 path,

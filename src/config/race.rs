@@ -105,13 +105,7 @@ impl Checker {
     ) -> Option<FirstTokenDeadline> {
         let f = f?;
         let path = format!("{path}.first_token_deadline");
-        let before = self.error_count();
-        let after = self.race_duration(f.after, &path, "after");
-        let floor = self.race_duration(f.floor, &path, "floor");
-        if self.error_count() != before {
-            return None;
-        }
-        FirstTokenDeadline::from_parts(after, f.factor, floor)
+        FirstTokenDeadline::from_parts(f.after, f.factor, f.floor)
             .map_err(|e| self.error(field_path(&path, e.field), e.message))
             .ok()
     }
@@ -120,13 +114,7 @@ impl Checker {
     pub(super) fn hedge(&mut self, path: &str, f: Option<&HedgeFile>) -> Option<Hedge> {
         let f = f?;
         let path = format!("{path}.hedge");
-        let before = self.error_count();
-        let after = self.race_duration(f.after, &path, "after");
-        let max_predicted = self.race_duration(f.max_predicted_ttft, &path, "max_predicted_ttft");
-        if self.error_count() != before {
-            return None;
-        }
-        match Hedge::from_parts(after, f.quantile, f.budget, max_predicted) {
+        match Hedge::from_parts(f.after, f.quantile, f.budget, f.max_predicted_ttft) {
             Ok(h) => Some(h),
             Err(errors) => {
                 for e in errors {
@@ -135,11 +123,6 @@ impl Checker {
                 None
             }
         }
-    }
-
-    /// `{path}.{field}`, checked positive (its error recorded); `None` when absent.
-    fn race_duration(&mut self, d: Option<Duration>, path: &str, field: &str) -> Option<Duration> {
-        d.map(|d| self.positive(d, &format!("{path}.{field}"), Duration::ZERO))
     }
 }
 

@@ -394,9 +394,7 @@ impl Checker {
             },
         };
         let slo = self.slo(path, r, pools, pool.as_deref());
-        let tpot_slo = r
-            .tpot_slo
-            .map(|d| self.positive(d, &format!("{path}.tpot_slo"), Duration::from_millis(50)));
+        let tpot_slo = r.tpot_slo;
         let policy = r
             .policy
             .as_ref()
@@ -419,16 +417,8 @@ impl Checker {
         let max_retries = r
             .max_retries
             .map(|n| self.count(Some(n), &format!("{path}.max_retries"), 0, 0));
-        let first_token_timeout = r.first_token_timeout.map(|d| {
-            self.positive(
-                d,
-                &format!("{path}.first_token_timeout"),
-                Duration::from_secs(1),
-            )
-        });
-        let idle_timeout = r
-            .idle_timeout
-            .map(|d| self.positive(d, &format!("{path}.idle_timeout"), Duration::from_secs(1)));
+        let first_token_timeout = r.first_token_timeout;
+        let idle_timeout = r.idle_timeout;
         let first_token_deadline = self.first_token_deadline(path, r.first_token_deadline.as_ref());
         let hedge = self.hedge(path, r.hedge.as_ref());
         let migration = r
@@ -542,7 +532,6 @@ impl Checker {
             }
             return (self.error_count() == before).then_some(None);
         };
-        let ttft = self.positive(ttft, &format!("{path}.ttft_slo"), Duration::from_secs(1));
         let on_miss = action?;
         (self.error_count() == before).then_some(Some(Slo { ttft, on_miss }))
     }

@@ -7,7 +7,7 @@
 //! `pronto_core::engine::stale_after(interval)`.
 
 use super::file::PoolFile;
-use super::model::{Scrape, DEFAULT_SCRAPE_INTERVAL, MIN_SCRAPE_INTERVAL};
+use super::model::{Scrape, MIN_SCRAPE_INTERVAL};
 use super::validate::Checker;
 
 impl Checker {
@@ -18,7 +18,7 @@ impl Checker {
             return Scrape::default();
         };
         let ipath = format!("{path}.scrape.interval");
-        let interval = self.positive(s.interval, &ipath, DEFAULT_SCRAPE_INTERVAL);
+        let interval = s.interval;
         if interval < MIN_SCRAPE_INTERVAL {
             self.error(
                 ipath,

@@ -30,7 +30,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::duration::format_size;
 use super::file::{BackendFile, ConfigFile, KvEventsFile, PolicyFile, PoolFile};
@@ -189,16 +188,12 @@ impl Checker {
                 DEFAULT_THREADS
             }
         };
-        let grace_period = self.positive(
-            f.grace_period.unwrap_or(DEFAULT_GRACE_PERIOD),
-            "grace_period",
-            DEFAULT_GRACE_PERIOD,
-        );
+        let grace_period = f.grace_period.unwrap_or(DEFAULT_GRACE_PERIOD);
         let limits = self.limits(f);
         let retry = f.retry.unwrap_or_default();
         let migration = self.migration("migration", f.migration.unwrap_or_default());
         let health = self.health(f);
-        let reload = self.reload(f);
+        let reload = f.reload.unwrap_or_default();
         let pools = self.pools(f, retry);
         let priority_classes = self.priority_classes(f);
         let admission = self.admission(f);
@@ -267,15 +262,6 @@ impl Checker {
         }
     }
 
-    /// `value`, unless zero: then `default` (and an error at `path`).
-    pub(super) fn positive(&mut self, value: Duration, path: &str, default: Duration) -> Duration {
-        if value.is_zero() {
-            self.error(path, "must be greater than zero");
-            return default;
-        }
-        value
-    }
-
     /// An integer in `min..=u32::MAX`; `default` when absent or invalid.
     pub(super) fn count(&mut self, value: Option<u64>, path: &str, min: u64, default: u32) -> u32 {
         match value {
@@ -313,10 +299,10 @@ impl Checker {
         };
         let health = Health {
             path,
-            interval: self.positive(h.interval, "health.interval", d.interval),
-            timeout: self.positive(h.timeout, "health.timeout", d.timeout),
+            interval: h.interval,
+            timeout: h.timeout,
             eject_after_failures,
-            readmit_after: self.positive(h.readmit_after, "health.readmit_after", d.readmit_after),
+            readmit_after: h.readmit_after,
             stall: self.stall(h.stall),
         };
         if health.interval > health.readmit_after {
@@ -339,19 +325,6 @@ impl Checker {
             );
         }
         health
-    }
-
-    /// `reload:` as read (serde filled the defaults): a positive interval.
-    fn reload(&mut self, f: &ConfigFile) -> ReloadSettings {
-        let r = f.reload.unwrap_or_default();
-        ReloadSettings {
-            watch_interval: self.positive(
-                r.watch_interval,
-                "reload.watch_interval",
-                DEFAULT_WATCH_INTERVAL,
-            ),
-            ..r
-        }
     }
 
     /// The `name` of the `what` at `path`: present and a valid metric label value; `None`

@@ -1,5 +1,7 @@
 //! Unit tests for `validate`: one per error class, with exact paths and messages.
 
+use std::time::Duration;
+
 use super::*;
 use crate::config::file;
 use pronto_core::routing::PolicyKind;

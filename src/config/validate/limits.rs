@@ -16,38 +16,6 @@ impl Checker {
             ),
             ..l
         };
-        for (value, name, default) in [
-            (
-                &mut limits.connect_timeout,
-                "connect_timeout",
-                d.connect_timeout,
-            ),
-            (
-                &mut limits.first_token_timeout,
-                "first_token_timeout",
-                d.first_token_timeout,
-            ),
-            (&mut limits.idle_timeout, "idle_timeout", d.idle_timeout),
-            (
-                &mut limits.request_timeout,
-                "request_timeout",
-                d.request_timeout,
-            ),
-            (
-                &mut limits.header_timeout,
-                "header_timeout",
-                d.header_timeout,
-            ),
-            (&mut limits.body_timeout, "body_timeout", d.body_timeout),
-            (&mut limits.write_timeout, "write_timeout", d.write_timeout),
-            (
-                &mut limits.keepalive_timeout,
-                "keepalive_timeout",
-                d.keepalive_timeout,
-            ),
-        ] {
-            *value = self.positive(*value, &format!("limits.{name}"), default);
-        }
         if limits.keepalive_timeout.subsec_nanos() != 0 {
             self.error(
                 "limits.keepalive_timeout",
