@@ -9,7 +9,7 @@
 //! Profile hints are checked in [`super::profile`]; their tests are here.
 
 use super::file::DiscoverFile;
-use super::model::{Discover, DEFAULT_WEIGHT};
+use super::model::Discover;
 use super::validate::Checker;
 
 impl Checker {
@@ -25,20 +25,7 @@ impl Checker {
                 ),
             );
         }
-        let interval = d.interval;
-        let weight = match d.weight {
-            0 => {
-                self.error(format!("{path}.weight"), "must be at least 1, got 0");
-                DEFAULT_WEIGHT
-            }
-            n => n,
-        };
-        let max_inflight = d.max_inflight.map(|n| {
-            if n == 0 {
-                self.error(format!("{path}.max_inflight"), "must be at least 1, got 0");
-            }
-            n.max(1)
-        });
+        let (interval, weight, max_inflight) = (d.interval, d.weight, d.max_inflight);
         let Some(super::value::HostPort { host, port }) = d.dns.clone() else {
             self.error(
                 format!("{path}.dns"),

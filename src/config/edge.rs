@@ -280,7 +280,8 @@ pub fn process_env(name: &str) -> Option<String> {
 /// One set of limits; `None` fields are unlimited.
 ///
 /// Both the file's entries (`rate_limits.per_key`, `.keys.<name>`, `.routes.<name>`) and the
-/// model: the checker only refuses zeros and clamps to [`MAX_PER_MINUTE`].
+/// model: serde refuses zeros ([`super::value::at_least_option`]); the checker clamps to
+/// [`MAX_PER_MINUTE`].
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, serde::Serialize, JsonSchema,
 )]
@@ -288,12 +289,15 @@ pub fn process_env(name: &str) -> Option<String> {
 #[schemars(rename = "rate_limit")]
 pub struct RateLimit {
     /// Requests per minute (burst: the whole minute)
+    #[serde(default, deserialize_with = "super::value::at_least_option::<_, _, 1>")]
     #[schemars(range(min = 1))]
     pub requests_per_minute: Option<u32>,
     /// Prompt (estimated, then usage-corrected) + completion tokens per minute
+    #[serde(default, deserialize_with = "super::value::at_least_option::<_, _, 1>")]
     #[schemars(range(min = 1))]
     pub tokens_per_minute: Option<u32>,
     /// Requests in flight at once
+    #[serde(default, deserialize_with = "super::value::at_least_option::<_, _, 1>")]
     #[schemars(range(min = 1))]
     pub max_concurrent: Option<u32>,
 }
@@ -648,18 +652,11 @@ impl Checker {
     }
 
     fn rate_limit(&mut self, path: &str, l: &RateLimit) -> RateLimit {
-        let mut one = |v: Option<u32>, field: &str| {
-            v.map(|n| {
-                if n == 0 {
-                    self.error(format!("{path}.{field}"), "must be at least 1, got 0");
-                }
-                n.clamp(1, MAX_PER_MINUTE)
-            })
-        };
+        let one = |v: Option<u32>| v.map(|n| n.min(MAX_PER_MINUTE));
         let limit = RateLimit {
-            requests_per_minute: one(l.requests_per_minute, "requests_per_minute"),
-            tokens_per_minute: one(l.tokens_per_minute, "tokens_per_minute"),
-            max_concurrent: one(l.max_concurrent, "max_concurrent"),
+            requests_per_minute: one(l.requests_per_minute),
+            tokens_per_minute: one(l.tokens_per_minute),
+            max_concurrent: one(l.max_concurrent),
         };
         if limit == RateLimit::default() {
             self.warn(

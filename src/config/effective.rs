@@ -170,7 +170,7 @@ fn route(r: &Route) -> RouteFile {
         on_slo_miss,
         fallback_pool,
         policy: r.policy.as_ref().map(policy),
-        max_retries: r.max_retries.map(u64::from),
+        max_retries: r.max_retries,
         first_token_timeout: r.first_token_timeout,
         idle_timeout: r.idle_timeout,
         first_token_deadline: r.first_token_deadline.map(|d| match d {
@@ -257,8 +257,8 @@ fn backend(b: &Backend, api_key: Option<SecretFile>) -> BackendFile {
             port: b.port,
             tls: b.tls,
         }),
-        weight: Some(u64::from(b.weight)),
-        max_inflight: b.max_inflight.map(u64::from),
+        weight: Some(b.weight),
+        max_inflight: b.max_inflight,
         labels: (!b.labels.is_empty()).then(|| {
             b.labels
                 .iter()

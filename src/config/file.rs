@@ -55,6 +55,10 @@ pub struct ConfigFile {
     #[schemars(with = "Option<String>", extend("default" = DEFAULT_ADMIN_LISTEN.to_string()))]
     pub admin_listen: Option<SocketAddr>,
     /// Worker threads for the proxy service (restart to change)
+    #[serde(
+        default,
+        deserialize_with = "value::int_in_option::<_, _, 1, MAX_THREADS>"
+    )]
     #[schemars(range(min = 1, max = MAX_THREADS), extend("default" = DEFAULT_THREADS))]
     pub threads: Option<u64>,
     /// On SIGTERM, how long in-flight streams may continue
@@ -157,7 +161,8 @@ pub struct RouteFile {
     /// Routing policy for this route's requests, overriding the pool's
     pub policy: Option<PolicyFile>,
     /// Overrides retry.max_retries for this route
-    pub max_retries: Option<u64>,
+    #[schemars(with = "Option<u64>")]
+    pub max_retries: Option<u32>,
     /// Overrides limits.first_token_timeout for this route
     #[serde(
         default,
@@ -281,10 +286,14 @@ pub struct DiscoverFile {
     #[schemars(with = "String", extend("enum" = ["any", "ipv4", "ipv6"]))]
     pub family: AddressFamily,
     /// Relative share of traffic of each discovered backend
+    #[serde(deserialize_with = "value::at_least::<_, _, 1>")]
     #[schemars(range(min = 1))]
     pub weight: u32,
     /// Cap on concurrent requests to each discovered backend
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "value::at_least_option::<_, _, 1>"
+    )]
     #[schemars(range(min = 1))]
     pub max_inflight: Option<u32>,
 }
@@ -333,11 +342,13 @@ pub struct BackendFile {
     #[schemars(with = "Option<String>", regex(pattern = r"^https?://"))]
     pub url: Option<BackendUrl>,
     /// Relative share of traffic
-    #[schemars(range(min = 1), extend("default" = DEFAULT_WEIGHT))]
-    pub weight: Option<u64>,
+    #[serde(default, deserialize_with = "value::at_least_option::<_, _, 1>")]
+    #[schemars(with = "Option<u64>", range(min = 1), extend("default" = DEFAULT_WEIGHT))]
+    pub weight: Option<u32>,
     /// Cap on concurrent requests to this backend
-    #[schemars(range(min = 1))]
-    pub max_inflight: Option<u64>,
+    #[serde(default, deserialize_with = "value::at_least_option::<_, _, 1>")]
+    #[schemars(with = "Option<u64>", range(min = 1))]
+    pub max_inflight: Option<u32>,
     /// Free-form labels (scalar values, kept as text)
     #[schemars(extend("propertyNames" = { "pattern": "^[A-Za-z_][A-Za-z0-9_]*$" }))]
     pub labels: Option<BTreeMap<String, LabelValue>>,
@@ -365,6 +376,7 @@ pub struct KvEventsFile {
     #[schemars(regex(pattern = r"^tcp://.+:[0-9]+$"))]
     pub endpoint: Option<String>,
     /// Tokens per engine KV block (16 on GPU, 128 for vLLM on CPU)
+    #[serde(default, deserialize_with = "value::int_in_option::<_, _, 1, 65536>")]
     #[schemars(range(min = 1, max = 65536))]
     pub block_size: Option<u64>,
 }

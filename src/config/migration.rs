@@ -21,8 +21,6 @@
 //! a pool with `continue_streams: false` (an engine without vLLM's and SGLang's
 //! `continue_final_message`) neither sends nor receives continuations.
 
-use super::validate::Checker;
-
 /// Continuations one stream may be sent when no `migration:` section says otherwise.
 pub const DEFAULT_MIGRATION_ATTEMPTS: u32 = 1;
 
@@ -40,6 +38,7 @@ pub const MAX_MIGRATION_ATTEMPTS: u64 = 8;
 #[serde(default, deny_unknown_fields)]
 pub struct Migration {
     /// Continuations one stream may be sent, each on another backend (0: off)
+    #[serde(deserialize_with = "super::value::int_in::<_, _, 0, MAX_MIGRATION_ATTEMPTS>")]
     #[schemars(range(min = 0, max = MAX_MIGRATION_ATTEMPTS))]
     pub max_attempts: u32,
 }
@@ -49,22 +48,6 @@ impl Default for Migration {
         Migration {
             max_attempts: DEFAULT_MIGRATION_ATTEMPTS,
         }
-    }
-}
-
-impl Checker {
-    /// A `migration:` section at `path` as read (serde filled the default): its bound; the
-    /// default when over it (error recorded).
-    pub(super) fn migration(&mut self, path: &str, m: Migration) -> Migration {
-        let n = u64::from(m.max_attempts);
-        if n <= MAX_MIGRATION_ATTEMPTS {
-            return m;
-        }
-        self.error(
-            format!("{path}.max_attempts"),
-            format!("must be at most {MAX_MIGRATION_ATTEMPTS}, got {n}"),
-        );
-        Migration::default()
     }
 }
 

@@ -204,6 +204,7 @@ pub struct Limits {
     #[schemars(with = "Option<SizeText>", extend("default" = size(DEFAULT_MAX_BUFFERED_BYTES)))]
     pub max_buffered_bytes: Option<u64>,
     /// Client connections open at once; one more gets 503 and is closed
+    #[serde(deserialize_with = "super::value::int_in::<_, _, 1, 1_000_000>")]
     #[schemars(range(min = 1, max = 1_000_000), extend("default" = DEFAULT_MAX_CONNECTIONS))]
     pub max_connections: u64,
 }
@@ -249,6 +250,7 @@ pub struct Health {
     #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_HEALTH_TIMEOUT)))]
     pub timeout: Duration,
     /// Consecutive failed requests that eject a backend
+    #[serde(deserialize_with = "super::value::at_least::<_, _, 1>")]
     #[schemars(range(min = 1))]
     pub eject_after_failures: u32,
     /// Delay before an ejected backend may return

@@ -82,6 +82,7 @@ pub const MAX_QUEUE_SIZE: u64 = 1 << 20;
 #[serde(default, deny_unknown_fields)]
 pub struct AdmissionSettings {
     /// Requests the queue holds at most, over all routes; beyond it, 429
+    #[serde(deserialize_with = "super::value::int_in::<_, _, 1, MAX_QUEUE_SIZE>")]
     #[schemars(range(min = 1, max = MAX_QUEUE_SIZE))]
     pub queue_size: usize,
 }
@@ -292,20 +293,6 @@ impl Checker {
         names.iter().map(|n| Arc::from(n.as_str())).collect()
     }
 
-    /// `admission:` as read (serde filled the default): the queue size's range.
-    pub(super) fn admission(&mut self, f: &ConfigFile) -> AdmissionSettings {
-        let a = f.admission.unwrap_or_default();
-        let n = a.queue_size as u64;
-        if (1..=MAX_QUEUE_SIZE).contains(&n) {
-            return a;
-        }
-        self.error(
-            "admission.queue_size",
-            format!("must be between 1 and {MAX_QUEUE_SIZE}, got {n}"),
-        );
-        AdmissionSettings::default()
-    }
-
     pub(super) fn routes(
         &mut self,
         f: &ConfigFile,
@@ -414,17 +401,12 @@ impl Checker {
                 "only predicted_ttft minimises TTFA; the policy routing this route ignores it",
             );
         }
-        let max_retries = r
-            .max_retries
-            .map(|n| self.count(Some(n), &format!("{path}.max_retries"), 0, 0));
+        let max_retries = r.max_retries;
         let first_token_timeout = r.first_token_timeout;
         let idle_timeout = r.idle_timeout;
         let first_token_deadline = self.first_token_deadline(path, r.first_token_deadline.as_ref());
         let hedge = self.hedge(path, r.hedge.as_ref());
-        let migration = r
-            .migration
-            .as_ref()
-            .map(|m| self.migration(&format!("{path}.migration"), *m));
+        let migration = r.migration.as_ref().copied();
         let keepalive = self.keepalive(path, r.keepalive);
         let race_on = r.race_on.unwrap_or_default();
         if race_on == RaceOn::Ttfa && r.first_token_deadline.is_none() && r.hedge.is_none() {

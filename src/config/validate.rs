@@ -13,18 +13,17 @@
 //! readmission delay, a probe timeout not shorter than the interval, one server listed twice);
 //! the config still loads.
 //!
-//! What serde already read is not read again here: addresses, URLs, globs, durations,
-//! sizes and enums arrive parsed ([`super::value`], [`super::duration`]); a bad one was a
-//! located shape error. What is checked: the two listeners cannot collide; `threads`
-//! 1..=256; every duration is positive; `max_body_bytes` 1 KiB..=1 GiB; the health path
-//! starts with `/`; `eject_after_failures` >= 1; at least one pool, each with at least one
-//! backend (static, or a `discover:` section: see [`super::discover`]) and a known policy
-//! whose parameters are its own, of the right type and in range
-//! (`pools.m.policy.cache_threshold: must be in 0..=1`); backend names present, well-formed
-//! and unique across the file; every backend has a URL; `weight` >= 1; `max_inflight` >= 1;
-//! label names are Prometheus-style identifiers; profile hints positive and finite; the
-//! references between sections (a route's pool, a key's routes, a class); the files
-//! (certificates, tokenizers, profiles) and the secrets.
+//! What serde already read is not checked again here: addresses, URLs, globs, durations
+//! (never zero), sizes, enums and the integer ranges (`threads` 1..=256, `weight` >= 1, ...)
+//! arrive parsed and in range ([`super::value`], [`super::duration`]); a bad one was a
+//! located shape error. What is checked here: presence (a missing required field is reported
+//! with every other problem, so it cannot be serde's); the ranges whose bounds are sizes,
+//! fractions or durations (`max_body_bytes` 1 KiB..=1 GiB, a sample rate, the stall floor);
+//! the health path's form; backend, route and class names, well-formed and unique across the
+//! file; label names (map keys); each policy's parameters (`pronto_core::routing`); the rules
+//! between fields (the two listeners cannot collide, `peer_timeout` > `heartbeat`, a pool has
+//! backends or `discover`); the references between sections (a route's pool, a key's routes,
+//! a class); the files (certificates, tokenizers, profiles) and the secrets.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -177,26 +176,16 @@ impl Checker {
                 format!("must differ from listen ({listen}): both would bind the same port"),
             );
         }
-        let threads = match f.threads {
-            None => DEFAULT_THREADS,
-            Some(n) if (1..=MAX_THREADS).contains(&n) => n as usize,
-            Some(n) => {
-                self.error(
-                    "threads",
-                    format!("must be between 1 and {MAX_THREADS}, got {n}"),
-                );
-                DEFAULT_THREADS
-            }
-        };
+        let threads = f.threads.map_or(DEFAULT_THREADS, |n| n as usize);
         let grace_period = f.grace_period.unwrap_or(DEFAULT_GRACE_PERIOD);
         let limits = self.limits(f);
         let retry = f.retry.unwrap_or_default();
-        let migration = self.migration("migration", f.migration.unwrap_or_default());
+        let migration = f.migration.unwrap_or_default();
         let health = self.health(f);
         let reload = f.reload.unwrap_or_default();
         let pools = self.pools(f, retry);
         let priority_classes = self.priority_classes(f);
-        let admission = self.admission(f);
+        let admission = f.admission.unwrap_or_default();
         let routes = self.routes(f, &pools, &priority_classes);
         let auth = self.auth(f.auth.as_ref(), &routes, &priority_classes);
         let admin = self.admin(
@@ -262,23 +251,8 @@ impl Checker {
         }
     }
 
-    /// An integer in `min..=u32::MAX`; `default` when absent or invalid.
-    pub(super) fn count(&mut self, value: Option<u64>, path: &str, min: u64, default: u32) -> u32 {
-        match value {
-            None => default,
-            Some(n) if n < min => {
-                self.error(path, format!("must be at least {min}, got {n}"));
-                default
-            }
-            Some(n) => u32::try_from(n).unwrap_or_else(|_| {
-                self.error(path, format!("{n} is too large (at most {})", u32::MAX));
-                default
-            }),
-        }
-    }
-
-    /// `health:` as read (serde filled the defaults): the path's form, positive durations,
-    /// at least one failure to eject, the stall rule's ranges, and the warnings between fields.
+    /// `health:` as read (serde filled the defaults): the path's form, the stall rule's
+    /// ranges, and the warnings between fields.
     fn health(&mut self, f: &ConfigFile) -> Health {
         let h = f.health.clone().unwrap_or_default();
         let d = Health::default();
@@ -291,17 +265,11 @@ impl Checker {
             );
             d.path
         };
-        let eject_after_failures = if h.eject_after_failures == 0 {
-            self.error("health.eject_after_failures", "must be at least 1, got 0");
-            d.eject_after_failures
-        } else {
-            h.eject_after_failures
-        };
         let health = Health {
             path,
             interval: h.interval,
             timeout: h.timeout,
-            eject_after_failures,
+            eject_after_failures: h.eject_after_failures,
             readmit_after: h.readmit_after,
             stall: self.stall(h.stall),
         };

@@ -26,7 +26,7 @@ fn kv_events_endpoint_and_block_size_are_checked() {
             ),
             pair(
                 "pools.m.backends[0].kv_events.block_size",
-                "0 is not a block size (1 to 65536 tokens)"
+                "must be between 1 and 65536, got 0"
             ),
         ]
     );

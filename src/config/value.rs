@@ -94,6 +94,79 @@ fn nats_url(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+// === integer ranges ===
+
+/// An integer in `MIN..=MAX`, read with its range (`deserialize_with`): out of it, a shape
+/// error saying "must be at least MIN, got N" (no upper bound), "must be at most MAX, got N"
+/// (no lower bound) or "must be between MIN and MAX, got N"; past the field's type, "N is too
+/// large (at most ..)". The field's `#[schemars(range(..))]` states the same bounds in the schema.
+pub fn int_in<'de, D, T, const MIN: u64, const MAX: u64>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Int,
+{
+    in_range::<T, MIN, MAX>(u64::deserialize(d)?).map_err(de::Error::custom)
+}
+
+/// [`int_in`] for an optional field (`null`: absent).
+pub fn int_in_option<'de, D, T, const MIN: u64, const MAX: u64>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Int,
+{
+    Option::<u64>::deserialize(d)?
+        .map(in_range::<T, MIN, MAX>)
+        .transpose()
+        .map_err(de::Error::custom)
+}
+
+/// [`int_in`] with no upper bound but the type's.
+pub fn at_least<'de, D, T, const MIN: u64>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Int,
+{
+    int_in::<D, T, MIN, { u64::MAX }>(d)
+}
+
+/// [`at_least`] for an optional field (`null`: absent).
+pub fn at_least_option<'de, D, T, const MIN: u64>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Int,
+{
+    int_in_option::<D, T, MIN, { u64::MAX }>(d)
+}
+
+/// An unsigned integer type a config field holds.
+pub trait Int: TryFrom<u64> {
+    /// Its largest value.
+    const MAX: u64;
+}
+
+impl Int for u32 {
+    const MAX: u64 = u32::MAX as u64;
+}
+
+impl Int for u64 {
+    const MAX: u64 = u64::MAX;
+}
+
+impl Int for usize {
+    const MAX: u64 = usize::MAX as u64;
+}
+
+fn in_range<T: Int, const MIN: u64, const MAX: u64>(n: u64) -> Result<T, String> {
+    if !(MIN..=MAX).contains(&n) {
+        return Err(match (MIN, MAX) {
+            (_, u64::MAX) => format!("must be at least {MIN}, got {n}"),
+            (0, _) => format!("must be at most {MAX}, got {n}"),
+            _ => format!("must be between {MIN} and {MAX}, got {n}"),
+        });
+    }
+    T::try_from(n).map_err(|_| format!("{n} is too large (at most {})", T::MAX))
+}
+
 // === impl BackendUrl ===
 
 /// A backend's base URL: `http` or `https`, a host, a port (explicit or the scheme's), and
@@ -383,6 +456,32 @@ mod tests {
             assert_eq!(url.to_string(), shown);
             assert_eq!(BackendUrl::parse(shown), Ok(url));
         }
+    }
+
+    #[test]
+    fn integers_are_read_with_their_range() {
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct T {
+            #[serde(default, deserialize_with = "at_least_option::<_, _, 1>")]
+            weight: Option<u32>,
+            #[serde(default, deserialize_with = "int_in_option::<_, _, 0, 8>")]
+            attempts: Option<u32>,
+            #[serde(default, deserialize_with = "int_in_option::<_, _, 1, 256>")]
+            threads: Option<u64>,
+        }
+        let err = |yaml: &str| serde_yaml_ng::from_str::<T>(yaml).unwrap_err().to_string();
+        assert!(err("weight: 0").contains("must be at least 1, got 0"));
+        assert!(err("weight: 4294967296").contains("4294967296 is too large (at most 4294967295)"));
+        assert!(err("weight: -1").contains("invalid type: integer `-1`, expected u64"));
+        assert!(err("attempts: 9").contains("must be at most 8, got 9"));
+        assert!(err("threads: 0").contains("must be between 1 and 256, got 0"));
+        let t: T =
+            serde_yaml_ng::from_str("{weight: 4294967295, attempts: 0, threads: ~}").unwrap();
+        assert_eq!(
+            (t.weight, t.attempts, t.threads),
+            (Some(u32::MAX), Some(0), None)
+        );
     }
 
     #[test]

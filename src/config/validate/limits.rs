@@ -37,16 +37,6 @@ impl Checker {
                 DEFAULT_MAX_BUFFERED_BYTES,
             ),
         });
-        if !(1..=1_000_000).contains(&limits.max_connections) {
-            self.error(
-                "limits.max_connections",
-                format!(
-                    "must be between 1 and 1000000, got {}",
-                    limits.max_connections
-                ),
-            );
-            limits.max_connections = d.max_connections;
-        }
         if limits.buffer_budget() < limits.max_body_bytes {
             self.error(
                 "limits.max_buffered_bytes",

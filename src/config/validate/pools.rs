@@ -199,10 +199,8 @@ impl Checker {
                 "missing; e.g. `http://10.0.0.1:8000`",
             );
         }
-        let weight = self.count(b.weight, &format!("{path}.weight"), 1, DEFAULT_WEIGHT);
-        let max_inflight = b
-            .max_inflight
-            .map(|n| self.count(Some(n), &format!("{path}.max_inflight"), 1, 1));
+        let weight = b.weight.unwrap_or(DEFAULT_WEIGHT);
+        let max_inflight = b.max_inflight;
         let mut labels = BTreeMap::new();
         for (k, v) in b.labels.iter().flatten() {
             if valid_label_name(k) {
@@ -270,23 +268,13 @@ impl Checker {
             }
             Some(e) => Some(e.clone()),
         };
-        let block_size = match k.block_size {
-            None => {
-                self.error(
-                    format!("{path}.block_size"),
-                    "missing; the engine's tokens per KV block (16 on GPU, 128 for vLLM on CPU)",
-                );
-                None
-            }
-            Some(n) if !(1..=1 << 16).contains(&n) => {
-                self.error(
-                    format!("{path}.block_size"),
-                    format!("{n} is not a block size (1 to 65536 tokens)"),
-                );
-                None
-            }
-            Some(n) => Some(n as usize),
-        };
+        let block_size = k.block_size.map(|n| n as usize);
+        if block_size.is_none() {
+            self.error(
+                format!("{path}.block_size"),
+                "missing; the engine's tokens per KV block (16 on GPU, 128 for vLLM on CPU)",
+            );
+        }
         Some(KvEvents {
             endpoint: endpoint?,
             block_size: block_size?,
