@@ -95,8 +95,9 @@ pub fn format_duration(d: Duration) -> String {
 /// A duration as a config field of a struct that is the model: read from text such as `2s`
 /// or `1h30m` ([`parse_duration`]; a bare number is refused with a hint), written as
 /// humantime prints it. Zero is refused ("must be greater than zero"): every duration the file
-/// holds is a time to wait or a bound, none of which can be nothing. Other ranges (whole
-/// seconds, bounds between fields) are the checker's.
+/// holds is a time to wait or a bound, none of which can be nothing. A field with bounds of its
+/// own reads with [`text_duration::within`] or [`text_duration::whole_seconds`]; bounds
+/// between fields are the checker's.
 pub mod text_duration {
     use super::*;
     use serde::{Deserialize, Deserializer, Serializer};
@@ -138,6 +139,50 @@ pub mod text_duration {
         }
     }
 
+    /// A duration in `MIN_MS..=MAX_MS` milliseconds (`deserialize_with`): out of it,
+    /// "must be between 100ms and 10m, got 50ms" (or "must be at least .." with
+    /// `MAX_MS = u64::MAX`).
+    pub fn within<'de, D, const MIN_MS: u64, const MAX_MS: u64>(d: D) -> Result<Duration, D::Error>
+    where
+        D: Deserializer<'de>,
+    {
+        let d = deserialize(d)?;
+        let (min, max) = (Duration::from_millis(MIN_MS), Duration::from_millis(MAX_MS));
+        if (min..=max).contains(&d) {
+            return Ok(d);
+        }
+        let show = |d: Duration| humantime::format_duration(d).to_string();
+        Err(serde::de::Error::custom(match MAX_MS {
+            u64::MAX => format!("must be at least {}, got {}", show(min), show(d)),
+            _ => format!(
+                "must be between {} and {}, got {}",
+                show(min),
+                show(max),
+                show(d)
+            ),
+        }))
+    }
+
+    /// [`within`] for an optional duration (absent: `None`; with `#[serde(default)]`).
+    pub fn within_option<'de, D, const MIN_MS: u64, const MAX_MS: u64>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error>
+    where
+        D: Deserializer<'de>,
+    {
+        within::<D, MIN_MS, MAX_MS>(d).map(Some)
+    }
+
+    /// A duration of whole seconds (`deserialize_with`): "must be whole seconds, got 1.5s".
+    pub fn whole_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        match deserialize(d)? {
+            d if d.subsec_nanos() == 0 => Ok(d),
+            d => Err(serde::de::Error::custom(format!(
+                "must be whole seconds, got {d:?}"
+            ))),
+        }
+    }
+
     /// A bare number's hint: the reading nearer a second first (`5`: `5s`; `250`: `250ms`).
     fn no_unit(text: &str, x: f64) -> String {
         let (first, second) = if x.abs() > 31.6 {
@@ -170,6 +215,35 @@ pub mod text_size {
             Written::Text(s) => super::parse_size(&s),
         };
         parsed.map_err(serde::de::Error::custom)
+    }
+
+    /// A size in `MIN..=MAX` bytes (`deserialize_with`): out of it, "must be between 1KiB
+    /// and 1GiB, got 512B".
+    pub fn within<'de, D, const MIN: u64, const MAX: u64>(d: D) -> Result<u64, D::Error>
+    where
+        D: Deserializer<'de>,
+    {
+        let n = deserialize(d)?;
+        if (MIN..=MAX).contains(&n) {
+            return Ok(n);
+        }
+        let show = super::format_size;
+        Err(serde::de::Error::custom(format!(
+            "must be between {} and {}, got {}",
+            show(MIN),
+            show(MAX),
+            show(n)
+        )))
+    }
+
+    /// [`within`] for an optional size (absent: `None`; with `#[serde(default)]`).
+    pub fn within_option<'de, D, const MIN: u64, const MAX: u64>(
+        d: D,
+    ) -> Result<Option<u64>, D::Error>
+    where
+        D: Deserializer<'de>,
+    {
+        within::<D, MIN, MAX>(d).map(Some)
     }
 
     /// The same for an optional size (absent: `None`; with `#[serde(default)]`).

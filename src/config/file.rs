@@ -195,7 +195,8 @@ pub struct RouteFile {
     /// when absent)
     #[serde(
         default,
-        with = "text_duration::option",
+        serialize_with = "text_duration::option::serialize",
+        deserialize_with = "text_duration::within_option::<_, { super::progress::MIN_KEEPALIVE.as_millis() as u64 }, { super::progress::MAX_KEEPALIVE.as_millis() as u64 }>",
         skip_serializing_if = "Option::is_none"
     )]
     #[schemars(with = "Option<DurationText>")]
@@ -265,8 +266,8 @@ pub struct PoolFile {
 
 /// Backends from a DNS name: every address it resolves to, re-resolved periodically
 ///
-/// Typed by serde (defaults filled); the checker parses `dns` into the model's host and port
-/// and keeps the ranges ([`super::discover`]).
+/// Read whole by serde (defaults filled, `dns` parsed, ranges checked); the checker requires
+/// `dns` and `scheme: http` ([`super::discover`]).
 #[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[schemars(extend("required" = ["dns"]))]

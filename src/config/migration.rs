@@ -31,7 +31,7 @@ pub const MAX_MIGRATION_ATTEMPTS: u64 = 8;
 /// next-best backend with the text so far, spliced into the same client stream
 ///
 /// Both the file's `migration:` section (top level or on a route) and the model: serde fills
-/// the default, the checker only checks the bound.
+/// the default and checks the bound; nothing is left to the checker.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
 )]

@@ -17,6 +17,7 @@ use pronto_core::routing::PolicySpec;
 use super::duration::{text_duration, text_size};
 use super::route::{AdmissionSettings, Route};
 use super::schema::{dur, size, DurationText, SizeText};
+use super::validate::{MAX_BODY_BYTES, MIN_BODY_BYTES};
 use super::Diagnostic;
 
 /// Default client listener.
@@ -148,16 +149,19 @@ pub struct Config {
 
 /// Request limits and timeouts
 ///
-/// Both the file's `limits:` section and the model: serde reads the durations and sizes and
-/// fills the defaults; the checker keeps the ranges and the cross-field checks
-/// (`validate/limits.rs`).
+/// Both the file's `limits:` section and the model: serde reads the durations and sizes with
+/// their ranges and fills the defaults; the checker keeps the default that depends on another
+/// field and the checks between fields (`validate/limits.rs`).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
 )]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Largest accepted request body, 1KiB..=1GiB
-    #[serde(with = "text_size")]
+    #[serde(
+        serialize_with = "text_size::serialize",
+        deserialize_with = "text_size::within::<_, MIN_BODY_BYTES, MAX_BODY_BYTES>"
+    )]
     #[schemars(with = "SizeText", extend("default" = size(DEFAULT_MAX_BODY_BYTES)))]
     pub max_body_bytes: u64,
     /// TCP connect timeout to a backend
@@ -191,16 +195,27 @@ pub struct Limits {
     pub write_timeout: Duration,
     /// An idle keep-alive connection (its last answer complete; HTTP/2: no stream open) is
     /// closed after this (whole seconds)
-    #[serde(with = "text_duration")]
+    #[serde(
+        serialize_with = "text_duration::serialize",
+        deserialize_with = "text_duration::whole_seconds"
+    )]
     #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_KEEPALIVE_TIMEOUT)))]
     pub keepalive_timeout: Duration,
     /// Minimum bytes per second a client must read (a larger write may wait len / rate)
-    #[serde(with = "text_size::option", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        serialize_with = "text_size::option::serialize",
+        deserialize_with = "text_size::within_option::<_, 0, MAX_BODY_BYTES>",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<SizeText>")]
     pub min_send_rate: Option<u64>,
     /// Request body bytes buffered at once over all requests; over it: 503 with Retry-After
     /// before the body is read
-    #[serde(with = "text_size::option", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        serialize_with = "text_size::option::serialize",
+        deserialize_with = "text_size::within_option::<_, MIN_BODY_BYTES, { 64 * MAX_BODY_BYTES }>",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<SizeText>", extend("default" = size(DEFAULT_MAX_BUFFERED_BYTES)))]
     pub max_buffered_bytes: Option<u64>,
     /// Client connections open at once; one more gets 503 and is closed
@@ -233,8 +248,8 @@ pub struct Retry {
 
 /// Active and passive health checking
 ///
-/// Both the file's `health:` section and the model: serde fills the defaults; the checker
-/// keeps the path's form, the ranges and the warnings between fields.
+/// Both the file's `health:` section and the model: serde fills the defaults and checks the
+/// ranges; the checker keeps the path's form and the warnings between fields.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Health {
@@ -265,8 +280,8 @@ pub struct Health {
 
 /// The access log: one line per request (log target pronto::access)
 ///
-/// Both the file's `access_log:` section and the model: serde fills the defaults, the checker
-/// only checks the range of `sample_rate` (see `proxy::access`).
+/// Both the file's `access_log:` section and the model: serde fills the defaults and checks
+/// the sample rate's range; nothing is left to the checker (see `proxy::access`).
 #[derive(
     Debug, Clone, Copy, PartialEq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
 )]
@@ -275,6 +290,7 @@ pub struct AccessLog {
     /// Write one line per request when its response ends
     pub enabled: bool,
     /// Share of requests written, chosen by a hash of the request id
+    #[serde(deserialize_with = "super::value::float_in::<_, 0, 1>")]
     #[schemars(range(min = 0, max = 1))]
     pub sample_rate: f64,
 }
@@ -291,7 +307,7 @@ impl Default for AccessLog {
 /// Live reload of this file (also on SIGHUP and POST /admin/reload)
 ///
 /// Both the file's `reload:` section and the model (see `services::reload`): serde fills the
-/// defaults; the checker refuses a zero interval.
+/// defaults (a zero interval is refused there); nothing is left to the checker.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
 )]
@@ -364,7 +380,7 @@ impl Pool {
 /// Engine metrics scraping of the pool's backends (GET /metrics)
 ///
 /// Both a pool's `scrape:` section and the model (see `services::scrape`): serde fills the
-/// default; the checker keeps the minimum ([`super::scrape`]).
+/// default and checks the minimum ([`super::scrape`]); nothing is left to the checker.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
 )]
@@ -372,7 +388,10 @@ impl Pool {
 pub struct Scrape {
     /// Time between two scrapes of each backend while they succeed (at least 10ms); a
     /// failing backend backs off, doubling up to 30s
-    #[serde(with = "text_duration")]
+    #[serde(
+        serialize_with = "text_duration::serialize",
+        deserialize_with = "text_duration::within::<_, { MIN_SCRAPE_INTERVAL.as_millis() as u64 }, { u64::MAX }>"
+    )]
     #[schemars(with = "DurationText", extend("default" = dur(DEFAULT_SCRAPE_INTERVAL)))]
     pub interval: Duration,
 }

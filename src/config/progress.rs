@@ -19,17 +19,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::validate::Checker;
-
-use pronto_core::stall::{StallRule, DEFAULT_FACTOR, DEFAULT_FLOOR};
+use pronto_core::stall::{StallRule, DEFAULT_FLOOR};
 
 /// Shortest `health.stall.floor` accepted (shorter would take a merely slow prefill for a
 /// wedge).
 pub const MIN_STALL_FLOOR: Duration = Duration::from_millis(100);
 /// Longest `health.stall.floor` accepted.
 pub const MAX_STALL_FLOOR: Duration = Duration::from_secs(3600);
-/// Range of `health.stall.factor`.
-pub const STALL_FACTOR_RANGE: std::ops::RangeInclusive<f64> = 1.0..=1000.0;
 /// Shortest route `keepalive` accepted.
 pub const MIN_KEEPALIVE: Duration = Duration::from_millis(100);
 /// Longest route `keepalive` accepted (longer outlasts every proxy idle timeout it is for).
@@ -39,19 +35,23 @@ pub const MAX_KEEPALIVE: Duration = Duration::from_secs(600);
 /// max(floor, factor x the predicted time of its booked prefill) gets no new requests until
 /// it produces again (not ejected)
 ///
-/// Both the file's `health.stall` and the model: serde fills the defaults; the checker keeps
-/// the ranges; [`Stall::rule`] is what the gateway runs.
+/// Both the file's `health.stall` and the model: serde fills the defaults and checks the
+/// ranges; [`Stall::rule`] is what the gateway runs.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Stall {
     /// Judge backends on their progress
     pub enabled: bool,
     /// The shortest silence that counts (100ms..=1h)
-    #[serde(with = "super::duration::text_duration")]
+    #[serde(
+        serialize_with = "super::duration::text_duration::serialize",
+        deserialize_with = "super::duration::text_duration::within::<_, { MIN_STALL_FLOOR.as_millis() as u64 }, { MAX_STALL_FLOOR.as_millis() as u64 }>"
+    )]
     #[schemars(with = "super::schema::DurationText")]
     #[schemars(extend("default" = super::schema::dur(DEFAULT_FLOOR)))]
     pub floor: Duration,
     /// Multiple of the predicted time of the booked prefill work
+    #[serde(deserialize_with = "super::value::float_in::<_, 1, 1000>")]
     #[schemars(range(min = 1, max = 1000))]
     pub factor: f64,
 }
@@ -74,54 +74,6 @@ impl Stall {
             floor: self.floor,
             factor: self.factor,
         })
-    }
-}
-
-impl Checker {
-    /// `health.stall` as read (serde filled the defaults): the ranges of floor and factor
-    /// (each the default when out of range, errors recorded).
-    pub(super) fn stall(&mut self, s: Stall) -> Stall {
-        let floor = if (MIN_STALL_FLOOR..=MAX_STALL_FLOOR).contains(&s.floor) {
-            s.floor
-        } else {
-            self.error(
-                "health.stall.floor",
-                format!(
-                    "must be between {MIN_STALL_FLOOR:?} and {MAX_STALL_FLOOR:?}, got {:?}",
-                    s.floor
-                ),
-            );
-            DEFAULT_FLOOR
-        };
-        let factor = if STALL_FACTOR_RANGE.contains(&s.factor) {
-            s.factor
-        } else {
-            self.error(
-                "health.stall.factor",
-                format!(
-                    "must be between {} and {}, got {}",
-                    STALL_FACTOR_RANGE.start(),
-                    STALL_FACTOR_RANGE.end(),
-                    s.factor
-                ),
-            );
-            DEFAULT_FACTOR
-        };
-        Stall { floor, factor, ..s }
-    }
-
-    /// `{path}.keepalive`; `None` when absent or invalid (errors recorded).
-    pub(super) fn keepalive(&mut self, path: &str, d: Option<Duration>) -> Option<Duration> {
-        let d = d?;
-        let path = format!("{path}.keepalive");
-        if !(MIN_KEEPALIVE..=MAX_KEEPALIVE).contains(&d) {
-            self.error(
-                path,
-                format!("must be between {MIN_KEEPALIVE:?} and {MAX_KEEPALIVE:?}, got {d:?}"),
-            );
-            return None;
-        }
-        Some(d)
     }
 }
 

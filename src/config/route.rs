@@ -74,8 +74,8 @@ pub const MAX_QUEUE_SIZE: u64 = 1 << 20;
 
 /// The SLO admission queue (routes with on_slo_miss: queue)
 ///
-/// Both the file's `admission:` section and the model: serde fills the default, the checker
-/// only checks the range.
+/// Both the file's `admission:` section and the model: serde fills the default and checks the
+/// range; nothing is left to the checker.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
 )]
@@ -407,7 +407,7 @@ impl Checker {
         let first_token_deadline = self.first_token_deadline(path, r.first_token_deadline.as_ref());
         let hedge = self.hedge(path, r.hedge.as_ref());
         let migration = r.migration.as_ref().copied();
-        let keepalive = self.keepalive(path, r.keepalive);
+        let keepalive = r.keepalive;
         let race_on = r.race_on.unwrap_or_default();
         if race_on == RaceOn::Ttfa && r.first_token_deadline.is_none() && r.hedge.is_none() {
             self.warn(

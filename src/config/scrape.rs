@@ -1,34 +1,11 @@
-//! The check of a pool's `scrape:` section ([`Scrape`], which serde read and filled).
+//! A pool's `scrape:` section ([`super::model::Scrape`]): serde reads it whole, its range
+//! included, so what is left here are its tests.
 //!
 //! `scrape: {interval: 250ms}` sets how often the engine scraper
 //! (`backend::EngineScraper`) reads each of the pool's backends' `/metrics` while
-//! the scrapes succeed (default [`DEFAULT_SCRAPE_INTERVAL`], at least
-//! [`MIN_SCRAPE_INTERVAL`]); a failing backend backs off from it, and a sample is trusted for
-//! `pronto_core::engine::stale_after(interval)`.
-
-use super::file::PoolFile;
-use super::model::{Scrape, MIN_SCRAPE_INTERVAL};
-use super::validate::Checker;
-
-impl Checker {
-    /// The `scrape:` section of the pool at `path`; the default where absent or out of range
-    /// (errors recorded).
-    pub(super) fn scrape(&mut self, path: &str, pool: &PoolFile) -> Scrape {
-        let Some(s) = pool.scrape else {
-            return Scrape::default();
-        };
-        let ipath = format!("{path}.scrape.interval");
-        let interval = s.interval;
-        if interval < MIN_SCRAPE_INTERVAL {
-            self.error(
-                ipath,
-                format!("{interval:?} is shorter than the minimum, {MIN_SCRAPE_INTERVAL:?}"),
-            );
-            return Scrape::default();
-        }
-        Scrape { interval }
-    }
-}
+//! the scrapes succeed (default [`super::model::DEFAULT_SCRAPE_INTERVAL`], at least
+//! [`super::model::MIN_SCRAPE_INTERVAL`]); a failing backend backs off from it, and a sample
+//! is trusted for `pronto_core::engine::stale_after(interval)`.
 
 #[cfg(test)]
 mod tests {
@@ -63,7 +40,7 @@ mod tests {
         let e = load("    scrape: {interval: 1ms}\n").unwrap_err();
         assert_eq!(
             e,
-            "t.yaml:4:24: pools.m.scrape.interval: 1ms is shorter than the minimum, 10ms"
+            "t.yaml:4:24: pools.m.scrape.interval: must be at least 10ms, got 1ms"
         );
         let e = load("    scrape: {interval: 0s}\n").unwrap_err();
         assert_eq!(

@@ -330,8 +330,9 @@ fn keepalive_timeout_is_whole_seconds() {
 
 /// Sections whose struct is the model (`retry`, `access_log`, `admission`, `migration`, a
 /// rate limit, `limits`, `reload`, `health`):
-/// a wrongly typed value is serde's error, located, with the field's path; a value of the
-/// right type out of range is the checker's.
+/// a wrongly typed value, or one out of its range, is serde's error, located, with the
+/// field's path; what is left to the checker (a rate limit naming a route, a buffer smaller
+/// than the body limit) follows.
 #[test]
 fn model_sections_report_bad_values_located() {
     let pools =

@@ -214,7 +214,7 @@ impl Checker {
             migration,
             health,
             explain_headers: f.explain_headers.unwrap_or(false),
-            access_log: self.access_log(f),
+            access_log: f.access_log.unwrap_or_default(),
             reload,
             pools,
             priority_classes,
@@ -229,25 +229,6 @@ impl Checker {
             source_path: None,
             warnings: Vec::new(),
             source_hash: 0,
-        }
-    }
-
-    /// `access_log:` as read (serde filled the defaults): the sample rate's range.
-    fn access_log(&mut self, f: &ConfigFile) -> AccessLog {
-        let a = f.access_log.unwrap_or_default();
-        if (0.0..=1.0).contains(&a.sample_rate) {
-            return a;
-        }
-        self.error(
-            "access_log.sample_rate",
-            format!(
-                "must be between 0 and 1 (a share of requests), got {}",
-                a.sample_rate
-            ),
-        );
-        AccessLog {
-            sample_rate: DEFAULT_ACCESS_LOG_SAMPLE_RATE,
-            ..a
         }
     }
 
@@ -271,7 +252,7 @@ impl Checker {
             timeout: h.timeout,
             eject_after_failures: h.eject_after_failures,
             readmit_after: h.readmit_after,
-            stall: self.stall(h.stall),
+            stall: h.stall,
         };
         if health.interval > health.readmit_after {
             self.warn(

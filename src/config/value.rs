@@ -167,6 +167,21 @@ fn in_range<T: Int, const MIN: u64, const MAX: u64>(n: u64) -> Result<T, String>
     T::try_from(n).map_err(|_| format!("{n} is too large (at most {})", T::MAX))
 }
 
+/// A number in `MIN..=MAX` (`deserialize_with`): out of it, or not a number (`.nan`), "must
+/// be between MIN and MAX, got X".
+pub fn float_in<'de, D, const MIN: u64, const MAX: u64>(d: D) -> Result<f64, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    let x = f64::deserialize(d)?;
+    match (MIN as f64..=MAX as f64).contains(&x) {
+        true => Ok(x),
+        false => Err(de::Error::custom(format!(
+            "must be between {MIN} and {MAX}, got {x}"
+        ))),
+    }
+}
+
 // === impl BackendUrl ===
 
 /// A backend's base URL: `http` or `https`, a host, a port (explicit or the scheme's), and

@@ -65,7 +65,7 @@ impl Checker {
             .api_key
             .as_ref()
             .and_then(|k| self.upstream_key(&format!("{path}.api_key"), k));
-        let scrape = self.scrape(path, pool);
+        let scrape = pool.scrape.unwrap_or_default();
         let served_model_name = pool.served_model_name.clone();
         if pool.discover.is_none() {
             self.backend_count_checks(path, pool, retry);
