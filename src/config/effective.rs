@@ -28,7 +28,7 @@ use super::race::{DeadlineFile, HedgeFile};
 use super::route::{OnSloMiss, Route, SloAction};
 use super::secrets::REDACTED;
 use super::tls::TlsFile;
-use super::value::BackendUrl;
+use super::value::{BackendUrl, Name};
 use pronto_core::race::{FirstTokenDeadline, HedgeDelay};
 use pronto_core::routing::PolicySpec;
 
@@ -158,7 +158,7 @@ fn route(r: &Route) -> RouteFile {
         }
     };
     RouteFile {
-        name: Some(r.name.to_string()),
+        name: Some(Name::written(&r.name)),
         matches: Some(matches),
         pool: Some(r.pool.to_string()),
         ttft_slo,
@@ -251,7 +251,7 @@ fn profile(p: &ProfileHint) -> ProfileFile {
 
 fn backend(b: &Backend, api_key: Option<SecretFile>) -> BackendFile {
     BackendFile {
-        name: Some(b.name.to_string()),
+        name: Some(Name::written(&b.name)),
         url: Some(BackendUrl {
             host: b.host.clone(),
             port: b.port,

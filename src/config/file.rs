@@ -117,8 +117,8 @@ pub struct ConfigFile {
 #[schemars(rename = "route", extend("required" = ["name", "pool"]))]
 pub struct RouteFile {
     /// Unique route name; the `route` metric label
-    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]+$"))]
-    pub name: Option<String>,
+    #[schemars(with = "Option<String>", regex(pattern = r"^[A-Za-z0-9_.-]+$"))]
+    pub name: Option<value::Name>,
     /// Conditions, all of which must hold; absent: every request
     #[serde(rename = "match")]
     pub matches: Option<MatchFile>,
@@ -337,8 +337,8 @@ pub struct ProfileFile {
 #[schemars(rename = "backend", extend("required" = ["name", "url"]))]
 pub struct BackendFile {
     /// Unique across the file; the `backend` metric label
-    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]+$"))]
-    pub name: Option<String>,
+    #[schemars(with = "Option<String>", regex(pattern = r"^[A-Za-z0-9_.-]+$"))]
+    pub name: Option<value::Name>,
     /// Base URL of an OpenAI-compatible server, no path
     #[schemars(with = "Option<String>", regex(pattern = r"^https?://"))]
     pub url: Option<BackendUrl>,

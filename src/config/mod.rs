@@ -320,7 +320,7 @@ impl Config {
         for (i, url) in urls.iter().enumerate() {
             match value::BackendUrl::parse(url) {
                 Ok(url) => backends.push(file::BackendFile {
-                    name: Some(format!("backend-{i}")),
+                    name: Some(value::Name::written(&format!("backend-{i}"))),
                     url: Some(url),
                     ..Default::default()
                 }),

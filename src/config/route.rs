@@ -314,7 +314,7 @@ impl Checker {
         let mut catch_all: Option<usize> = None;
         for (i, r) in entries.iter().enumerate() {
             let path = format!("routes[{i}]");
-            if let Some(n) = &r.name {
+            if let Some(n) = r.name.as_ref().map(super::value::Name::as_str) {
                 if let Some(first) = names.insert(n, i) {
                     self.error(
                         format!("{path}.name"),
@@ -359,7 +359,7 @@ impl Checker {
         classes: &[Arc<str>],
     ) -> Option<Route> {
         let name = self
-            .label_name(path, "route", r.name.as_deref())
+            .label_name(path, "route", r.name.as_ref())
             .map(Arc::<str>::from);
         let pool = self.pool_ref(&format!("{path}.pool"), r.pool.as_deref(), pools, true);
         let matcher = self.matcher(&format!("{path}.match"), r.matches.as_ref());

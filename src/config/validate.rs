@@ -276,31 +276,21 @@ impl Checker {
         health
     }
 
-    /// The `name` of the `what` at `path`: present and a valid metric label value; `None`
-    /// (error recorded) otherwise.
+    /// The `name` of the `what` at `path` (serde checked its form); `None` (error recorded)
+    /// when missing.
     pub(super) fn label_name<'n>(
         &mut self,
         path: &str,
         what: &str,
-        name: Option<&'n str>,
+        name: Option<&'n super::value::Name>,
     ) -> Option<&'n str> {
-        match name {
-            None => {
-                self.error(
-                    format!("{path}.name"),
-                    format!("missing; every {what} needs a unique name (it is a metric label)"),
-                );
-                None
-            }
-            Some(n) if !valid_name(n) => {
-                self.error(
-                    format!("{path}.name"),
-                    format!("`{n}` is not a valid name: use letters, digits, `_`, `.` and `-`"),
-                );
-                None
-            }
-            Some(n) => Some(n),
+        if name.is_none() {
+            self.error(
+                format!("{path}.name"),
+                format!("missing; every {what} needs a unique name (it is a metric label)"),
+            );
         }
+        name.map(super::value::Name::as_str)
     }
 
     /// A `policy:` (a pool's or a route's at `path`); the default policy when invalid (errors

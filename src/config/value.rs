@@ -182,6 +182,47 @@ where
     }
 }
 
+// === impl Name ===
+
+/// A backend's or a route's name: a metric label value, `[A-Za-z0-9_.-]+`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Name(String);
+
+impl Name {
+    /// `text`, or why it is not a name.
+    pub fn parse(text: &str) -> Result<Name, String> {
+        match super::validate::valid_name(text) {
+            true => Ok(Name(text.to_string())),
+            false => Err(format!(
+                "`{text}` is not a valid name: use letters, digits, `_`, `.` and `-`"
+            )),
+        }
+    }
+
+    /// A name the model holds, to be written back as is (the checker read it from a file, or
+    /// the gateway made it).
+    pub(super) fn written(name: &str) -> Name {
+        Name(name.to_string())
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Name {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Name, D::Error> {
+        parsed(deserializer, Name::parse)
+    }
+}
+
+impl Serialize for Name {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
 // === impl BackendUrl ===
 
 /// A backend's base URL: `http` or `https`, a host, a port (explicit or the scheme's), and

@@ -177,7 +177,7 @@ impl Checker {
         pool: BackendDefaults<'_>,
         names: &mut HashMap<String, String>,
     ) -> Option<Backend> {
-        let name = match self.label_name(path, "backend", b.name.as_deref()) {
+        let name = match self.label_name(path, "backend", b.name.as_ref()) {
             None => None,
             Some(n) => match names.get(n) {
                 Some(first) => {
