@@ -15,16 +15,6 @@ use super::validate::Checker;
 impl Checker {
     /// A `discover:` section; `None` when `dns` is missing or invalid (errors recorded).
     pub(super) fn discover(&mut self, path: &str, d: &DiscoverFile) -> Option<Discover> {
-        let scheme = d.scheme.as_str();
-        if scheme != "http" {
-            self.error(
-                format!("{path}.scheme"),
-                format!(
-                    "`{scheme}` is not supported for discovered backends; use `http` (or list \
-                     https backends under `backends:`)"
-                ),
-            );
-        }
         let (interval, weight, max_inflight) = (d.interval, d.weight, d.max_inflight);
         let Some(super::value::HostPort { host, port }) = d.dns.clone() else {
             self.error(

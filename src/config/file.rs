@@ -282,6 +282,7 @@ pub struct DiscoverFile {
     pub interval: Duration,
     /// Scheme of the discovered backends
     #[schemars(extend("enum" = ["http"]))]
+    #[serde(deserialize_with = "value::discover_scheme")]
     pub scheme: String,
     /// Keep only IPv4 or IPv6 addresses
     #[schemars(with = "String", extend("enum" = ["any", "ipv4", "ipv6"]))]

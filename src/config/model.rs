@@ -254,6 +254,7 @@ pub struct Retry {
 #[serde(default, deny_unknown_fields)]
 pub struct Health {
     /// HTTP path probed with GET on each backend
+    #[serde(deserialize_with = "super::value::http_path")]
     #[schemars(regex(pattern = r"^/\S*$"))]
     pub path: String,
     /// Time between active probes

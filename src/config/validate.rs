@@ -232,28 +232,10 @@ impl Checker {
         }
     }
 
-    /// `health:` as read (serde filled the defaults): the path's form, the stall rule's
-    /// ranges, and the warnings between fields.
+    /// `health:` as read (serde checked the values and filled the defaults): the warnings
+    /// between fields.
     fn health(&mut self, f: &ConfigFile) -> Health {
-        let h = f.health.clone().unwrap_or_default();
-        let d = Health::default();
-        let path = if h.path.starts_with('/') && !h.path.contains(char::is_whitespace) {
-            h.path
-        } else {
-            self.error(
-                "health.path",
-                format!("`{}` is not an absolute HTTP path (e.g. `/health`)", h.path),
-            );
-            d.path
-        };
-        let health = Health {
-            path,
-            interval: h.interval,
-            timeout: h.timeout,
-            eject_after_failures: h.eject_after_failures,
-            readmit_after: h.readmit_after,
-            stall: h.stall,
-        };
+        let health = f.health.clone().unwrap_or_default();
         if health.interval > health.readmit_after {
             self.warn(
                 "health.interval",

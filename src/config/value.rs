@@ -182,6 +182,30 @@ where
     }
 }
 
+/// `health.path`: an absolute HTTP path without spaces (`/health`).
+pub fn http_path<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    parsed(d, |p| {
+        match p.starts_with('/') && !p.contains(char::is_whitespace) {
+            true => Ok(p.to_string()),
+            false => Err(format!(
+                "`{p}` is not an absolute HTTP path (e.g. `/health`)"
+            )),
+        }
+    })
+}
+
+/// `discover.scheme`: only `http` (a discovered backend is addressed by IP; TLS would need
+/// the name as SNI).
+pub fn discover_scheme<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    parsed(d, |s| match s {
+        "http" => Ok(s.to_string()),
+        _ => Err(format!(
+            "`{s}` is not supported for discovered backends; use `http` (or list https \
+             backends under `backends:`)"
+        )),
+    })
+}
+
 // === impl Name ===
 
 /// A backend's or a route's name: a metric label value, `[A-Za-z0-9_.-]+`.
