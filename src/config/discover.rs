@@ -13,9 +13,9 @@ use super::model::Discover;
 use super::validate::Checker;
 
 impl Checker {
-    /// A `discover:` section; `None` when `dns` is missing or invalid (errors recorded).
+    /// A `discover:` section (serde read and checked its values); `None` when `dns` is
+    /// missing (error recorded).
     pub(super) fn discover(&mut self, path: &str, d: &DiscoverFile) -> Option<Discover> {
-        let (interval, weight, max_inflight) = (d.interval, d.weight, d.max_inflight);
         let Some(super::value::HostPort { host, port }) = d.dns.clone() else {
             self.error(
                 format!("{path}.dns"),
@@ -26,10 +26,10 @@ impl Checker {
         Some(Discover {
             host,
             port,
-            interval,
+            interval: d.interval,
             family: d.family,
-            weight,
-            max_inflight,
+            weight: d.weight,
+            max_inflight: d.max_inflight,
         })
     }
 }

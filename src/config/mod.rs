@@ -1,11 +1,15 @@
 //! Gateway configuration: YAML file → validated, typed [`Config`].
 //!
 //! Two layers (STYLE habit 5):
-//! 1. [`mod@file`]: serde structs mirroring the YAML, `deny_unknown_fields`, every field optional,
-//!    values needing interpretation kept raw. Syntax and type errors stop here, located by
-//!    `serde_yaml_ng`.
-//! 2. [`validate()`]: checks every field, collecting *all* errors and warnings with their
-//!    field paths, and builds the typed [`model`] ([`Config`]).
+//! 1. [`mod@file`]: serde structs mirroring the YAML, `deny_unknown_fields`, every field
+//!    optional. Every value is read whole, with its range: durations and sizes
+//!    ([`duration`]), addresses, URLs, globs, names and integer ranges ([`value`]), enums.
+//!    A bad one is a shape error; every shape error of a file is collected in one pass
+//!    (`shape.rs`), each located at its field.
+//! 2. [`validate()`]: what needs more than one value, collecting *all* errors and warnings
+//!    with their field paths: presence, uniqueness, the rules between fields, the references
+//!    between sections, the files the config names and the secrets. It builds the typed
+//!    [`model`] ([`Config`]); a section that needs none of that is its own model.
 //!
 //! [`Config::from_yaml_str`] runs both and locates each problem's path in the text
 //! ([`locate`]), so a [`LoadError`] reads like a compiler's:
