@@ -151,16 +151,11 @@ pub mod text_duration {
         if (min..=max).contains(&d) {
             return Ok(d);
         }
-        let show = |d: Duration| humantime::format_duration(d).to_string();
-        Err(serde::de::Error::custom(match MAX_MS {
-            u64::MAX => format!("must be at least {}, got {}", show(min), show(d)),
-            _ => format!(
-                "must be between {} and {}, got {}",
-                show(min),
-                show(max),
-                show(d)
-            ),
-        }))
+        let show = humantime::format_duration;
+        let max = (MAX_MS < u64::MAX).then(|| show(max));
+        Err(serde::de::Error::custom(
+            crate::config::value::out_of_range(Some(show(min)), max, show(d)),
+        ))
     }
 
     /// [`within`] for an optional duration (absent: `None`; with `#[serde(default)]`).
@@ -228,12 +223,9 @@ pub mod text_size {
             return Ok(n);
         }
         let show = super::format_size;
-        Err(serde::de::Error::custom(format!(
-            "must be between {} and {}, got {}",
-            show(MIN),
-            show(MAX),
-            show(n)
-        )))
+        Err(serde::de::Error::custom(
+            crate::config::value::out_of_range(Some(show(MIN)), Some(show(MAX)), show(n)),
+        ))
     }
 
     /// [`within`] for an optional size (absent: `None`; with `#[serde(default)]`).

@@ -156,13 +156,26 @@ impl Int for usize {
     const MAX: u64 = usize::MAX as u64;
 }
 
+/// The message of a value out of its range, bounds as written in the file: "must be at least
+/// MIN, got X" (no upper bound), "must be at most MAX, got X" (no lower bound) or "must be
+/// between MIN and MAX, got X".
+pub(super) fn out_of_range(
+    min: Option<impl fmt::Display>,
+    max: Option<impl fmt::Display>,
+    got: impl fmt::Display,
+) -> String {
+    match (min, max) {
+        (Some(min), None) => format!("must be at least {min}, got {got}"),
+        (None, Some(max)) => format!("must be at most {max}, got {got}"),
+        (Some(min), Some(max)) => format!("must be between {min} and {max}, got {got}"),
+        (None, None) => format!("{got} is out of range"),
+    }
+}
+
 fn in_range<T: Int, const MIN: u64, const MAX: u64>(n: u64) -> Result<T, String> {
     if !(MIN..=MAX).contains(&n) {
-        return Err(match (MIN, MAX) {
-            (_, u64::MAX) => format!("must be at least {MIN}, got {n}"),
-            (0, _) => format!("must be at most {MAX}, got {n}"),
-            _ => format!("must be between {MIN} and {MAX}, got {n}"),
-        });
+        let (min, max) = ((MIN > 0).then_some(MIN), (MAX < u64::MAX).then_some(MAX));
+        return Err(out_of_range(min, max, n));
     }
     T::try_from(n).map_err(|_| format!("{n} is too large (at most {})", T::MAX))
 }
@@ -176,9 +189,7 @@ where
     let x = f64::deserialize(d)?;
     match (MIN as f64..=MAX as f64).contains(&x) {
         true => Ok(x),
-        false => Err(de::Error::custom(format!(
-            "must be between {MIN} and {MAX}, got {x}"
-        ))),
+        false => Err(de::Error::custom(out_of_range(Some(MIN), Some(MAX), x))),
     }
 }
 
