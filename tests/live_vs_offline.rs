@@ -107,6 +107,7 @@ async fn live_and_offline_agree_on_a_short_trace_slice() {
     let args = EvaluateArgs {
         trace: Some(trace.clone()),
         format: TraceFormat::Mooncake,
+        trace_block_tokens: pronto_sim::workload::TRACE_BLOCK_TOKENS as u32,
         workload: pronto_sim::evaluate::Generated::Chat,
         fleet: fleet_file.clone(),
         policies: Vec::new(),

@@ -163,6 +163,7 @@ fn request(arrival_s: f64, output_tokens: u32) -> TraceRequest {
         input_tokens: 40,
         output_tokens,
         hash_ids: vec![1],
+        block_tokens: pronto_sim::workload::TRACE_BLOCK_TOKENS as u32,
         session: None,
     }
 }

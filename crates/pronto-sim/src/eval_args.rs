@@ -30,6 +30,12 @@ pub struct EvaluateArgs {
     /// Trace format.
     #[arg(long, value_enum, default_value_t = TraceFormat::Mooncake)]
     pub format: TraceFormat,
+    /// Prompt tokens each `hash_id` of a Mooncake trace stands for: 512 (Mooncake's own grain),
+    /// or the grain a trace was written at (`scripts/lib/real_fleet_workloads.py --block 128`),
+    /// so that prompts share prefixes at that grain.
+    #[arg(long, value_name = "TOKENS", default_value_t = trace::TRACE_BLOCK_TOKENS as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub trace_block_tokens: u32,
     /// Fleet file.
     #[arg(long, default_value = "config/sim/fleet.yaml")]
     pub fleet: PathBuf,
@@ -260,6 +266,11 @@ pub fn prepare_trace(
     };
     if let Some(n) = args.limit {
         reqs.truncate(n);
+    }
+    if args.trace.is_some() {
+        for r in &mut reqs {
+            r.block_tokens = args.trace_block_tokens;
+        }
     }
     spread_ties(&mut reqs);
     if let Some(seed) = args.arrival_seed {

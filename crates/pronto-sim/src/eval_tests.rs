@@ -194,6 +194,7 @@ fn conversation_slice(load: f64, limit: usize) -> Option<EvaluateArgs> {
     Some(EvaluateArgs {
         trace: Some(path),
         format: TraceFormat::Mooncake,
+        trace_block_tokens: crate::workload::TRACE_BLOCK_TOKENS as u32,
         workload: crate::evaluate::Generated::Chat,
         fleet: repo("config/sim/fleet.yaml"),
         policies: vec![],

@@ -7,6 +7,9 @@
 //!   are [`pronto_core::tokens::synthetic_block_ids`]`(hash_id, n)`; the last block is partial so the
 //!   total is `input_length`. Equal leading hash ids therefore give equal leading tokens, hence
 //!   equal engine KV blocks and equal gateway block hashes at any block size dividing 512.
+//!   A trace written at a finer grain (the real-fleet bench's 128-token blocks) sets
+//!   [`TraceRequest::block_tokens`] (`pronto evaluate --trace-block-tokens`), and its prompts
+//!   share prefixes at that grain.
 //! - **Azure**: no prefix information, so each request gets ids unique to its index (no sharing).
 //!
 //! The Mooncake conversation trace is quantised to 3 s; [`spread_ties`] spreads each group of
@@ -35,8 +38,12 @@ pub struct TraceRequest {
     pub input_tokens: u32,
     /// Tokens to generate.
     pub output_tokens: u32,
-    /// One id per 512-token prompt block (Mooncake); empty when the trace has no prefixes.
+    /// One id per `block_tokens`-token prompt block (Mooncake); empty when the trace has no
+    /// prefixes.
     pub hash_ids: Vec<u64>,
+    /// Prompt tokens each hash id stands for: [`TRACE_BLOCK_TOKENS`] (Mooncake's grain), or a
+    /// trace's own grain (`pronto evaluate --trace-block-tokens`).
+    pub block_tokens: u32,
     /// Conversation id, when the trace has one.
     pub session: Option<u64>,
 }
@@ -52,7 +59,7 @@ impl TraceRequest {
             if done >= total {
                 break;
             }
-            synthetic_block_ids(h, (total - done).min(TRACE_BLOCK_TOKENS), out);
+            synthetic_block_ids(h, (total - done).min(self.block_tokens as usize), out);
         }
         let done = out.len() - start;
         if done < total {
@@ -71,7 +78,7 @@ impl TraceRequest {
             if done >= total {
                 break;
             }
-            let n = (total - done).min(TRACE_BLOCK_TOKENS);
+            let n = (total - done).min(self.block_tokens as usize);
             synthetic_block_text(h, n, out);
             done += n;
         }
@@ -160,6 +167,7 @@ pub fn parse_mooncake(text: &str, origin: &str) -> Result<Vec<TraceRequest>, Tra
             input_tokens: row.input_length,
             output_tokens: row.output_length,
             hash_ids: row.hash_ids,
+            block_tokens: TRACE_BLOCK_TOKENS as u32,
             session: None,
         });
     }
@@ -209,6 +217,7 @@ pub fn parse_azure(text: &str, origin: &str) -> Result<Vec<TraceRequest>, TraceE
             input_tokens: ctx,
             output_tokens: gen,
             hash_ids: Vec::new(),
+            block_tokens: TRACE_BLOCK_TOKENS as u32,
             session: None,
         })
         .collect();
@@ -359,6 +368,7 @@ impl SyntheticWorkload {
                     input_tokens: input,
                     output_tokens: rng.gen_range(lo.min(hi)..=hi.max(lo)),
                     hash_ids: ids.clone(),
+                    block_tokens: TRACE_BLOCK_TOKENS as u32,
                     session: Some(c as u64),
                 });
                 t += exp(&mut rng, self.think_time_s);
@@ -408,6 +418,7 @@ mod tests {
                 input_tokens: input,
                 output_tokens: 1,
                 hash_ids,
+                block_tokens: TRACE_BLOCK_TOKENS as u32,
                 session: None,
             };
             let (mut text, mut ids) = (String::new(), Vec::new());
@@ -431,6 +442,30 @@ mod tests {
             let full = (a.hash_ids.len() - 1) * TRACE_BLOCK_TOKENS * 4;
             assert_eq!(ta[..full], tb[..full]);
         }
+    }
+
+    #[test]
+    fn a_finer_grain_shares_prefixes_at_that_grain() {
+        // Two 128-token-block prompts that agree on their first three blocks share exactly
+        // 3 × 128 tokens, text and ids alike.
+        let mk = |hash_ids| TraceRequest {
+            arrival_s: 0.0,
+            input_tokens: 4 * 128,
+            output_tokens: 1,
+            hash_ids,
+            block_tokens: 128,
+            session: None,
+        };
+        let (a, b) = (mk(vec![1, 2, 3, 4]), mk(vec![1, 2, 3, 5]));
+        let (mut ia, mut ib) = (Vec::new(), Vec::new());
+        a.prompt_ids(0, &mut ia);
+        b.prompt_ids(1, &mut ib);
+        assert_eq!((ia.len(), ib.len()), (512, 512));
+        let shared = ia.iter().zip(&ib).take_while(|(x, y)| x == y).count();
+        assert_eq!(shared, 3 * 128);
+        let mut text = String::new();
+        a.prompt_text(0, &mut text);
+        assert_eq!(pronto_core::tokens::token_ids(text.as_bytes()), ia);
     }
 
     #[test]
@@ -458,6 +493,7 @@ mod tests {
             input_tokens: 1,
             output_tokens: 1,
             hash_ids: vec![],
+            block_tokens: TRACE_BLOCK_TOKENS as u32,
             session: None,
         };
         let mut v = vec![mk(0.0), mk(0.0), mk(0.0), mk(3.0), mk(3.0)];

@@ -104,6 +104,7 @@ impl AgenticWorkload {
                     input_tokens: input,
                     output_tokens: output.max(1),
                     hash_ids: ids.clone(),
+                    block_tokens: TRACE_BLOCK_TOKENS as u32,
                     session: Some(s as u64),
                 });
                 t += exp(&mut rng, self.think_time_s);
