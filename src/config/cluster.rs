@@ -111,15 +111,39 @@ impl schemars::JsonSchema for RepairFile {
 }
 
 /// `cluster.collision_repair` as written: a margin (`0.2`), or `off` / `false`.
-#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(untagged)]
 pub enum RepairFile {
-    /// The margin.
+    /// The margin, 0 to 10.
     Margin(f64),
     /// `false` (`true`: the default margin).
     Switch(bool),
     /// `off`.
     Word(String),
+}
+
+impl<'de> Deserialize<'de> for RepairFile {
+    /// Any of the three forms, the margin in range and the word `off`.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<RepairFile, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Margin(f64),
+            Switch(bool),
+            Word(String),
+        }
+        let shown = match Written::deserialize(d)? {
+            Written::Margin(m) if (0.0..=10.0).contains(&m) => return Ok(RepairFile::Margin(m)),
+            Written::Switch(b) => return Ok(RepairFile::Switch(b)),
+            Written::Word(w) if w == "off" => return Ok(RepairFile::Word(w)),
+            Written::Margin(m) => m.to_string(),
+            Written::Word(w) => format!("`{w}`"),
+        };
+        Err(serde::de::Error::custom(format!(
+            "{shown} is not a margin: a fraction from 0 to 10 (0.2: a move must promise a \
+             first token 20 % sooner), or `off`"
+        )))
+    }
 }
 
 /// The validated `cluster:` section.
@@ -232,24 +256,8 @@ impl Checker {
         }
         let collision_repair = match &f.collision_repair {
             None | Some(RepairFile::Switch(true)) => Some(DEFAULT_MARGIN),
-            Some(RepairFile::Switch(false)) => None,
-            Some(RepairFile::Word(w)) if w == "off" => None,
-            Some(RepairFile::Margin(m)) if m.is_finite() && (0.0..=10.0).contains(m) => Some(*m),
-            Some(other) => {
-                let shown = match other {
-                    RepairFile::Margin(m) => m.to_string(),
-                    RepairFile::Word(w) => format!("`{w}`"),
-                    RepairFile::Switch(b) => b.to_string(),
-                };
-                self.error(
-                    "cluster.collision_repair",
-                    format!(
-                        "{shown} is not a margin: a fraction from 0 to 10 (0.2: a move must \
-                         promise a first token 20 % sooner), or `off`"
-                    ),
-                );
-                None
-            }
+            Some(RepairFile::Switch(false) | RepairFile::Word(_)) => None,
+            Some(RepairFile::Margin(m)) => Some(*m),
         };
         let auth = self.nats_auth(f.auth.as_ref(), env);
         let tls = self.nats_tls(f.tls.as_ref());

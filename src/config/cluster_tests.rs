@@ -364,18 +364,16 @@ fn tls_files_are_read_and_checked_at_load() {
         ),
         (
             "tls: {ca: x, verify: false}".into(),
-            "cluster.tls",
+            "cluster.tls.verify",
             "unknown field",
         ),
     ];
     for (section, path, message) in cases {
         let yaml = format!("cluster:\n  nats: 'nats://x:1'\n  replica: r\n  {section}\n{POOL}");
-        let errors: Vec<(String, String)> = match file::parse(&yaml) {
-            Err(e) => vec![("cluster.tls".into(), e.to_string())],
-            Ok(f) => validate_with_env(&f, secrets_env)
+        let errors: Vec<(String, String)> =
+            crate::config::Loaded::from_yaml_str_with_env(&yaml, "t.yaml", secrets_env)
                 .map(|_| Vec::new())
-                .unwrap_or_else(|i| i.errors.into_iter().map(|e| (e.path, e.message)).collect()),
-        };
+                .unwrap_or_else(|e| e.errors.into_iter().map(|d| (d.path, d.message)).collect());
         assert!(
             errors.iter().any(|(p, m)| p == path && m.contains(message)),
             "{section}: {errors:?}"

@@ -95,7 +95,8 @@ pub struct AdminFile {
     pub token: Option<SecretFile>,
     /// Host names POST /admin/* may carry in Host and Origin, besides IP addresses and
     /// localhost
-    pub allowed_hosts: Option<Vec<String>>,
+    #[schemars(with = "Option<Vec<String>>")]
+    pub allowed_hosts: Option<Vec<super::value::HostName>>,
 }
 
 /// A secret as written: the value itself (`token: s3cret`), or where to read it
@@ -584,27 +585,12 @@ impl Checker {
                 None
             }
         });
-        let mut allowed_hosts = Vec::new();
-        for (i, h) in f.allowed_hosts.iter().flatten().enumerate() {
-            let host = h.trim().trim_end_matches('.').to_ascii_lowercase();
-            let valid = !host.is_empty()
-                && host.len() <= 253
-                && host
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
-            if valid {
-                allowed_hosts.push(host);
-            } else {
-                self.error(
-                    format!("admin.allowed_hosts[{i}]"),
-                    format!("`{h}` is not a host name (letters, digits, `-` and `.`; no port)"),
-                );
-            }
-        }
         AdminSettings {
             token_from: token_digest.and(f.token.clone()),
             token_digest,
-            allowed_hosts,
+            allowed_hosts: (f.allowed_hosts.iter().flatten())
+                .map(|h| h.as_str().to_string())
+                .collect(),
         }
     }
 

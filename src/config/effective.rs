@@ -28,7 +28,7 @@ use super::race::{DeadlineFile, HedgeFile};
 use super::route::{OnSloMiss, Route, SloAction};
 use super::secrets::REDACTED;
 use super::tls::TlsFile;
-use super::value::{BackendUrl, Name};
+use super::value::{BackendUrl, HostName, Name};
 use pronto_core::race::{FirstTokenDeadline, HedgeDelay};
 use pronto_core::routing::PolicySpec;
 
@@ -89,7 +89,11 @@ impl Config {
             }),
             admin: Some(AdminFile {
                 token: self.admin.token_from.as_ref().map(redacted),
-                allowed_hosts: Some(self.admin.allowed_hosts.clone()),
+                allowed_hosts: Some(
+                    (self.admin.allowed_hosts.iter())
+                        .map(|h| HostName::written(h))
+                        .collect(),
+                ),
             }),
             // Limits need keys or routes to apply to: written only when some are set.
             rate_limits: (self.rate_limits != Default::default()).then(|| RateLimitsFile {

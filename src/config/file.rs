@@ -322,12 +322,15 @@ pub struct ProfileFile {
     /// `prior:` block gives the fields not set beside it
     pub file: Option<String>,
     /// Fixed overhead of a request, ms
+    #[serde(default, deserialize_with = "value::positive_option")]
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub base_ms: Option<f64>,
     /// Prefill throughput, prompt tokens per second
+    #[serde(default, deserialize_with = "value::positive_option")]
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub prefill_tokens_per_s: Option<f64>,
     /// TTFT added by each running decode, ms
+    #[serde(default, deserialize_with = "value::positive_option")]
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub decode_ms_per_running: Option<f64>,
 }

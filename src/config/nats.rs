@@ -66,6 +66,7 @@ pub struct NatsTlsFile {
     /// PEM private key of the client certificate
     pub key: Option<String>,
     /// The name NATS's certificate must be valid for (default: the URL's host)
+    #[serde(default, deserialize_with = "super::value::server_name")]
     pub server_name: Option<String>,
 }
 
@@ -394,14 +395,6 @@ impl Checker {
                 self.nats_identity(Path::new(cert), Path::new(key), &mut bytes)
             }
         };
-        if let Some(name) = f.server_name.as_deref() {
-            if rustls_pki_types::ServerName::try_from(name).is_err() {
-                self.error(
-                    "cluster.tls.server_name",
-                    format!("`{name}` is not a DNS name or an IP address"),
-                );
-            }
-        }
         bytes.extend(f.server_name.as_deref().unwrap_or_default().as_bytes());
         (self.error_count() == errors).then(|| NatsTls {
             ca: f.ca.as_deref().map(PathBuf::from),

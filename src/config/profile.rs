@@ -113,24 +113,13 @@ fn read_prior(path: &Path) -> Result<(ProfileHint, Vec<String>), String> {
 }
 
 impl Checker {
-    /// A profile hint; invalid fields are reported and dropped.
+    /// A profile hint (serde checked its numbers), the calibrated file's prior filling the
+    /// fields not set beside it.
     pub(super) fn profile(&mut self, path: &str, p: &ProfileFile) -> ProfileHint {
-        let mut field = |name: &str, value: Option<f64>| {
-            let v = value?;
-            if v.is_finite() && v > 0.0 {
-                Some(v)
-            } else {
-                self.error(
-                    format!("{path}.{name}"),
-                    format!("must be a positive, finite number, got {v}"),
-                );
-                None
-            }
-        };
         let own = ProfileHint {
-            base_ms: field("base_ms", p.base_ms),
-            prefill_tokens_per_s: field("prefill_tokens_per_s", p.prefill_tokens_per_s),
-            decode_ms_per_running: field("decode_ms_per_running", p.decode_ms_per_running),
+            base_ms: p.base_ms,
+            prefill_tokens_per_s: p.prefill_tokens_per_s,
+            decode_ms_per_running: p.decode_ms_per_running,
         };
         let Some(file) = p.file.as_deref() else {
             return own;

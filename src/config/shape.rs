@@ -39,6 +39,9 @@ pub fn parse_all(text: &str) -> Result<(ConfigFile, Vec<ShapeError>), serde_yaml
         return Err(first);
     };
     let mut errors = Vec::new();
+    // Sequence elements removed so far: the sequence's path and the element's index, both as
+    // in the file (a removal shifts the later elements of the tree down by one).
+    let mut removed: Vec<(Vec<Step>, usize)> = Vec::new();
     while errors.len() < MAX_SHAPE_ERRORS {
         let e = match serde_path_to_error::deserialize::<_, ConfigFile>(tree.clone()) {
             Ok(f) => return Ok((f, errors)),
@@ -54,21 +57,46 @@ pub fn parse_all(text: &str) -> Result<(ConfigFile, Vec<ShapeError>), serde_yaml
                 segments.push(Step::Key(key.to_string()));
             }
         }
+        let in_file = in_file(&segments, &removed);
         if segments.is_empty() || !remove(&mut tree, &segments) {
             return Err(first);
         }
+        if let Some((Step::Index(i), sequence)) = in_file.split_last() {
+            removed.push((sequence.to_vec(), *i));
+        }
         errors.push(ShapeError {
-            path: render(&segments),
+            path: render(&in_file),
             message,
         });
     }
     Err(first)
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 enum Step {
     Key(String),
     Index(usize),
+}
+
+/// `steps`, a path in the tree as it is now, as a path in the file: each index counts the
+/// elements removed before it from its sequence.
+fn in_file(steps: &[Step], removed: &[(Vec<Step>, usize)]) -> Vec<Step> {
+    let mut out = Vec::with_capacity(steps.len());
+    for step in steps {
+        let step = match step {
+            Step::Key(k) => Step::Key(k.clone()),
+            Step::Index(i) => {
+                let mut gone: Vec<usize> = (removed.iter())
+                    .filter(|(sequence, _)| *sequence == out)
+                    .map(|(_, j)| *j)
+                    .collect();
+                gone.sort_unstable();
+                Step::Index(gone.into_iter().fold(*i, |at, g| at + usize::from(g <= at)))
+            }
+        };
+        out.push(step);
+    }
+    out
 }
 
 fn segments(path: &serde_path_to_error::Path) -> Option<Vec<Step>> {
@@ -133,8 +161,8 @@ fn remove(tree: &mut Value, steps: &[Step]) -> bool {
             found.is_some_and(|k| m.remove(&k).is_some())
         }
         (Step::Index(i), Value::Sequence(s)) if *i < s.len() => {
-            // Replace rather than remove, so later indices keep their paths.
-            s[*i] = Value::Null;
+            // The later elements move down; `in_file` gives their paths as in the file.
+            s.remove(*i);
             true
         }
         _ => false,
@@ -179,6 +207,20 @@ pools:
     fn a_valid_file_has_no_shape_errors_and_broken_yaml_is_one_error() {
         assert!(paths("pools:\n  m: {backends: [{name: a, url: 'http://h:1'}]}\n").is_empty());
         assert!(parse_all("pools: [\n").is_err());
+    }
+
+    #[test]
+    fn bad_elements_of_a_list_keep_their_own_paths() {
+        let text = "auth: {keys: [{name: a, key: k-12345678, models: ['a[', ok, 'b[', 'c[']}]}\n\
+                    admin: {allowed_hosts: [x]}\n";
+        assert_eq!(
+            paths(text),
+            [
+                "auth.keys[0].models[0]",
+                "auth.keys[0].models[2]",
+                "auth.keys[0].models[3]",
+            ]
+        );
     }
 
     #[test]

@@ -217,6 +217,73 @@ pub fn discover_scheme<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Err
     })
 }
 
+/// `cluster.tls.server_name`: a DNS name or an IP address.
+pub fn server_name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    parsed_option(d, |name| {
+        match rustls_pki_types::ServerName::try_from(name) {
+            Ok(_) => Ok(name.to_string()),
+            Err(_) => Err(format!("`{name}` is not a DNS name or an IP address")),
+        }
+    })
+}
+
+/// A positive, finite number (a profile hint's): "must be a positive, finite number, got X".
+pub fn positive_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    match Option::<f64>::deserialize(d)? {
+        Some(x) if !(x.is_finite() && x > 0.0) => Err(de::Error::custom(format!(
+            "must be a positive, finite number, got {x}"
+        ))),
+        x => Ok(x),
+    }
+}
+
+// === impl HostName ===
+
+/// An `admin.allowed_hosts` entry: a host name (letters, digits, `-` and `.`; no port), kept
+/// in lower case without a final `.`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostName(String);
+
+impl HostName {
+    /// `text`, normalised, or why it is not a host name.
+    pub fn parse(text: &str) -> Result<HostName, String> {
+        let host = text.trim().trim_end_matches('.').to_ascii_lowercase();
+        let valid = !host.is_empty()
+            && host.len() <= 253
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+        match valid {
+            true => Ok(HostName(host)),
+            false => Err(format!(
+                "`{text}` is not a host name (letters, digits, `-` and `.`; no port)"
+            )),
+        }
+    }
+
+    /// A name the model holds (read by [`HostName::parse`]), to be written back.
+    pub(super) fn written(name: &str) -> HostName {
+        HostName(name.to_string())
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for HostName {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<HostName, D::Error> {
+        parsed(deserializer, HostName::parse)
+    }
+}
+
+impl Serialize for HostName {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
 // === impl Name ===
 
 /// A backend's or a route's name: a metric label value, `[A-Za-z0-9_.-]+`.
