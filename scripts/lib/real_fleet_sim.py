@@ -29,7 +29,8 @@ TOLERANCE = 0.15
 
 
 def num(s):
-    return float(s.strip().replace(",", ""))
+    """A table cell's value: `354`, or the mean of several repetitions, `354 (301–407)`."""
+    return float(s.strip().split(" ")[0].replace(",", ""))
 
 
 def parse_tables(path):
@@ -89,7 +90,7 @@ def cmd_report(a):
     w("`scripts/real-fleet-bench.sh` starts its engines, `pronto calibrate`d; the bench's own")
     w("traces (same generator, seed and flags) replayed through `pronto evaluate` (virtual clock,")
     w("deterministic) on two such engines, at the trace's own timing (the real run's offered rate).")
-    w(f"Real: `{a.real}` (homo set-up, AIPerf client, one repetition). Sim TTFT is the engine's")
+    w(f"Real: `{a.real}` (homo set-up, AIPerf client; with several repetitions, their mean). Sim TTFT is the engine's")
     w("first token − arrival; real TTFT is AIPerf's (client side, through the router).")
     w(f"Ratio = sim ÷ real; **bold** where the mean is off by more than {TOLERANCE:.0%}.")
     w("Rows marked *analogue* run Pronto's implementation of the peer's rule in the sim")
