@@ -176,12 +176,7 @@ start_engines() { # setup
     if [[ $1 == hetero && $i == 1 ]]; then blocks=$HETERO_KV_BLOCKS seqs=$HETERO_MAX_SEQS; fi
     [[ $i == 0 ]] && : >"$OUT/$1/engines.txt"
     echo "engine $i: core $i, $blocks KV blocks of $BLOCK tokens, --max-num-seqs $seqs, --dtype $DTYPE" >>"$OUT/$1/engines.txt"
-    VLLM_SERVER_DEV_MODE=1 VLLM_CPU_KVCACHE_SPACE=$KVCACHE_GIB VLLM_CPU_OMP_THREADS_BIND=$i \
-      taskset -c "$i" "$shared/peers/serve-vllm-cpu.sh" "$((ENGINE_PORT + i))" "$MODEL_DIR" \
-      --enable-scale-out --dtype "$DTYPE" --num-gpu-blocks-override "$blocks" --max-num-seqs "$seqs" \
-      --kv-events-config "{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:$((ZMQ_PORT + i))\"}" \
-      >"$OUT/$1/vllm-$i.log" 2>&1 &
-    PIDS+=($!)
+    start_vllm_engine "$i" "$blocks" "$seqs" "$OUT/$1/vllm-$i.log"
   done
   for e in "${engines[@]}"; do
     for _ in $(seq 1 400); do curl -sf "$e/health" >/dev/null && break; sleep 1; done

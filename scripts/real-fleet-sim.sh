@@ -83,12 +83,7 @@ trap stop_engines EXIT
 # Engine i as real-fleet-bench.sh's start_engines starts it (homo set-up), then its warm-up.
 start_engine() { # i
   local i=$1 url=http://127.0.0.1:$((ENGINE_PORT + $1))
-  VLLM_SERVER_DEV_MODE=1 VLLM_CPU_KVCACHE_SPACE=$KVCACHE_GIB VLLM_CPU_OMP_THREADS_BIND=$i \
-    taskset -c "$i" "$shared/peers/serve-vllm-cpu.sh" "$((ENGINE_PORT + i))" "$MODEL_DIR" \
-    --enable-scale-out --dtype "$DTYPE" --num-gpu-blocks-override "$KV_BLOCKS" --max-num-seqs "$MAX_SEQS" \
-    --kv-events-config "{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:$((ZMQ_PORT + i))\"}" \
-    >"$OUT/vllm-$i.log" 2>&1 &
-  PIDS+=($!)
+  start_vllm_engine "$i" "$KV_BLOCKS" "$MAX_SEQS" "$OUT/vllm-$i.log"
   for _ in $(seq 1 400); do curl -sf "$url/health" >/dev/null && break; sleep 1; done
   curl -sf "$url/health" >/dev/null || { tail -n 30 "$OUT/vllm-$i.log"; exit 1; }
   for n in 100 600 1500 3000; do   # the bench's untimed warm-up
