@@ -238,9 +238,10 @@ pub mod text_size {
         within::<D, MIN, MAX>(d).map(Some)
     }
 
-    /// The same for an optional size (absent: `None`; with `#[serde(default)]`).
+    /// An optional size, written (every optional size is read with its range,
+    /// [`within_option`]).
     pub mod option {
-        use serde::{Deserializer, Serializer};
+        use serde::Serializer;
 
         /// `None` as serde's none (left out with `skip_serializing_if`).
         pub fn serialize<S: Serializer>(bytes: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
@@ -248,11 +249,6 @@ pub mod text_size {
                 Some(b) => super::serialize(b, s),
                 None => s.serialize_none(),
             }
-        }
-
-        /// A present size.
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-            super::deserialize(d).map(Some)
         }
     }
 }
