@@ -20,7 +20,7 @@ use pronto_sim::fleet_config::FleetConfig;
 use pronto_sim::workload::TraceFormat;
 
 const MODEL: &str = "llama-3-8b";
-const LIMIT: usize = 240;
+const LIMIT: usize = 480;
 const LOAD: f64 = 0.8;
 /// Live mean TTFT ÷ offline mean TTFT stays within 1 ± this (the agreement table's bound).
 const MEAN_BOUND: f64 = 0.15;
